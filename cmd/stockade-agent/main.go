@@ -1,0 +1,106 @@
+// Command stockade-agent is the guest init and agent of Stockade VMs. As PID 1
+// it boots the guest and serves the host over the virtio-serial channel; run
+// otherwise it serves the same protocol on a listener or a port, for
+// development and tests. Build it static: CGO_ENABLED=0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox/agent"
+)
+
+// version is set at build time: -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if os.Getpid() == 1 {
+		runInit()
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "stockade-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// runInit never returns: PID 1 exiting panics the kernel.
+func runInit() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err := agent.Init(context.Background(), version, log)
+	log.Error("init failed; powering off", "err", err)
+	for {
+		if err := agent.PowerOff(); err != nil {
+			log.Error("power off", "err", err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("stockade-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "serve on this address: host:port, or unix:/path")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *listen == "" {
+		return errors.New("not PID 1: give -listen ADDR to serve the agent protocol")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	network, addr := "tcp", *listen
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", p
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	context.AfterFunc(ctx, func() { ln.Close() })
+
+	// Not PID 1: "power off" ends this process.
+	srv, err := agent.NewServer(agent.Config{
+		Version: version, Logger: log,
+		PowerOff: func() error { cancel(); return nil },
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("serving", "addr", ln.Addr().String())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		go func() {
+			if err := srv.Serve(ctx, c); err != nil && !errors.Is(err, context.Canceled) {
+				log.Warn("session", "err", err)
+			}
+		}()
+	}
+}

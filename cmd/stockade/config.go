@@ -1,0 +1,104 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// config is the deployment configuration: environment first, flags override.
+type config struct {
+	Addr         string
+	PublicURL    string
+	DataDir      string
+	DB           string
+	OIDCIssuer   string
+	OIDCClientID string
+	OIDCSecret   string
+	AdminEmails  string
+	LibvirtURIs  string
+	SecretKey    string
+}
+
+func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
+	def := func(env, d string) string {
+		if v := getenv(env); v != "" {
+			return v
+		}
+		return d
+	}
+	fs.StringVar(&c.Addr, "addr", def("STOCKADE_ADDR", "127.0.0.1:8080"), "listen address (STOCKADE_ADDR)")
+	fs.StringVar(&c.PublicURL, "public-url", getenv("STOCKADE_PUBLIC_URL"), "URL people reach the server at (STOCKADE_PUBLIC_URL; default http://ADDR)")
+	fs.StringVar(&c.DataDir, "data-dir", def("STOCKADE_DATA_DIR", "./var"), "data directory (STOCKADE_DATA_DIR)")
+	fs.StringVar(&c.DB, "db", getenv("STOCKADE_DB"), "database: empty for SQLite in the data dir, or a postgres:// DSN (STOCKADE_DB)")
+	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", getenv("STOCKADE_OIDC_ISSUER"), "OIDC issuer URL; empty runs the development identity provider (STOCKADE_OIDC_ISSUER)")
+	fs.StringVar(&c.OIDCClientID, "oidc-client-id", getenv("STOCKADE_OIDC_CLIENT_ID"), "OIDC client id (STOCKADE_OIDC_CLIENT_ID)")
+	c.OIDCSecret = getenv("STOCKADE_OIDC_CLIENT_SECRET") // never a flag: it would show in ps
+	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
+	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
+	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
+}
+
+func (c *config) check() error {
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.Addr
+	}
+	u, err := url.Parse(c.PublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("STOCKADE_PUBLIC_URL %q: must be an http(s) URL", c.PublicURL)
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.OIDCIssuer != "" && c.OIDCClientID == "" {
+		return errors.New("STOCKADE_OIDC_ISSUER is set but STOCKADE_OIDC_CLIENT_ID is empty")
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if c.SecretKey == "" {
+		c.SecretKey = filepath.Join(c.DataDir, "secret.key")
+	}
+	return nil
+}
+
+func (c *config) operatorEmails() map[string]bool {
+	out := map[string]bool{}
+	for _, e := range strings.Split(c.AdminEmails, ",") {
+		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
+			out[e] = true
+		}
+	}
+	return out
+}
+
+func (c *config) secure() bool { return strings.HasPrefix(c.PublicURL, "https://") }
+
+// rootKey reads the secret key file, creating it (0600) on first start.
+func (c *config) rootKey() ([]byte, error) {
+	b, err := os.ReadFile(c.SecretKey)
+	if errors.Is(err, fs.ErrNotExist) {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(c.SecretKey, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("create secret key %s: %w", c.SecretKey, err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read secret key %s: %w", c.SecretKey, err)
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(key) < 32 {
+		return nil, fmt.Errorf("secret key %s: must hold at least 32 bytes as hex", c.SecretKey)
+	}
+	return key, nil
+}
+

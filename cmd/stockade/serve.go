@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/web"
+)
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var cfg config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	db, err := tenants.Open(ctx, cfg.DB, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := tenants.Migrate(ctx, db); err != nil {
+		return fmt.Errorf("migrate database: %w", err)
+	}
+	store := tenants.NewStore(db, nil)
+	installID, err := store.InstallationID(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := cfg.rootKey()
+	if err != nil {
+		return err
+	}
+	app, err := web.NewApp(ctx, web.AppConfig{
+		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
+		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,
+		Version: version, Log: log,
+	}, store, audit.NewLog(db, nil))
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- app.Serve(ctx, l) }()
+	if err := app.ConnectDevIdP(ctx); err != nil {
+		return err
+	}
+	go sweepSessions(ctx, store, log)
+	log.Info("stockade serving", "addr", l.Addr().String(), "public_url", cfg.PublicURL, "installation", installID,
+		"database", dbKind(cfg.DB), "data_dir", cfg.DataDir, "version", version)
+	fmt.Fprintf(stdout, "Stockade is running at %s\n", cfg.PublicURL)
+	return <-errc
+}
+
+func dbKind(dsn string) string {
+	if dsn == "" {
+		return "sqlite"
+	}
+	return "postgres"
+}
+
+func sweepSessions(ctx context.Context, store *tenants.Store, log *slog.Logger) {
+	t := time.NewTicker(15 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := store.DeleteExpiredSessions(ctx); err != nil {
+				log.Warn("sweep sessions", "err", err)
+			} else if n > 0 {
+				log.Info("swept expired sessions", "count", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// ErrMalformed marks a request body that could not be decoded at all.
+var ErrMalformed = errors.New("malformed request")
+
+// MalformedError names the field (or position) where decoding failed. It
+// wraps ErrMalformed and maps to 400.
+type MalformedError struct {
+	Field  string
+	Detail string
+}
+
+func (e *MalformedError) Error() string {
+	if e.Field == "" {
+		return "malformed request: " + e.Detail
+	}
+	return fmt.Sprintf("malformed request: %s: %s", e.Field, e.Detail)
+}
+
+func (e *MalformedError) Unwrap() error { return ErrMalformed }
+
+// decodeJSON decodes exactly one JSON object into v, rejecting unknown
+// fields, wrong types and trailing data, and naming the field at fault.
+// Body size is already bounded by web/'s body limit.
+func decodeJSON(c echo.Context, v any) error {
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" {
+		return &MalformedError{Field: "Content-Type", Detail: "must be application/json"}
+	}
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &MalformedError{Detail: "unexpected data after the JSON object"}
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var he *echo.HTTPError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &he):
+		return he // e.g. 413 from the body limit
+	case errors.As(err, &mbe):
+		return echo.ErrStatusRequestEntityTooLarge
+	case errors.As(err, &syn):
+		return &MalformedError{Field: "body", Detail: fmt.Sprintf("invalid JSON at byte %d: %v", syn.Offset, syn)}
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return &MalformedError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", typ.Type.Kind(), typ.Value)}
+	case errors.Is(err, io.EOF):
+		return &MalformedError{Field: "body", Detail: "empty body; a JSON object is required"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &MalformedError{Field: "body", Detail: "truncated JSON"}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no typed error for unknown fields.
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &MalformedError{Field: name, Detail: "unknown field"}
+	}
+	return &MalformedError{Field: "body", Detail: err.Error()}
+}

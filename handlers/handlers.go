@@ -1,0 +1,90 @@
+// Package handlers holds the page, JSON API and login handlers. Handlers bind
+// and validate input, call the domain packages and render; they return domain
+// errors and leave the mapping to HTTP to web/.
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/web/authn"
+)
+
+// Identity is the part of the relying party the login handlers need.
+type Identity interface {
+	Begin(w http.ResponseWriter, r *http.Request, returnTo string) (string, error)
+	Finish(w http.ResponseWriter, r *http.Request) (authn.Identity, string, error)
+	Issuer() string
+}
+
+// Config holds what handlers need to know about the deployment.
+type Config struct {
+	ProviderName    string // shown on the login button
+	DevIdP          bool   // the embedded development identity provider is active
+	SecureCookies   bool
+	SessionIdle     time.Duration
+	SessionAbsolute time.Duration
+	OperatorEmails  map[string]bool // lowercased
+	AssetVersion    string
+	FlashKey        []byte
+}
+
+// Handlers carries the dependencies of every handler.
+type Handlers struct {
+	cfg    Config
+	store  *tenants.Store
+	audit  *audit.Log
+	idp    Identity
+	log    *slog.Logger
+	ready  func(ctx context.Context) error
+	clock  func() time.Time
+}
+
+// Deps are the services handlers call.
+type Deps struct {
+	Store *tenants.Store
+	Audit *audit.Log
+	IdP   Identity
+	Log   *slog.Logger
+	// Ready reports whether the server can serve (database reachable, ...).
+	Ready func(ctx context.Context) error
+	Clock func() time.Time
+}
+
+// New returns the handlers.
+func New(cfg Config, d Deps) *Handlers {
+	if cfg.SessionIdle == 0 {
+		cfg.SessionIdle = 12 * time.Hour
+	}
+	if cfg.SessionAbsolute == 0 {
+		cfg.SessionAbsolute = 7 * 24 * time.Hour
+	}
+	if d.Clock == nil {
+		d.Clock = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock}
+}
+
+// SessionIdle is the idle expiry of browser sessions.
+func (h *Handlers) SessionIdle() time.Duration { return h.cfg.SessionIdle }
+
+// render writes a templ component after rendering it fully into a buffer,
+// so a render error is a clean 500 and never half a page.
+func render(c echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request().Context(), &buf); err != nil {
+		return err
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}

@@ -1,0 +1,184 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+func roleNames() []string {
+	out := make([]string, len(tenants.Roles))
+	for i, r := range tenants.Roles {
+		out[i] = string(r)
+	}
+	return out
+}
+
+func (h *Handlers) membersView(c echo.Context, form views.InviteForm) (views.MembersView, error) {
+	cl := CallerOf(c)
+	ms, err := h.store.ListMembers(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.MembersView{}, err
+	}
+	v := views.MembersView{CanEdit: tenants.Can(cl.Role, tenants.PermMembersWrite), Roles: roleNames(), Form: form}
+	for _, m := range ms {
+		v.Rows = append(v.Rows, views.MemberRow{
+			ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(),
+			InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt,
+		})
+	}
+	return v, nil
+}
+
+// Members lists the tenant's members.
+func (h *Handlers) Members(c echo.Context) error {
+	v, err := h.membersView(c, views.InviteForm{Role: string(tenants.RoleDeveloper)})
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Members(h.page(c, "Members", "members"), v))
+}
+
+// fieldErrors turns a validation error into per-field messages for a form;
+// any other error is returned as is.
+func fieldErrors(err error) (map[string]string, error) {
+	var fe *tenants.FieldError
+	if errors.As(err, &fe) {
+		return map[string]string{fe.Field: fe.Detail}, nil
+	}
+	return nil, err
+}
+
+// InviteMember adds a member by email from the members page.
+func (h *Handlers) InviteMember(c echo.Context) error {
+	cl := CallerOf(c)
+	form := views.InviteForm{Email: strings.TrimSpace(c.FormValue("email")), Role: c.FormValue("role")}
+	_, err := h.store.InviteMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, form.Email, tenants.Role(form.Role))
+	if err != nil {
+		if errors.Is(err, tenants.ErrConflict) {
+			err = tenants.Invalid("email", "member_exists", "is already a member of this tenant")
+		}
+		if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+		v, err := h.membersView(c, form)
+		if err != nil {
+			return err
+		}
+		return render(c, http.StatusUnprocessableEntity, views.Members(h.page(c, "Members", "members"), v))
+	}
+	h.flash(c, "success", "Invited "+form.Email+" as "+form.Role+". The membership activates at their first sign-in.")
+	return redirect(c, "/settings/members")
+}
+
+// SetMemberRole changes a member's role from the members page.
+func (h *Handlers) SetMemberRole(c echo.Context) error {
+	cl := CallerOf(c)
+	role := c.FormValue("role")
+	if err := h.store.SetMemberRole(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), tenants.Role(role)); err != nil {
+		if errors.Is(err, tenants.ErrConflict) || errors.Is(err, tenants.ErrInvalid) {
+			h.flash(c, "error", "Role not changed: "+err.Error())
+			return redirect(c, "/settings/members")
+		}
+		return err
+	}
+	h.flash(c, "success", "Role changed to "+role+".")
+	return redirect(c, "/settings/members")
+}
+
+// RemoveMember removes a member from the members page.
+func (h *Handlers) RemoveMember(c echo.Context) error {
+	cl := CallerOf(c)
+	if err := h.store.RemoveMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		if errors.Is(err, tenants.ErrConflict) {
+			h.flash(c, "error", "Not removed: "+err.Error())
+			return redirect(c, "/settings/members")
+		}
+		return err
+	}
+	h.flash(c, "success", "Member removed.")
+	return redirect(c, "/settings/members")
+}
+
+// MemberJSON is a member in the API.
+type MemberJSON struct {
+	ID        string `json:"id"`
+	Email     string `json:"email"`
+	Role      string `json:"role"`
+	Active    bool   `json:"active"`
+	InvitedBy string `json:"invited_by,omitempty"`
+	CreatedAt string `json:"created_at"`
+}
+
+func memberJSON(m tenants.Membership) MemberJSON {
+	return MemberJSON{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
+}
+
+// APIMembers lists members.
+func (h *Handlers) APIMembers(c echo.Context) error {
+	ms, err := h.store.ListMembers(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]MemberJSON, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, memberJSON(m))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"members": out})
+}
+
+// APIInviteMember invites a member: {email, role}.
+func (h *Handlers) APIInviteMember(c echo.Context) error {
+	var in struct {
+		Email string `json:"email"`
+		Role  string `json:"role"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	m, err := h.store.InviteMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, strings.TrimSpace(in.Email), tenants.Role(in.Role))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, memberJSON(m))
+}
+
+// APIUpdateMember changes a member's role: {role}.
+func (h *Handlers) APIUpdateMember(c echo.Context) error {
+	var in struct {
+		Role string `json:"role"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if err := h.store.SetMemberRole(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), tenants.Role(in.Role)); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// APIRemoveMember removes a member.
+func (h *Handlers) APIRemoveMember(c echo.Context) error {
+	cl := CallerOf(c)
+	if err := h.store.RemoveMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+const timeJSON = "2006-01-02T15:04:05Z07:00"
+
+// conflictAsField turns a conflict into a field error for forms.
+func conflictAsField(err error, field, rule, detail string) error {
+	if errors.Is(err, tenants.ErrConflict) {
+		return tenants.Invalid(field, rule, detail)
+	}
+	return err
+}

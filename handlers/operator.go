@@ -1,0 +1,94 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/views"
+)
+
+func (h *Handlers) tenantsView(c echo.Context, form views.TenantForm) (views.TenantsView, error) {
+	ts, err := h.store.ListTenants(c.Request().Context())
+	if err != nil {
+		return views.TenantsView{}, err
+	}
+	v := views.TenantsView{Form: form}
+	for _, t := range ts {
+		v.Rows = append(v.Rows, views.TenantRow{Slug: t.Slug, Name: t.Name, Members: t.Members, CreatedAt: t.CreatedAt})
+	}
+	return v, nil
+}
+
+// OperatorTenants lists every tenant (platform operators).
+func (h *Handlers) OperatorTenants(c echo.Context) error {
+	v, err := h.tenantsView(c, views.TenantForm{})
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Tenants(h.page(c, "Tenants", "tenants"), v))
+}
+
+// OperatorCreateTenant creates a tenant, optionally inviting its first admin.
+func (h *Handlers) OperatorCreateTenant(c echo.Context) error {
+	cl := CallerOf(c)
+	form := views.TenantForm{Slug: strings.TrimSpace(c.FormValue("slug")), Name: strings.TrimSpace(c.FormValue("name")), AdminEmail: strings.TrimSpace(c.FormValue("admin_email"))}
+	t, err := h.store.CreateTenantWithAdmin(c.Request().Context(), cl.Actor(c), form.Slug, form.Name, form.AdminEmail)
+	if err != nil {
+		if form.Errors, err = fieldErrors(conflictAsField(err, "slug", "slug_taken", "is already taken")); err != nil {
+			return err
+		}
+		v, err := h.tenantsView(c, form)
+		if err != nil {
+			return err
+		}
+		return render(c, http.StatusUnprocessableEntity, views.Tenants(h.page(c, "Tenants", "tenants"), v))
+	}
+	msg := "Tenant " + t.Slug + " created."
+	if form.AdminEmail != "" {
+		msg += " " + form.AdminEmail + " is invited as admin."
+	}
+	h.flash(c, "success", msg)
+	return redirect(c, "/operator/tenants")
+}
+
+// TenantJSON is a tenant in the API.
+type TenantJSON struct {
+	ID        string `json:"id"`
+	Slug      string `json:"slug"`
+	Name      string `json:"name"`
+	Members   *int   `json:"members,omitempty"`
+	CreatedAt string `json:"created_at"`
+}
+
+// APITenants lists tenants (operators).
+func (h *Handlers) APITenants(c echo.Context) error {
+	ts, err := h.store.ListTenants(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := make([]TenantJSON, 0, len(ts))
+	for _, t := range ts {
+		n := t.Members
+		out = append(out, TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: &n, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tenants": out})
+}
+
+// APICreateTenant creates a tenant (operators): {slug, name, admin_email}.
+func (h *Handlers) APICreateTenant(c echo.Context) error {
+	var in struct {
+		Slug       string `json:"slug"`
+		Name       string `json:"name"`
+		AdminEmail string `json:"admin_email"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	t, err := h.store.CreateTenantWithAdmin(c.Request().Context(), CallerOf(c).Actor(c), strings.TrimSpace(in.Slug), strings.TrimSpace(in.Name), strings.TrimSpace(in.AdminEmail))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
+}

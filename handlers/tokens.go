@@ -1,0 +1,177 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+var ttlChoices = []views.Choice{
+	{Value: "24h", Label: "1 day"}, {Value: "7d", Label: "7 days"}, {Value: "30d", Label: "30 days"},
+	{Value: "90d", Label: "90 days"}, {Value: "365d", Label: "1 year"},
+}
+
+// ParseTTL reads a token lifetime: a Go duration ("36h") or whole days ("30d").
+func ParseTTL(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n <= 0 {
+			return 0, tenants.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, tenants.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+	}
+	return dur, nil
+}
+
+func (h *Handlers) tokensView(c echo.Context, form views.TokenForm) (views.TokensView, error) {
+	cl := CallerOf(c)
+	ts, err := h.store.ListTokens(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.TokensView{}, err
+	}
+	now := h.clock()
+	v := views.TokensView{CanEdit: tenants.Can(cl.Role, tenants.PermTokensWrite), Roles: roleNames(), Form: form, TTLChoices: ttlChoices}
+	for _, t := range ts {
+		v.Rows = append(v.Rows, views.TokenRow{
+			ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role), CreatedAt: t.CreatedAt,
+			ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, Revoked: t.RevokedAt != nil, Expired: !t.ExpiresAt.After(now),
+		})
+	}
+	return v, nil
+}
+
+// Tokens lists the tenant's API tokens.
+func (h *Handlers) Tokens(c echo.Context) error {
+	v, err := h.tokensView(c, views.TokenForm{Role: string(tenants.RoleDeveloper), TTL: "30d"})
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Tokens(h.page(c, "API tokens", "tokens"), v))
+}
+
+// CreateToken makes a token and shows its secret once, in this response
+// only: never in a redirect, a flash or a log.
+func (h *Handlers) CreateToken(c echo.Context) error {
+	cl := CallerOf(c)
+	form := views.TokenForm{Name: strings.TrimSpace(c.FormValue("name")), Role: c.FormValue("role"), TTL: c.FormValue("ttl")}
+	secret, tok, err := func() (string, tenants.APIToken, error) {
+		ttl, err := ParseTTL(form.TTL)
+		if err != nil {
+			return "", tenants.APIToken{}, err
+		}
+		return h.store.CreateToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, tenants.NewToken{Name: form.Name, Role: tenants.Role(form.Role), TTL: ttl})
+	}()
+	status := http.StatusOK
+	if err != nil {
+		if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+		status = http.StatusUnprocessableEntity
+	} else {
+		form = views.TokenForm{Role: string(tenants.RoleDeveloper), TTL: "30d"}
+	}
+	v, err := h.tokensView(c, form)
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		v.NewSecret, v.NewSecretName = secret, tok.Name
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return render(c, status, views.Tokens(h.page(c, "API tokens", "tokens"), v))
+}
+
+// RevokeToken revokes a token from the tokens page.
+func (h *Handlers) RevokeToken(c echo.Context) error {
+	cl := CallerOf(c)
+	if err := h.store.RevokeToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	h.flash(c, "success", "Token revoked. It stops working immediately.")
+	return redirect(c, "/settings/tokens")
+}
+
+// TokenJSON is a token in the API (never its secret, except once at creation).
+type TokenJSON struct {
+	ID         string  `json:"id"`
+	Name       string  `json:"name"`
+	Prefix     string  `json:"prefix"`
+	Role       string  `json:"role"`
+	CreatedAt  string  `json:"created_at"`
+	ExpiresAt  string  `json:"expires_at"`
+	LastUsedAt *string `json:"last_used_at"`
+	Revoked    bool    `json:"revoked"`
+	Token      string  `json:"token,omitempty"`
+}
+
+func tokenJSON(t tenants.APIToken) TokenJSON {
+	out := TokenJSON{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role),
+		CreatedAt: t.CreatedAt.UTC().Format(timeJSON), ExpiresAt: t.ExpiresAt.UTC().Format(timeJSON), Revoked: t.RevokedAt != nil}
+	if t.LastUsedAt != nil {
+		s := t.LastUsedAt.UTC().Format(timeJSON)
+		out.LastUsedAt = &s
+	}
+	return out
+}
+
+// APITokens lists tokens.
+func (h *Handlers) APITokens(c echo.Context) error {
+	ts, err := h.store.ListTokens(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]TokenJSON, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, tokenJSON(t))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tokens": out})
+}
+
+// APICreateToken creates a token: {name, role, ttl}; the secret is in the
+// response once.
+func (h *Handlers) APICreateToken(c echo.Context) error {
+	var in struct {
+		Name string `json:"name"`
+		Role string `json:"role"`
+		TTL  string `json:"ttl"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	ttl, err := ParseTTL(in.TTL)
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	secret, tok, err := h.store.CreateToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, tenants.NewToken{Name: in.Name, Role: tenants.Role(in.Role), TTL: ttl})
+	if err != nil {
+		return err
+	}
+	out := tokenJSON(tok)
+	out.Token = secret
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusCreated, out)
+}
+
+// APIRevokeToken revokes a token.
+func (h *Handlers) APIRevokeToken(c echo.Context) error {
+	cl := CallerOf(c)
+	if err := h.store.RevokeToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,226 @@
+package hypervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"libvirt.org/go/libvirt"
+)
+
+// OpenChannel connects to the domain's virtio-serial channel through the
+// libvirt connection (virDomainOpenChannel), so it works over remote URIs
+// too. Only one client may hold a channel: a second open while the first is
+// still open is ErrConflict. Close the returned stream to free it.
+func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	s, release, err := h.acquire()
+	if err != nil {
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	dom, _, err := h.lookupOurs(s, id)
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	defer dom.Free()
+	st, err := h.openStream(s, release, func(ls *libvirt.Stream) error {
+		err := dom.OpenChannel(name, ls, 0)
+		if libvirtCode(err) == libvirt.ERR_OPERATION_FAILED {
+			// libvirt's answer when another stream holds the channel.
+			if active, aerr := dom.IsActive(); aerr == nil && active {
+				return fmt.Errorf("%w: %w", ErrConflict, err)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	return st, nil
+}
+
+// openConsole attaches to the domain's serial console (pty type only).
+func (h *Host) openConsole(s *session, release func(), dom *libvirt.Domain) (*stream, error) {
+	return h.openStream(s, release, func(ls *libvirt.Stream) error {
+		return dom.OpenConsole("", ls, libvirt.DOMAIN_CONSOLE_FORCE)
+	})
+}
+
+// openStream makes a non-blocking libvirt stream, attaches it with attach and
+// drives it from libvirt's event loop. The stream keeps the session (and so
+// the connection) in use until it is closed; release is called then, or at
+// once when attaching fails.
+func (h *Host) openStream(s *session, release func(), attach func(*libvirt.Stream) error) (*stream, error) {
+	ls, err := s.conn.NewStream(libvirt.STREAM_NONBLOCK)
+	if err != nil {
+		release()
+		return nil, h.fail(err)
+	}
+	if err := attach(ls); err != nil {
+		ls.Free()
+		release()
+		return nil, h.fail(err)
+	}
+	st := &stream{
+		ls:       ls,
+		release:  release,
+		readable: make(chan struct{}, 1),
+		writable: make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+	}
+	if err := ls.EventAddCallback(0, st.onEvent); err != nil {
+		_ = ls.Abort()
+		ls.Free()
+		release()
+		return nil, h.fail(err)
+	}
+	return st, nil
+}
+
+// stream adapts a non-blocking libvirt stream to io.ReadWriteCloser.
+//
+// libvirt's stream callbacks are level-triggered and re-fire until the
+// condition goes away, so interest is armed only while a Read or Write
+// waits, and disarmed inside the callback. Blocking streams are avoided on
+// purpose: a blocked virStreamRecv holds the remote driver's lock and would
+// stall every other call on the shared connection.
+type stream struct {
+	ls      *libvirt.Stream
+	release func()
+
+	mu       sync.Mutex // guards ls calls and interest
+	interest libvirt.StreamEventType
+
+	readable, writable chan struct{}
+	closed             chan struct{}
+	closeOnce          sync.Once
+
+	rmu, wmu sync.Mutex // one Read and one Write at a time
+}
+
+// onEvent runs on libvirt's event loop; it must not block.
+func (st *stream) onEvent(_ *libvirt.Stream, ev libvirt.StreamEventType) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	problem := ev&(libvirt.STREAM_EVENT_HANGUP|libvirt.STREAM_EVENT_ERROR) != 0
+	if ev&libvirt.STREAM_EVENT_READABLE != 0 || problem {
+		st.interest &^= libvirt.STREAM_EVENT_READABLE
+		signal(st.readable)
+	}
+	if ev&libvirt.STREAM_EVENT_WRITABLE != 0 || problem {
+		st.interest &^= libvirt.STREAM_EVENT_WRITABLE
+		signal(st.writable)
+	}
+	if st.ls != nil {
+		_ = st.ls.EventUpdateCallback(st.interest)
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// arm asks for a callback when ev becomes possible.
+func (st *stream) arm(ev libvirt.StreamEventType) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ls == nil {
+		return net.ErrClosed
+	}
+	st.interest |= ev
+	return st.ls.EventUpdateCallback(st.interest)
+}
+
+func (st *stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	st.rmu.Lock()
+	defer st.rmu.Unlock()
+	for {
+		st.mu.Lock()
+		if st.ls == nil {
+			st.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		n, err := st.ls.Recv(p)
+		st.mu.Unlock()
+		switch {
+		case errors.Is(err, io.EOF):
+			return 0, io.EOF
+		case err != nil:
+			return 0, fmt.Errorf("read libvirt stream: %w", classify(err))
+		case n >= 0:
+			return n, nil
+		}
+		// -2: nothing buffered. Wait for the event loop to say otherwise.
+		if err := st.arm(libvirt.STREAM_EVENT_READABLE); err != nil {
+			return 0, fmt.Errorf("read libvirt stream: %w", err)
+		}
+		select {
+		case <-st.readable:
+		case <-st.closed:
+			return 0, net.ErrClosed
+		}
+	}
+}
+
+func (st *stream) Write(p []byte) (int, error) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	written := 0
+	for written < len(p) {
+		st.mu.Lock()
+		if st.ls == nil {
+			st.mu.Unlock()
+			return written, net.ErrClosed
+		}
+		n, err := st.ls.Send(p[written:])
+		st.mu.Unlock()
+		if err != nil {
+			return written, fmt.Errorf("write libvirt stream: %w", classify(err))
+		}
+		if n >= 0 {
+			written += n
+			continue
+		}
+		if err := st.arm(libvirt.STREAM_EVENT_WRITABLE); err != nil {
+			return written, fmt.Errorf("write libvirt stream: %w", err)
+		}
+		select {
+		case <-st.writable:
+		case <-st.closed:
+			return written, net.ErrClosed
+		}
+	}
+	return written, nil
+}
+
+// Close aborts the stream (the guest sees the host side disconnect) and
+// frees it. Pending Reads and Writes return net.ErrClosed.
+func (st *stream) Close() error {
+	var err error
+	st.closeOnce.Do(func() {
+		close(st.closed)
+		st.mu.Lock()
+		ls := st.ls
+		st.ls = nil
+		st.mu.Unlock()
+		_ = ls.EventRemoveCallback()
+		if aerr := ls.Abort(); aerr != nil && libvirtCode(aerr) != libvirt.ERR_RPC {
+			err = fmt.Errorf("close libvirt stream: %w", classify(aerr))
+		}
+		ls.Free()
+		st.release()
+	})
+	return err
+}

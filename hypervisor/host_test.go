@@ -1,0 +1,397 @@
+package hypervisor_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+)
+
+const (
+	testURI   = "test:///default"
+	systemURI = "qemu:///system"
+)
+
+// TestConformanceTestDriver runs the suite on libvirt's in-process test
+// driver: fast, boots nothing.
+func TestConformanceTestDriver(t *testing.T) {
+	spec := func(id, tenant string) hypervisor.DomainSpec {
+		return hypervisor.DomainSpec{ID: id, TenantID: tenant, VCPUs: 1, MemoryMiB: 128,
+			Kernel: "/nonexistent/vmlinux", ChannelName: "org.stockade.agent.0"}
+	}
+	connect := func(t *testing.T) hypervisortest.Host {
+		return hypervisortest.Connect(t, hypervisor.Config{URI: testURI})
+	}
+	hypervisortest.RunConformance(t, connect, hypervisortest.Options{
+		Spec:      spec,
+		Other:     connect,
+		DefineRaw: func(t *testing.T, xml string) { hypervisortest.DefineRaw(t, testURI, xml) },
+	})
+}
+
+// systemGuest connects to the system libvirtd and builds the busybox guest,
+// or skips (fails under CI=true) when either is missing.
+func systemGuest(t *testing.T) hypervisortest.Guest {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		hypervisortest.Unavailable(t, "qemu:///system tests need root (QEMU files are relabelled)")
+	}
+	return hypervisortest.BusyboxGuest(t, t.TempDir())
+}
+
+// TestConformanceSystem runs the same suite on qemu:///system with guests
+// that really boot (the shutdown case waits for the guest's READY line).
+func TestConformanceSystem(t *testing.T) {
+	guest := systemGuest(t)
+	connect := func(t *testing.T) hypervisortest.Host {
+		return hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
+	}
+	hypervisortest.RunConformance(t, connect, hypervisortest.Options{
+		Spec:      guest.Spec,
+		Other:     connect,
+		DefineRaw: func(t *testing.T, xml string) { hypervisortest.DefineRaw(t, systemURI, xml) },
+		Ready: func(t *testing.T, h hypervisortest.Host, id string) {
+			ch := openChannel(t, h.(*hypervisor.Host), id, guest.Channel)
+			readLine(t, ch, 60*time.Second)
+			ch.Close()
+		},
+		ShutdownTimeout: 60 * time.Second,
+	})
+}
+
+func openChannel(t *testing.T, h *hypervisor.Host, id, name string) io.ReadWriteCloser {
+	t.Helper()
+	ch, err := h.OpenChannel(context.Background(), id, name)
+	if err != nil {
+		t.Fatalf("OpenChannel(%s, %s) error = %v", id, name, err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	return ch
+}
+
+// lineReader reads whole lines off a channel; a goroutine per call keeps a
+// timeout possible on a blocking Read.
+type lineReader struct {
+	mu  sync.Mutex
+	buf *bufio.Reader
+}
+
+var readers sync.Map // io.Reader -> *lineReader
+
+func readLine(t *testing.T, r io.Reader, timeout time.Duration) string {
+	t.Helper()
+	lr, _ := readers.LoadOrStore(r, &lineReader{buf: bufio.NewReader(r)})
+	type res struct {
+		s   string
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		l := lr.(*lineReader)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		s, err := l.buf.ReadString('\n')
+		done <- res{strings.TrimRight(s, "\r\n"), err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("read line: %v (got %q)", r.err, r.s)
+		}
+		return r.s
+	case <-time.After(timeout):
+		t.Fatalf("no line within %s", timeout)
+	}
+	return ""
+}
+
+// TestBootChannelCrash boots one busybox VM and takes it through the whole
+// life the control plane depends on: channel up, echo, single opener,
+// reopen, QEMU killed behind libvirt's back, crash event, nothing left.
+func TestBootChannelCrash(t *testing.T) {
+	guest := systemGuest(t)
+	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := hypervisortest.NewID("boot-")
+	spec := guest.Spec(id, "tenant-a")
+	spec.ConsoleLog = filepath.Join(dir, "console.log")
+
+	start := time.Now()
+	d, err := h.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create(%s) error = %v", id, err)
+	}
+	created := time.Since(start)
+	ch := openChannel(t, h, id, guest.Channel)
+	ready := readLine(t, ch, 90*time.Second)
+	if !strings.HasPrefix(ready, "READY ") {
+		t.Fatalf("first line = %q; want READY <uptime>", ready)
+	}
+	t.Logf("Create took %s; Create -> READY %s (guest uptime at READY %ss)",
+		created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), strings.TrimPrefix(ready, "READY "))
+
+	var rtts []time.Duration
+	for i := range 20 {
+		msg := "ping-" + strconv.Itoa(i)
+		t0 := time.Now()
+		if _, err := io.WriteString(ch, msg+"\n"); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if got := readLine(t, ch, 10*time.Second); got != msg {
+			t.Fatalf("echo of %q = %q; want %q", msg, got, msg)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	slices.Sort(rtts)
+	t.Logf("channel round trip (shell echo, 20x): min %s median %s max %s", rtts[0], rtts[10], rtts[19])
+
+	// A big write crosses several stream packets and comes back whole.
+	big := strings.Repeat("x", 200_000)
+	go func() { _, _ = io.WriteString(ch, big+"\n") }()
+	if got := readLine(t, ch, 60*time.Second); got != big {
+		t.Errorf("echo of a %d-byte line came back with %d bytes", len(big), len(got))
+	}
+
+	// One opener at a time.
+	if second, err := h.OpenChannel(ctx, id, guest.Channel); !errors.Is(err, hypervisor.ErrConflict) {
+		if second != nil {
+			second.Close()
+		}
+		t.Errorf("second OpenChannel error = %v; want ErrConflict", err)
+	}
+	// Closing frees it; the guest sees EOF, reopens its port, answers again.
+	if err := ch.Close(); err != nil {
+		t.Errorf("Close() error = %v", err)
+	}
+	ch2 := openChannel(t, h, id, guest.Channel)
+	if _, err := io.WriteString(ch2, "uptime\n"); err != nil {
+		t.Fatalf("write after reopen: %v", err)
+	}
+	if got := readLine(t, ch2, 10*time.Second); !strings.HasPrefix(got, "UPTIME ") {
+		t.Errorf("answer after reopen = %q; want UPTIME <s>", got)
+	}
+
+	info, err := h.Lookup(ctx, id)
+	if err != nil || info.State != hypervisor.StateRunning || info.CPUTime <= 0 {
+		t.Fatalf("Lookup(%s) = %+v, %v; want running with CPU time", id, info, err)
+	}
+
+	// Kill QEMU behind libvirt's back.
+	pidFile := "/run/libvirt/qemu/" + d.Name + ".pid"
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("read QEMU pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("pid file %s = %q", pidFile, raw)
+	}
+	drain(h.Events())
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill QEMU %d: %v", pid, err)
+	}
+	ev := waitFor(t, h.Events(), 5*time.Second, func(ev hypervisor.Event) bool {
+		return ev.ID == id && (ev.Kind == hypervisor.KindCrashed || ev.Kind == hypervisor.KindStopped)
+	})
+	delay := ev.At.Sub(killed)
+	t.Logf("QEMU SIGKILL -> event %s/%s after %s", ev.Kind, ev.Reason, delay.Round(time.Millisecond))
+	if ev.Kind != hypervisor.KindCrashed || ev.TenantID != "tenant-a" {
+		t.Errorf("event after kill = %+v; want crashed for tenant-a", ev)
+	}
+
+	// The open stream ends instead of hanging.
+	readEnd := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, ch2)
+		readEnd <- err
+	}()
+	select {
+	case <-readEnd:
+	case <-time.After(10 * time.Second):
+		t.Errorf("channel read still blocked 10 s after QEMU died")
+	}
+
+	if _, err := h.Lookup(ctx, id); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Lookup(%s) after crash error = %v; want ErrNotFound", id, err)
+	}
+	if err := h.Destroy(ctx, id); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Destroy(%s) after crash error = %v; want ErrNotFound", id, err)
+	}
+	assertNoFiles(t, d.Name)
+	if log, err := os.ReadFile(spec.ConsoleLog); err != nil || !strings.Contains(string(log), "init: "+guest.Channel) {
+		t.Errorf("console log = %q, %v; want the guest's init line", log, err)
+	}
+}
+
+// TestDestroyLeavesNothing: a running VM with an open channel, destroyed.
+func TestDestroyLeavesNothing(t *testing.T) {
+	guest := systemGuest(t)
+	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
+	ctx := context.Background()
+	id := hypervisortest.NewID("destroy-")
+	d, err := h.Create(ctx, guest.Spec(id, "tenant-a"))
+	if err != nil {
+		t.Fatalf("Create(%s) error = %v", id, err)
+	}
+	ch := openChannel(t, h, id, guest.Channel)
+	start := time.Now()
+	if err := h.Destroy(ctx, id); err != nil {
+		t.Fatalf("Destroy(%s) error = %v", id, err)
+	}
+	t.Logf("Destroy took %s", time.Since(start).Round(time.Millisecond))
+	if _, err := io.Copy(io.Discard, ch); err == nil {
+		// EOF is fine too: io.Copy reports it as nil.
+		t.Logf("channel ended with EOF after Destroy")
+	}
+	if _, err := h.Lookup(ctx, id); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Lookup(%s) after Destroy error = %v; want ErrNotFound", id, err)
+	}
+	assertNoFiles(t, d.Name)
+}
+
+// assertNoFiles checks that libvirt removed the per-domain runtime state:
+// pid file, status XML, channel sockets, QEMU's private directories.
+func assertNoFiles(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	patterns := []string{
+		"/run/libvirt/qemu/" + name + ".*",
+		"/run/libvirt/qemu/*-" + name,
+		"/var/lib/libvirt/qemu/domain-*-" + name,
+		"/var/lib/libvirt/qemu/channel/target/domain-*-" + name,
+	}
+	for {
+		var left []string
+		for _, p := range patterns {
+			m, _ := filepath.Glob(p)
+			left = append(left, m...)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("files left for %s: %v", name, left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func drain(c <-chan hypervisor.Event) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+func waitFor(t *testing.T, c <-chan hypervisor.Event, timeout time.Duration, match func(hypervisor.Event) bool) hypervisor.Event {
+	t.Helper()
+	deadline := time.After(timeout)
+	var seen []hypervisor.Event
+	for {
+		select {
+		case ev, ok := <-c:
+			if !ok {
+				t.Fatalf("Events() closed")
+			}
+			if match(ev) {
+				return ev
+			}
+			seen = append(seen, ev)
+		case <-deadline:
+			t.Fatalf("no matching event within %s; saw %+v", timeout, seen)
+		}
+	}
+}
+
+// TestDomainTypeDetection: libvirt offers kvm here, but /dev/kvm (kvm_pvm)
+// cannot run a stock kernel, so the boot check must fail and detection
+// answer qemu, while the same check under TCG passes.
+func TestDomainTypeDetection(t *testing.T) {
+	guest := systemGuest(t)
+	h := hypervisortest.Connect(t, hypervisor.Config{
+		URI:          systemURI,
+		ProbeKernel:  guest.Kernel,
+		ProbeTimeout: 15 * time.Second,
+	})
+	ctx := context.Background()
+
+	start := time.Now()
+	if err := h.BootCheck(ctx, hypervisor.TypeQEMU); err != nil {
+		t.Fatalf("BootCheck(qemu) error = %v; want nil (TCG always boots)", err)
+	}
+	t.Logf("BootCheck(qemu) passed in %s", time.Since(start).Round(time.Millisecond))
+
+	start = time.Now()
+	got, err := h.DomainType(ctx)
+	if err != nil {
+		t.Fatalf("DomainType() error = %v", err)
+	}
+	t.Logf("DomainType() = %s in %s", got, time.Since(start).Round(time.Millisecond))
+	want := hypervisor.TypeQEMU
+	if os.Getenv("STOCKADE_EXPECT_KVM") == "1" {
+		want = hypervisor.TypeKVM // hosts with working KVM say so
+	}
+	if got != want {
+		t.Errorf("DomainType() = %s; want %s", got, want)
+	}
+	// Detected once: the second call is free.
+	start = time.Now()
+	if again, _ := h.DomainType(ctx); again != got || time.Since(start) > time.Second {
+		t.Errorf("second DomainType() = %s after %s; want %s at once", again, time.Since(start), got)
+	}
+	if doms, err := h.List(ctx); err != nil || len(doms) != 0 {
+		t.Errorf("List() after boot checks = %v, %v; want no probe left", doms, err)
+	}
+}
+
+func TestConnectUnavailable(t *testing.T) {
+	_, err := hypervisor.Connect(context.Background(), hypervisor.Config{
+		URI:            "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+		InstallationID: "test-unavailable",
+	})
+	if !errors.Is(err, hypervisor.ErrUnavailable) {
+		t.Fatalf("Connect(no socket) error = %v; want ErrUnavailable", err)
+	}
+	if !strings.Contains(err.Error(), "libvirtd") {
+		t.Errorf("Connect(no socket) error = %q; want a hint about libvirtd", err)
+	}
+}
+
+func TestConnectInvalidConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  hypervisor.Config
+	}{
+		{"no installation", hypervisor.Config{URI: testURI}},
+		{"bad installation", hypervisor.Config{URI: testURI, InstallationID: "a/b"}},
+		{"bad type", hypervisor.Config{URI: testURI, InstallationID: "x", DomainType: "xen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := hypervisor.Connect(context.Background(), tt.cfg); !errors.Is(err, hypervisor.ErrInvalid) {
+				t.Errorf("Connect(%+v) error = %v; want ErrInvalid", tt.cfg, err)
+			}
+		})
+	}
+}

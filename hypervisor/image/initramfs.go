@@ -1,0 +1,169 @@
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// moduleListName must match sandbox/agent.ModuleListName (this package
+// imports nothing of ours): the agent loads the modules it lists, in order.
+const moduleListName = "modules.stockade"
+
+// initramfsApplets are the busybox links in the initramfs: for debugging a
+// guest by hand only; the agent needs none of them.
+func initramfsApplets() []string {
+	return []string{"sh", "ls", "cat", "mount", "umount", "ps", "dmesg", "echo", "mkdir", "ln", "rm", "cp", "mv", "free", "df", "uname", "sleep", "ip"}
+}
+
+// sharedLib is a library crun loads, at the path ldd reported it.
+type sharedLib struct {
+	Path string // absolute path in the guest, as ldd resolved it
+	Host string // the file on this host (symlinks resolved)
+}
+
+// crunLibraries runs ldd on crun and returns what it loads. The crun binary
+// is the Debian package of this host's release, so the host's libraries are
+// the versions it was built against.
+func crunLibraries(ctx context.Context, crun string) ([]sharedLib, error) {
+	out, err := command(ctx, "", "ldd", crun)
+	if err != nil {
+		return nil, fmt.Errorf("list crun libraries: %w", err)
+	}
+	return parseLdd(out)
+}
+
+func parseLdd(out []byte) ([]sharedLib, error) {
+	var libs []sharedLib
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "linux-vdso") {
+			continue
+		}
+		if strings.Contains(line, "not found") {
+			return nil, fmt.Errorf("ldd: %s", line)
+		}
+		var p string
+		if _, after, ok := strings.Cut(line, "=>"); ok {
+			p = strings.Fields(after)[0]
+		} else {
+			p = strings.Fields(line)[0] // the dynamic loader: "/lib64/ld-linux-x86-64.so.2 (0x...)"
+		}
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("ldd: unexpected line %q", line)
+		}
+		host, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, fmt.Errorf("ldd: resolve %s: %w", p, err)
+		}
+		libs = append(libs, sharedLib{Path: p, Host: host})
+	}
+	if len(libs) == 0 {
+		return nil, fmt.Errorf("ldd: no libraries listed")
+	}
+	return libs, nil
+}
+
+// checkStatic fails unless path is a static ELF executable: the agent runs
+// as the guest's first process, before any library exists.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("agent binary %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("agent binary %s is dynamically linked; build it with CGO_ENABLED=0", path)
+		}
+	}
+	if f.Machine != elf.EM_X86_64 {
+		return fmt.Errorf("agent binary %s is for %v, want x86-64", path, f.Machine)
+	}
+	return nil
+}
+
+// initramfsInputs is everything that goes into the initramfs.
+type initramfsInputs struct {
+	Agent   string // static stockade-agent
+	Busybox string // static busybox
+	Crun    string
+	Libs    []sharedLib
+	ModDir  string
+	Release string
+	Modules []kmod
+}
+
+func buildInitramfs(in initramfsInputs, dst string) (int64, error) {
+	a := newCPIOArchive()
+	for _, d := range []string{"dev", "proc", "sys", "run", "tmp", "etc", "root"} {
+		mode := os.FileMode(0o755)
+		if d == "tmp" {
+			mode = 0o777 | os.ModeSticky
+		}
+		if err := a.dir(d, mode); err != nil {
+			return 0, err
+		}
+	}
+	// The kernel opens /dev/console for init's stdio before devtmpfs exists.
+	if err := a.add(cpioEntry{Name: "dev/console", Mode: 0o600, Char: true, Major: 5, Minor: 1}); err != nil {
+		return 0, err
+	}
+	add := func(name, src string, mode os.FileMode) error {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("initramfs %s: %w", name, err)
+		}
+		return a.file(name, mode, b)
+	}
+	if err := add("init", in.Agent, 0o755); err != nil {
+		return 0, err
+	}
+	if err := add("bin/busybox", in.Busybox, 0o755); err != nil {
+		return 0, err
+	}
+	for _, app := range initramfsApplets() {
+		if err := a.symlink("bin/"+app, "busybox"); err != nil {
+			return 0, err
+		}
+	}
+	if err := add("usr/bin/crun", in.Crun, 0o755); err != nil {
+		return 0, err
+	}
+	for _, l := range in.Libs {
+		if err := add(l.Path, l.Host, 0o755); err != nil {
+			return 0, err
+		}
+	}
+	modRoot := filepath.Join("lib/modules", in.Release)
+	var list strings.Builder
+	for _, m := range in.Modules {
+		if err := add(filepath.Join(modRoot, m.Rel), filepath.Join(in.ModDir, m.Rel), 0o644); err != nil {
+			return 0, err
+		}
+		list.WriteString(m.Rel + "\n")
+	}
+	if err := a.file(filepath.Join(modRoot, moduleListName), 0o644, []byte(list.String())); err != nil {
+		return 0, err
+	}
+
+	f, err := os.Create(dst)
+	if err != nil {
+		return 0, fmt.Errorf("write initramfs: %w", err)
+	}
+	n, err := a.WriteTo(f)
+	if err != nil {
+		f.Close()
+		return 0, fmt.Errorf("write initramfs: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return 0, fmt.Errorf("write initramfs: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,263 @@
+// Package agent is the guest side of Stockade: stockade-agent runs as PID 1
+// in every VM (Init) and serves the agentproto protocol (Server). It is built
+// static without cgo and imports only the wire types of this module.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Version is the agent's build version, sent in hello.
+	Version string
+	Logger  *slog.Logger
+	// PowerOff is called once, after a shutdown request was acknowledged and
+	// the host closed the stream (or ShutdownGrace passed). Required.
+	PowerOff func() error
+	// PID1 and Boot are reported in hello.
+	PID1 bool
+	Boot agentproto.Boot
+	// ProcDir and CgroupDir are where proc and the cgroup v2 hierarchy are
+	// mounted: /proc and /sys/fs/cgroup by default.
+	ProcDir   string
+	CgroupDir string
+	// CrunPath is the crun binary asked for its version; default /usr/bin/crun.
+	CrunPath string
+	// Run runs a program to completion and returns its stdout. PID 1 must
+	// pass its reaper's Run; nil means os/exec.
+	Run func(ctx context.Context, path string, args ...string) ([]byte, error)
+	// RequestTimeout bounds reading a request off a new stream; default 30 s.
+	RequestTimeout time.Duration
+	// ShutdownGrace is how long the agent waits for the host to close the
+	// shutdown stream before powering off; default 1 s.
+	ShutdownGrace time.Duration
+}
+
+// Server serves the agent protocol, one session per Serve call.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	sessions atomic.Int64
+
+	crunMu  sync.Mutex
+	crunVer string
+
+	powerOnce sync.Once
+}
+
+// capabilities lists the ops this agent implements.
+func capabilities() []string {
+	return agentproto.Capabilities(agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown)
+}
+
+// NewServer checks cfg and fills its defaults.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.PowerOff == nil {
+		return nil, errors.New("new agent server: PowerOff is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.ProcDir == "" {
+		cfg.ProcDir = "/proc"
+	}
+	if cfg.CgroupDir == "" {
+		cfg.CgroupDir = "/sys/fs/cgroup"
+	}
+	if cfg.CrunPath == "" {
+		cfg.CrunPath = "/usr/bin/crun"
+	}
+	if cfg.Run == nil {
+		cfg.Run = runExec
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = time.Second
+	}
+	return &Server{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// session is the state of one yamux session.
+type session struct {
+	n       int
+	helloed atomic.Bool
+}
+
+// Serve runs one session over conn until the host goes away, conn fails or
+// ctx ends. It closes conn. A host that disconnects is a normal end: nil.
+func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
+	ycfg := yamux.DefaultConfig()
+	ycfg.LogOutput = io.Discard
+	ycfg.AcceptBacklog = 64
+	sess, err := yamux.Server(conn, ycfg)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("agent session: %w", err)
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+
+	ss := &session{n: int(s.sessions.Add(1))}
+	s.log.Info("session started", "session", ss.n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			s.log.Info("session ended", "session", ss.n, "reason", err)
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handle(ctx, ss, st)
+		}()
+	}
+}
+
+func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
+	defer st.Close()
+	st.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
+	var req agentproto.Request
+	if err := agentproto.ReadMessage(st, &req); err != nil {
+		s.log.Warn("bad request", "err", err)
+		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(fmt.Errorf("read request: %w", err))})
+		return
+	}
+	st.SetReadDeadline(time.Time{})
+
+	// hello negotiates the version itself; every other request must carry one
+	// this agent speaks, and must come after hello.
+	if req.Op == agentproto.OpHello {
+		s.reply(st, s.hello(ss, req))
+		return
+	}
+	if req.V < agentproto.MinVersion || req.V > agentproto.Version {
+		err := fmt.Errorf("request of protocol %d, agent speaks %d-%d: %w",
+			req.V, agentproto.MinVersion, agentproto.Version, agentproto.ErrUnsupportedVersion)
+		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+		return
+	}
+	if !ss.helloed.Load() {
+		err := fmt.Errorf("%s before hello: %w", req.Op, agentproto.ErrBadRequest)
+		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+		return
+	}
+
+	switch req.Op {
+	case agentproto.OpPing:
+		s.reply(st, agentproto.Response{})
+	case agentproto.OpStats:
+		stats, err := s.stats(ctx)
+		if err != nil {
+			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+			return
+		}
+		s.reply(st, agentproto.Response{Stats: &stats})
+	case agentproto.OpShutdown:
+		s.shutdown(st)
+	case agentproto.OpExec, agentproto.OpPTY, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpEgress:
+		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
+		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+	default:
+		err := fmt.Errorf("op %q: %w", req.Op, agentproto.ErrUnknownOp)
+		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+	}
+}
+
+func (s *Server) reply(st net.Conn, resp agentproto.Response) {
+	if resp.V == 0 {
+		resp.V = agentproto.Version
+	}
+	if err := agentproto.WriteMessage(st, resp); err != nil {
+		s.log.Warn("write response", "err", err)
+	}
+}
+
+func (s *Server) hello(ss *session, req agentproto.Request) agentproto.Response {
+	h := req.Hello
+	if h == nil {
+		err := fmt.Errorf("hello without its body: %w", agentproto.ErrBadRequest)
+		return agentproto.Response{Error: agentproto.ErrorFor(err)}
+	}
+	v := min(h.MaxVersion, agentproto.Version)
+	if v < h.MinVersion || v < agentproto.MinVersion {
+		err := fmt.Errorf("host speaks %d-%d, agent %d-%d: %w",
+			h.MinVersion, h.MaxVersion, agentproto.MinVersion, agentproto.Version, agentproto.ErrUnsupportedVersion)
+		return agentproto.Response{Error: agentproto.ErrorFor(err)}
+	}
+	ss.helloed.Store(true)
+	s.log.Info("hello", "session", ss.n, "client", h.Client, "protocol", v)
+	return agentproto.Response{V: v, Hello: &agentproto.Hello{
+		Protocol:      v,
+		Agent:         s.cfg.Version,
+		Kernel:        kernelRelease(),
+		Capabilities:  capabilities(),
+		PID1:          s.cfg.PID1,
+		Boot:          s.cfg.Boot,
+		Uptime:        uptime(),
+		SessionNumber: ss.n,
+	}}
+}
+
+// shutdown acknowledges, waits for the host to close the stream so the
+// acknowledgement has left the guest, then powers off.
+func (s *Server) shutdown(st net.Conn) {
+	s.log.Info("shutdown requested")
+	s.reply(st, agentproto.Response{})
+	st.SetReadDeadline(time.Now().Add(s.cfg.ShutdownGrace))
+	io.Copy(io.Discard, io.LimitReader(st, agentproto.MaxMessageSize))
+	s.powerOnce.Do(func() {
+		if err := s.cfg.PowerOff(); err != nil {
+			s.log.Error("power off", "err", err)
+		}
+	})
+}
+
+// crunVersion runs crun once; later calls reuse its answer (each crun start
+// costs hundreds of ms under TCG).
+func (s *Server) crunVersion(ctx context.Context) string {
+	s.crunMu.Lock()
+	defer s.crunMu.Unlock()
+	if s.crunVer != "" {
+		return s.crunVer
+	}
+	out, err := s.cfg.Run(ctx, s.cfg.CrunPath, "--version")
+	if err != nil {
+		s.log.Warn("crun --version", "err", err)
+		return ""
+	}
+	s.crunVer = firstLine(string(out))
+	return s.crunVer
+}
+
+func runExec(ctx context.Context, path string, args ...string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, path, args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", path, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,52 @@
+package tenants
+
+// Permission names one thing a caller may do. Routes declare the permission
+// they require (web/routes.go); Can decides it from the caller's role.
+type Permission string
+
+const (
+	// PermPublic needs nobody signed in (login page, health checks).
+	PermPublic Permission = "public"
+	// PermSignedIn needs a signed-in person but no tenant (tenant chooser, logout).
+	PermSignedIn Permission = "signed_in"
+	// PermOperator needs a platform operator (STOCKADE_ADMIN_EMAILS).
+	PermOperator Permission = "operator"
+
+	// Tenant permissions: need an active tenant and a role that grants them.
+	PermTenantView   Permission = "tenant.view"   // dashboard, own identity
+	PermMembersRead  Permission = "members.read"  // list members
+	PermMembersWrite Permission = "members.write" // invite, change roles, remove
+	PermTokensRead   Permission = "tokens.read"   // list API tokens
+	PermTokensWrite  Permission = "tokens.write"  // create, revoke API tokens
+	PermAuditRead    Permission = "audit.read"    // audit log and its exports
+)
+
+// grants is the role -> permission matrix. Tenant-scoped permissions only;
+// the platform ones are decided by the caller's kind, not a role.
+var grants = map[Role][]Permission{
+	RoleAdmin:     {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead},
+	RoleManager:   {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead},
+	RoleDeveloper: {PermTenantView},
+	RoleAuditor:   {PermTenantView, PermMembersRead, PermAuditRead},
+	RoleBilling:   {PermTenantView},
+}
+
+// Can reports whether role grants p. Platform permissions (public, signed
+// in, operator) are not role grants and always return false here.
+func Can(role Role, p Permission) bool {
+	for _, x := range grants[role] {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// TenantScoped reports whether p needs an active tenant.
+func (p Permission) TenantScoped() bool {
+	switch p {
+	case PermPublic, PermSignedIn, PermOperator:
+		return false
+	}
+	return true
+}

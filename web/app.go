@@ -1,0 +1,180 @@
+package web
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/web/authn"
+	"github.com/stockade-dev/stockade/web/devidp"
+)
+
+// DevIdPPath is where the development identity provider is mounted.
+const DevIdPPath = "/dev-idp"
+
+// AppConfig is everything needed to assemble the web app.
+type AppConfig struct {
+	PublicURL      string
+	OperatorEmails map[string]bool
+	RootKey        []byte // signs cookies; derive per purpose
+	// OIDC issuer and client; an empty Issuer runs the development identity
+	// provider inside this server.
+	OIDCIssuer, OIDCClientID, OIDCClientSecret string
+	Version                                    string
+	Log                                        *slog.Logger
+	Registry                                   *prometheus.Registry
+	// DevIdPMutateClaims lets tests make the development provider misbehave.
+	DevIdPMutateClaims func(map[string]any)
+	SessionIdle        time.Duration
+	SessionAbsolute    time.Duration
+	Clock              func() time.Time
+}
+
+// App is the assembled web app: the server and its relying party.
+type App struct {
+	*Server
+	rp    *lateRP
+	rpCfg authn.Config
+	dev   bool
+}
+
+// NewApp wires handlers, the identity provider and the server. With a real
+// issuer it discovers it now and fails with a clear message if it cannot;
+// with the development provider call ConnectDevIdP once the server listens.
+func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *audit.Log) (*App, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	secure := len(cfg.PublicURL) > 8 && cfg.PublicURL[:8] == "https://"
+	a := &App{rp: &lateRP{}}
+	a.rpCfg = authn.Config{
+		Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret,
+		RedirectURL: cfg.PublicURL + "/auth/callback", CookieKey: Derive(cfg.RootKey, "login-flow"),
+		SecureCookies: secure, Clock: cfg.Clock,
+	}
+	var devHandler http.Handler
+	providerName := cfg.OIDCIssuer
+	if cfg.OIDCIssuer == "" {
+		a.dev = true
+		secret := make([]byte, 24)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+		a.rpCfg.Issuer = cfg.PublicURL + DevIdPPath
+		a.rpCfg.ClientID, a.rpCfg.ClientSecret = "stockade", hex.EncodeToString(secret)
+		idp, err := devidp.New(devidp.Config{
+			Issuer:       a.rpCfg.Issuer,
+			Clients:      []devidp.Client{{ID: a.rpCfg.ClientID, Secret: a.rpCfg.ClientSecret, RedirectURIs: []string{a.rpCfg.RedirectURL}}},
+			Logger:       cfg.Log,
+			MutateClaims: cfg.DevIdPMutateClaims,
+			Clock:        cfg.Clock,
+		})
+		if err != nil {
+			return nil, err
+		}
+		devHandler = idp.Handler()
+		providerName = "development identity provider"
+		cfg.Log.Warn("development identity provider active: anyone who can reach this server can sign in as any email; set STOCKADE_OIDC_ISSUER for real use",
+			"issuer", a.rpCfg.Issuer)
+	} else {
+		r, err := authn.New(ctx, a.rpCfg)
+		if err != nil {
+			return nil, fmt.Errorf("identity provider: %w", err)
+		}
+		a.rp.set(r)
+	}
+	h := handlers.New(handlers.Config{
+		ProviderName: providerName, DevIdP: a.dev, SecureCookies: secure,
+		OperatorEmails: cfg.OperatorEmails, AssetVersion: cfg.Version, FlashKey: Derive(cfg.RootKey, "flash"),
+		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute,
+	}, handlers.Deps{
+		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock,
+		Ready: func(ctx context.Context) error {
+			if !a.rp.ready() {
+				return errors.New("identity provider not ready")
+			}
+			return store.Ping(ctx)
+		},
+	})
+	a.Server = New(Config{
+		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: cfg.OperatorEmails,
+		DevIdP: devHandler, DevIdPPath: DevIdPPath,
+	}, store, h, cfg.Log, cfg.Registry)
+	return a, nil
+}
+
+// ConnectDevIdP discovers the embedded development provider over HTTP,
+// once this server is listening. It is a no-op with a real issuer.
+func (a *App) ConnectDevIdP(ctx context.Context) error {
+	if !a.dev {
+		return nil
+	}
+	var last error
+	for i := 0; i < 50; i++ {
+		r, err := authn.New(ctx, a.rpCfg)
+		if err == nil {
+			a.rp.set(r)
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("development identity provider: %w", last)
+}
+
+// Derive makes a purpose-specific key from the root key.
+func Derive(root []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, root)
+	m.Write([]byte("stockade/" + purpose))
+	return m.Sum(nil)
+}
+
+// lateRP is the relying party, set once discovery has succeeded. Until
+// then logins answer "not ready" (and /readyz says so).
+type lateRP struct{ p atomic.Pointer[authn.RP] }
+
+func (l *lateRP) set(r *authn.RP) { l.p.Store(r) }
+func (l *lateRP) ready() bool     { return l.p.Load() != nil }
+
+var errNotReady = errors.New("identity provider not ready yet")
+
+func (l *lateRP) Begin(w http.ResponseWriter, r *http.Request, returnTo string) (string, error) {
+	if p := l.p.Load(); p != nil {
+		return p.Begin(w, r, returnTo)
+	}
+	return "", errNotReady
+}
+
+func (l *lateRP) Finish(w http.ResponseWriter, r *http.Request) (authn.Identity, string, error) {
+	if p := l.p.Load(); p != nil {
+		return p.Finish(w, r)
+	}
+	return authn.Identity{}, "", errNotReady
+}
+
+func (l *lateRP) Issuer() string {
+	if p := l.p.Load(); p != nil {
+		return p.Issuer()
+	}
+	return ""
+}

@@ -1,0 +1,111 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/tenants"
+)
+
+// authenticate establishes the caller: an API token (bearer, API routes
+// only) or a browser session cookie. It never rejects by itself: authorize
+// decides per route.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && strings.HasPrefix(c.Request().URL.Path, "/api/") {
+			scheme, secret, _ := strings.Cut(authz, " ")
+			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+				return tenants.ErrUnauthorized
+			}
+			tok, tenant, err := s.store.AuthenticateToken(ctx, strings.TrimSpace(secret))
+			if err != nil {
+				return err
+			}
+			handlers.SetCaller(c, &handlers.Caller{Kind: "token", Token: &tok, Tenant: &tenant, Role: tok.Role})
+			c.Set(bearerKey, true)
+			return next(c)
+		}
+		ck, err := c.Cookie(handlers.SessionCookieName(s.cfg.SecureCookies))
+		if err != nil || ck.Value == "" {
+			return next(c)
+		}
+		sess, err := s.store.SessionBySecret(ctx, ck.Value, s.cfg.SessionIdle)
+		if errors.Is(err, tenants.ErrUnauthorized) || errors.Is(err, tenants.ErrNotFound) {
+			c.SetCookie(&http.Cookie{Name: ck.Name, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
+			return next(c)
+		}
+		if err != nil {
+			return err
+		}
+		user, err := s.store.UserByID(ctx, sess.UserID)
+		if err != nil {
+			return err
+		}
+		uts, err := s.store.UserTenants(ctx, user.ID)
+		if err != nil {
+			return err
+		}
+		cl := &handlers.Caller{Kind: "user", User: &user, Session: &sess, Tenants: uts,
+			Operator: s.cfg.OperatorEmails[strings.ToLower(user.Email)]}
+		for _, ut := range uts {
+			if ut.Tenant.ID == sess.TenantID {
+				t := ut.Tenant
+				cl.Tenant, cl.Role = &t, ut.Role
+			}
+		}
+		handlers.SetCaller(c, cl)
+		return next(c)
+	}
+}
+
+const bearerKey = "stockade.bearer"
+
+// authorize enforces a route's permission.
+func (s *Server) authorize(r Route) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			cl := handlers.CallerOf(c)
+			if r.Perm == tenants.PermPublic {
+				return next(c)
+			}
+			if cl.Kind == "anonymous" {
+				if r.API {
+					return tenants.ErrUnauthorized
+				}
+				return c.Redirect(http.StatusSeeOther, "/login?return_to="+url.QueryEscape(c.Request().URL.RequestURI()))
+			}
+			switch {
+			case r.Perm == tenants.PermSignedIn:
+				return next(c)
+			case r.Perm == tenants.PermOperator:
+				if !cl.Operator {
+					return forbidden("this needs a platform operator")
+				}
+				return next(c)
+			}
+			if cl.Tenant == nil {
+				if r.API {
+					return forbidden("no tenant selected: choose one in the web app, or use an API token")
+				}
+				return c.Redirect(http.StatusSeeOther, "/tenants/choose")
+			}
+			if !tenants.Can(cl.Role, r.Perm) {
+				return forbidden("the " + string(cl.Role) + " role does not allow " + string(r.Perm))
+			}
+			return next(c)
+		}
+	}
+}
+
+type forbiddenError struct{ detail string }
+
+func (e *forbiddenError) Error() string { return e.detail }
+func (e *forbiddenError) Unwrap() error { return tenants.ErrForbidden }
+
+func forbidden(detail string) error { return &forbiddenError{detail} }

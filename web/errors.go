@@ -1,0 +1,132 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+// Problem is an RFC 9457 problem document.
+type Problem struct {
+	Type      string         `json:"type"`
+	Title     string         `json:"title"`
+	Status    int            `json:"status"`
+	Detail    string         `json:"detail,omitempty"`
+	Instance  string         `json:"instance,omitempty"`
+	RequestID string         `json:"request_id,omitempty"`
+	Errors    []ProblemField `json:"errors,omitempty"`
+}
+
+// ProblemField names one field at fault.
+type ProblemField struct {
+	Field  string `json:"field"`
+	Rule   string `json:"rule,omitempty"`
+	Detail string `json:"detail"`
+}
+
+const problemBase = "https://stockade.dev/problems/"
+
+// problemFor maps an error to its problem. This is the one place where
+// domain errors become HTTP statuses.
+func problemFor(err error) Problem {
+	var (
+		he  *echo.HTTPError
+		fe  *tenants.FieldError
+		me  *handlers.MalformedError
+		fbe *forbiddenError
+	)
+	switch {
+	case errors.As(err, &me):
+		p := Problem{Type: problemBase + "malformed", Title: "Malformed request", Status: http.StatusBadRequest, Detail: me.Error()}
+		if me.Field != "" {
+			p.Errors = []ProblemField{{Field: me.Field, Rule: "syntax", Detail: me.Detail}}
+		}
+		return p
+	case errors.As(err, &fe):
+		return Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity,
+			Detail: fe.Error(), Errors: []ProblemField{{Field: fe.Field, Rule: fe.Rule, Detail: fe.Detail}}}
+	case errors.Is(err, tenants.ErrInvalid):
+		return Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity, Detail: err.Error()}
+	case errors.Is(err, tenants.ErrNotFound):
+		return Problem{Type: problemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
+	case errors.Is(err, tenants.ErrConflict):
+		return Problem{Type: problemBase + "conflict", Title: "Conflict", Status: http.StatusConflict, Detail: err.Error()}
+	case errors.Is(err, tenants.ErrQuota):
+		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error()}
+	case errors.Is(err, tenants.ErrUnauthorized):
+		return Problem{Type: problemBase + "unauthorized", Title: "Authentication required", Status: http.StatusUnauthorized,
+			Detail: "send a valid API token as 'Authorization: Bearer <token>', or sign in"}
+	case errors.As(err, &fbe):
+		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden, Detail: fbe.detail}
+	case errors.Is(err, tenants.ErrForbidden):
+		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden}
+	case errors.As(err, &he):
+		p := Problem{Type: "about:blank", Title: http.StatusText(he.Code), Status: he.Code}
+		if m, ok := he.Message.(string); ok && m != http.StatusText(he.Code) {
+			p.Detail = m
+		}
+		switch he.Code {
+		case http.StatusRequestEntityTooLarge:
+			p.Type, p.Detail = problemBase+"too-large", "the request body is larger than this endpoint accepts"
+		case http.StatusForbidden, http.StatusBadRequest:
+			if strings.Contains(strings.ToLower(p.Detail), "csrf") {
+				p.Type, p.Status, p.Title = problemBase+"csrf", http.StatusForbidden, "Forbidden"
+				p.Detail = "missing or invalid CSRF token: reload the page and try again"
+			}
+		}
+		return p
+	}
+	return Problem{Type: problemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError,
+		Detail: "something went wrong on our side; the request id helps the operator find it"}
+}
+
+// handleError renders err as a problem document (API) or an error page.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	p := problemFor(err)
+	reqID := c.Response().Header().Get(echo.HeaderXRequestID)
+	p.RequestID = reqID
+	p.Instance = c.Request().URL.Path
+	if p.Status >= 500 {
+		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "request_id", reqID, "path", c.Path())
+	}
+	if isAPI(c) {
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		_ = c.JSON(p.Status, p)
+		return
+	}
+	if p.Status == http.StatusUnauthorized {
+		_ = c.Redirect(http.StatusSeeOther, "/login?return_to="+url.QueryEscape(c.Request().URL.RequestURI()))
+		return
+	}
+	var buf bytes.Buffer
+	detail := p.Detail
+	for _, f := range p.Errors {
+		detail = f.Field + ": " + f.Detail
+	}
+	page := s.handlers.ErrorShell(c)
+	if err := views.ErrorPage(page, views.ErrorView{Status: p.Status, Title: p.Title, Detail: detail, RequestID: reqID}).Render(c.Request().Context(), &buf); err != nil {
+		_ = c.String(p.Status, p.Title)
+		return
+	}
+	_ = c.HTMLBlob(p.Status, buf.Bytes())
+}
+
+func isAPI(c echo.Context) bool {
+	path := c.Request().URL.Path
+	return strings.HasPrefix(path, "/api/") || path == "/healthz" || path == "/readyz"
+}

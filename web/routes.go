@@ -1,0 +1,78 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/tenants"
+)
+
+// Route is one entry of the route table: what it serves and the permission
+// it requires. Access control is read here, in one place.
+type Route struct {
+	Method  string
+	Path    string
+	Perm    tenants.Permission
+	API     bool // JSON API: bearer tokens accepted, errors as problem documents
+	Handler echo.HandlerFunc
+}
+
+// Routes is the route table.
+func Routes(h *handlers.Handlers) []Route {
+	const (
+		get  = http.MethodGet
+		post = http.MethodPost
+		del  = http.MethodDelete
+		pat  = http.MethodPatch
+	)
+	P := tenants.PermPublic
+	return []Route{
+		// Health and login.
+		{get, "/healthz", P, true, h.Healthz},
+		{get, "/readyz", P, true, h.Readyz},
+		{get, "/login", P, false, h.LoginPage},
+		{get, "/login/start", P, false, h.LoginStart},
+		{get, "/auth/callback", P, false, h.LoginCallback},
+		{post, "/logout", tenants.PermSignedIn, false, h.Logout},
+		{get, "/tenants/choose", tenants.PermSignedIn, false, h.ChooseTenant},
+		{post, "/tenant/switch", tenants.PermSignedIn, false, h.SwitchTenant},
+
+		// Tenant pages.
+		{get, "/", tenants.PermTenantView, false, h.Dashboard},
+		{get, "/sandboxes", tenants.PermTenantView, false, h.Area("sandboxes")},
+		{get, "/terminals", tenants.PermTenantView, false, h.Area("terminals")},
+		{get, "/vms", tenants.PermTenantView, false, h.Area("vms")},
+		{get, "/policy", tenants.PermTenantView, false, h.Area("policy")},
+		{get, "/usage", tenants.PermTenantView, false, h.Area("usage")},
+		{get, "/compliance", tenants.PermTenantView, false, h.Area("compliance")},
+		{get, "/audit", tenants.PermAuditRead, false, h.Audit},
+		{get, "/audit/export", tenants.PermAuditRead, false, h.AuditExport},
+		{get, "/settings", tenants.PermTenantView, false, h.Settings},
+		{get, "/settings/members", tenants.PermMembersRead, false, h.Members},
+		{post, "/settings/members", tenants.PermMembersWrite, false, h.InviteMember},
+		{post, "/settings/members/:id/role", tenants.PermMembersWrite, false, h.SetMemberRole},
+		{post, "/settings/members/:id/remove", tenants.PermMembersWrite, false, h.RemoveMember},
+		{get, "/settings/tokens", tenants.PermTokensRead, false, h.Tokens},
+		{post, "/settings/tokens", tenants.PermTokensWrite, false, h.CreateToken},
+		{post, "/settings/tokens/:id/revoke", tenants.PermTokensWrite, false, h.RevokeToken},
+
+		// Platform operators.
+		{get, "/operator/tenants", tenants.PermOperator, false, h.OperatorTenants},
+		{post, "/operator/tenants", tenants.PermOperator, false, h.OperatorCreateTenant},
+
+		// JSON API.
+		{get, "/api/v1/me", tenants.PermSignedIn, true, h.Me},
+		{get, "/api/v1/members", tenants.PermMembersRead, true, h.APIMembers},
+		{post, "/api/v1/members", tenants.PermMembersWrite, true, h.APIInviteMember},
+		{pat, "/api/v1/members/:id", tenants.PermMembersWrite, true, h.APIUpdateMember},
+		{del, "/api/v1/members/:id", tenants.PermMembersWrite, true, h.APIRemoveMember},
+		{get, "/api/v1/tokens", tenants.PermTokensRead, true, h.APITokens},
+		{post, "/api/v1/tokens", tenants.PermTokensWrite, true, h.APICreateToken},
+		{del, "/api/v1/tokens/:id", tenants.PermTokensWrite, true, h.APIRevokeToken},
+		{get, "/api/v1/audit", tenants.PermAuditRead, true, h.AuditExport},
+		{get, "/api/v1/tenants", tenants.PermOperator, true, h.APITenants},
+		{post, "/api/v1/tenants", tenants.PermOperator, true, h.APICreateTenant},
+	}
+}

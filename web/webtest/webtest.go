@@ -1,0 +1,372 @@
+// Package webtest starts the whole web app for tests: real database, the
+// real development OIDC provider over HTTP, the real server on a loopback
+// listener. Clients sign in through the provider's login form like a person.
+package webtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/web"
+)
+
+// Options tune the environment.
+type Options struct {
+	DB           *gorm.DB // default: a fresh SQLite database
+	Operators    []string // platform operator emails
+	MutateClaims func(map[string]any)
+	Clock        func() time.Time
+	// SessionIdle and SessionAbsolute override the session expiries.
+	SessionIdle, SessionAbsolute time.Duration
+}
+
+// Env is a running app.
+type Env struct {
+	URL   string
+	DB    *gorm.DB
+	Store *tenants.Store
+	Audit *audit.Log
+	App   *web.App
+}
+
+// New starts the app; it stops at the end of the test.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	db := o.DB
+	if db == nil {
+		db = dbtest.SQLite(t)
+	}
+	store := tenants.NewStore(db, o.Clock)
+	al := audit.NewLog(db, o.Clock)
+	ops := map[string]bool{}
+	for _, e := range o.Operators {
+		ops[strings.ToLower(e)] = true
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	publicURL := "http://" + srv.Listener.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := web.NewApp(ctx, web.AppConfig{
+		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
+		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
+		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute,
+	}, store, al)
+	if err != nil {
+		cancel()
+		t.Fatalf("web.NewApp: %v", err)
+	}
+	srv.Config.Handler = app.Handler()
+	srv.Start()
+	t.Cleanup(func() { cancel(); srv.Close() })
+	if err := app.ConnectDevIdP(ctx); err != nil {
+		t.Fatalf("ConnectDevIdP: %v", err)
+	}
+	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app}
+}
+
+var system = audit.Actor{Kind: "system", ID: "test"}
+
+// Tenant creates a tenant.
+func (e *Env) Tenant(t testing.TB, slug string) tenants.Tenant {
+	t.Helper()
+	tn, err := e.Store.CreateTenant(context.Background(), system, slug, "")
+	if err != nil {
+		t.Fatalf("CreateTenant(%s): %v", slug, err)
+	}
+	return tn
+}
+
+// Member invites email into tenant with role (active at first login).
+func (e *Env) Member(t testing.TB, tn tenants.Tenant, email string, role tenants.Role) {
+	t.Helper()
+	if _, err := e.Store.InviteMember(context.Background(), system, tn.ID, email, role); err != nil {
+		t.Fatalf("InviteMember(%s, %s): %v", tn.Slug, email, err)
+	}
+}
+
+// Token makes an API token of tenant with role and returns its secret.
+func (e *Env) Token(t testing.TB, tn tenants.Tenant, role tenants.Role) string {
+	t.Helper()
+	secret, _, err := e.Store.CreateToken(context.Background(), system, tn.ID, tenants.NewToken{Name: "test-" + string(role), Role: role})
+	if err != nil {
+		t.Fatalf("CreateToken: %v", err)
+	}
+	return secret
+}
+
+// Client is a browser-like HTTP client: cookie jar, no automatic redirects.
+type Client struct {
+	*http.Client
+	Base   string
+	Bearer string
+}
+
+// Anonymous returns a client with an empty cookie jar.
+func (e *Env) Anonymous() *Client {
+	jar, _ := cookiejar.New(nil)
+	return &Client{Base: e.URL, Client: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// WithToken returns a client that sends an API token.
+func (e *Env) WithToken(secret string) *Client {
+	c := e.Anonymous()
+	c.Bearer = secret
+	return c
+}
+
+// Login signs in as email through the development provider's form and
+// returns the signed-in client, having followed the redirects to the end.
+func (e *Env) Login(t testing.TB, email string) *Client {
+	t.Helper()
+	c := e.Anonymous()
+	final, err := c.LoginFlow(email)
+	if err != nil {
+		t.Fatalf("login as %s: %v", email, err)
+	}
+	if final.StatusCode >= 400 {
+		t.Fatalf("login as %s ended with %d", email, final.StatusCode)
+	}
+	return c
+}
+
+// LoginFlow runs the whole browser flow and returns the last response.
+func (c *Client) LoginFlow(email string) (*http.Response, error) {
+	resp, err := c.Get(c.Base + "/login/start?return_to=/")
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		return nil, fmt.Errorf("login start: status %d", resp.StatusCode)
+	}
+	authURL := resp.Header.Get("Location")
+	page, err := c.Get(authURL)
+	if err != nil {
+		return nil, err
+	}
+	form, action, err := parseForm(page.Body)
+	page.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	form.Set("email", email)
+	form.Set("name", strings.Split(email, "@")[0])
+	form.Set("action", "login")
+	au, _ := url.Parse(authURL)
+	target, _ := au.Parse(action)
+	resp, err = c.PostForm(target.String(), form)
+	if err != nil {
+		return nil, err
+	}
+	return c.follow(resp)
+}
+
+// CallbackURL runs the flow up to the provider's redirect back to us and
+// returns that URL without visiting it (for replay and state tests).
+func (c *Client) CallbackURL(email string) (string, error) {
+	resp, err := c.Get(c.Base + "/login/start?return_to=/")
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	authURL := resp.Header.Get("Location")
+	page, err := c.Get(authURL)
+	if err != nil {
+		return "", err
+	}
+	form, action, err := parseForm(page.Body)
+	page.Body.Close()
+	if err != nil {
+		return "", err
+	}
+	form.Set("email", email)
+	form.Set("action", "login")
+	au, _ := url.Parse(authURL)
+	target, _ := au.Parse(action)
+	resp, err = c.PostForm(target.String(), form)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	return resp.Header.Get("Location"), nil
+}
+
+func (c *Client) follow(resp *http.Response) (*http.Response, error) {
+	for i := 0; i < 10 && resp.StatusCode >= 300 && resp.StatusCode < 400; i++ {
+		loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		if resp, err = c.Get(loc.String()); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+func parseForm(r io.Reader) (url.Values, string, error) {
+	doc, err := html.Parse(r)
+	if err != nil {
+		return nil, "", err
+	}
+	vals := url.Values{}
+	action := ""
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode {
+			attr := func(k string) string {
+				for _, a := range n.Attr {
+					if a.Key == k {
+						return a.Val
+					}
+				}
+				return ""
+			}
+			switch n.Data {
+			case "form":
+				if action == "" {
+					action = attr("action")
+				}
+			case "input":
+				if attr("name") != "" {
+					vals.Set(attr("name"), attr("value"))
+				}
+			}
+		}
+		for ch := n.FirstChild; ch != nil; ch = ch.NextSibling {
+			walk(ch)
+		}
+	}
+	walk(doc)
+	if action == "" {
+		return nil, "", fmt.Errorf("no form on the page")
+	}
+	return vals, action, nil
+}
+
+// CSRF returns the CSRF token the server gave this client (it sets the
+// cookie on the first page it serves).
+func (c *Client) CSRF(t testing.TB) string {
+	t.Helper()
+	u, _ := url.Parse(c.Base)
+	for _, ck := range c.Jar.Cookies(u) {
+		if ck.Name == "stockade_csrf" {
+			return ck.Value
+		}
+	}
+	// Any page view issues one.
+	resp, err := c.Get(c.Base + "/login")
+	if err != nil {
+		t.Fatalf("GET /login: %v", err)
+	}
+	resp.Body.Close()
+	for _, ck := range c.Jar.Cookies(u) {
+		if ck.Name == "stockade_csrf" {
+			return ck.Value
+		}
+	}
+	t.Fatal("no CSRF cookie issued")
+	return ""
+}
+
+// Do sends a request with the client's token, if any.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	if c.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Bearer)
+	}
+	return c.Client.Do(req)
+}
+
+// Request sends method path with an optional body and content type, and
+// returns the status and body.
+func (c *Client) Request(t testing.TB, method, path, contentType string, body io.Reader, hdr ...string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, c.Base+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// GetPage fetches a path.
+func (c *Client) GetPage(t testing.TB, path string) (int, string) {
+	t.Helper()
+	s, b, _ := c.Request(t, http.MethodGet, path, "", nil)
+	return s, b
+}
+
+// PostForm posts a form with the client's CSRF token.
+func (c *Client) Post(t testing.TB, path string, form url.Values) (int, string, http.Header) {
+	t.Helper()
+	if form == nil {
+		form = url.Values{}
+	}
+	if c.Bearer == "" {
+		form.Set("_csrf", c.CSRF(t))
+	}
+	return c.Request(t, http.MethodPost, path, "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
+}
+
+// JSON sends a JSON body (with the CSRF header when cookie-authenticated)
+// and decodes a JSON answer into out when out is non-nil.
+func (c *Client) JSON(t testing.TB, method, path string, in, out any) (int, string) {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		switch v := in.(type) {
+		case string:
+			body = strings.NewReader(v)
+		default:
+			b, err := json.Marshal(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = strings.NewReader(string(b))
+		}
+	}
+	var hdr []string
+	if c.Bearer == "" && method != http.MethodGet {
+		hdr = []string{"X-CSRF-Token", c.CSRF(t)}
+	}
+	ct := ""
+	if in != nil {
+		ct = "application/json"
+	}
+	status, b, _ := c.Request(t, method, path, ct, body, hdr...)
+	if out != nil && strings.HasPrefix(strings.TrimSpace(b), "{") {
+		if err := json.Unmarshal([]byte(b), out); err != nil {
+			t.Fatalf("decode %s %s: %v: %s", method, path, err, b)
+		}
+	}
+	return status, b
+}
