@@ -31,6 +31,10 @@ cp "$nm/@xterm/xterm/LICENSE" "$vendor/xterm/LICENSE"
 cp "$nm/@xterm/addon-fit/lib/addon-fit.js" "$vendor/xterm/"
 cp "$nm/@xterm/addon-fit/LICENSE" "$vendor/xterm/LICENSE.addon-fit"
 
+# The source maps are not vendored; drop the references so DevTools does not
+# report 404s for them.
+sed -i '/^\/\/# sourceMappingURL=/d' "$vendor"/xterm/*.js
+
 # Record what was copied so a reviewer can match vendor/ to the lock file.
 {
 	for p in htmx.org @xterm/xterm @xterm/addon-fit; do

@@ -423,3 +423,34 @@ func TestLoginPage(t *testing.T) {
 		})
 	}
 }
+
+func TestRoleSelectNeverDefaultsToPrivileged(t *testing.T) {
+	p := samplePageModel("Members", NavMembers)
+	tests := []struct {
+		name      string
+		roles     []string
+		submitted string
+		want      string // value of the selected option
+	}{
+		{"fresh form picks developer", []string{"admin", "manager", "developer"}, "", "developer"},
+		{"submitted role kept", []string{"admin", "developer", "auditor"}, "auditor", "auditor"},
+		{"unknown role not kept", []string{"admin", "developer"}, "root", "developer"},
+		{"no developer role asks", []string{"admin", "auditor"}, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := parse(t, render(t, Members(p, MembersView{CanEdit: true, Roles: tt.roles, Form: InviteForm{Role: tt.submitted}})))
+			sel := byID(doc, "invite-role")
+			if sel == nil {
+				t.Fatal("Got(no #invite-role); want the role select")
+			}
+			selected := all(sel, func(n *html.Node) bool { _, ok := attr(n, "selected"); return n.Data == "option" && ok })
+			if len(selected) != 1 {
+				t.Fatalf("Got(%d selected options); want exactly 1", len(selected))
+			}
+			if got, _ := attr(selected[0], "value"); got != tt.want {
+				t.Errorf("Got(selected role) = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}

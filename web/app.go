@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web/authn"
@@ -99,9 +100,13 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		}
 		a.rp.set(r)
 	}
+	assets, err := static.Version()
+	if err != nil {
+		return nil, fmt.Errorf("static assets: %w", err)
+	}
 	h := handlers.New(handlers.Config{
 		ProviderName: providerName, DevIdP: a.dev, SecureCookies: secure,
-		OperatorEmails: cfg.OperatorEmails, AssetVersion: cfg.Version, FlashKey: Derive(cfg.RootKey, "flash"),
+		OperatorEmails: cfg.OperatorEmails, AssetVersion: assets, FlashKey: Derive(cfg.RootKey, "flash"),
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute,
 	}, handlers.Deps{
 		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock,
