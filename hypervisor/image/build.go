@@ -13,15 +13,16 @@ import (
 	"time"
 )
 
-// guestModules are the modules the agent loads at boot, in this order; their
-// dependencies (jbd2, mbcache, crc16, ...) are added before them.
+// channelModules are loaded, in this order, before the agent opens its
+// channel; laterModules load while it already serves. Dependencies (jbd2,
+// mbcache, crc16, ...) come before the modules that need them.
 // crc32c_generic is ext4's soft dependency (metadata checksums).
-func guestModules() []string {
-	return []string{
-		"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
-		"virtio_console", "virtio_blk", "virtio_balloon",
-		"crc32c_generic", "ext4", "overlay",
-	}
+func channelModules() []string {
+	return []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci", "virtio_console"}
+}
+
+func laterModules() []string {
+	return []string{"virtio_blk", "virtio_balloon", "crc32c_generic", "ext4", "overlay"}
 }
 
 // guestSpec is a resolved guest: where its parts come from and its version.
@@ -88,6 +89,15 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("image build: %w", err)
 	}
 	defer unlock()
+	// Under the lock no other build runs: temporary folders left now are
+	// from a build that crashed.
+	for _, g := range []string{".guest-*", ".template-*", "../cache/.kernel-*", "../cache/kernel/.kernel-*",
+		"../cache/debs/.download-*", "../cache/extract/.extract-*"} {
+		stale, _ := filepath.Glob(filepath.Join(root, g))
+		for _, d := range stale {
+			os.RemoveAll(d)
+		}
+	}
 
 	b := &builder{o: o, root: root, cache: cache, log: o.Logger,
 		p: &progress{w: o.Progress, n: 6 + len(o.Templates)}}
@@ -278,7 +288,7 @@ type guestResult struct {
 
 func (b *builder) guest(ctx context.Context, kernel, busybox, crun debPackage, dirs []string,
 	vmlinux, modDir, release string) (guestResult, []kmod, error) {
-	mods, err := resolveModules(modDir, guestModules())
+	mods, err := resolveModules(modDir, channelModules(), laterModules())
 	if err != nil {
 		return guestResult{}, nil, err
 	}
@@ -293,7 +303,11 @@ func (b *builder) guest(ctx context.Context, kernel, busybox, crun debPackage, d
 	}
 	var modNames []string
 	for _, m := range mods {
-		modNames = append(modNames, m.Name)
+		name := m.Name
+		if m.Later {
+			name += "(later)"
+		}
+		modNames = append(modNames, name)
 	}
 	inputs := map[string]string{
 		"recipe":  recipeVersion,

@@ -11,9 +11,14 @@ import (
 	"strings"
 )
 
-// moduleListName must match sandbox/agent.ModuleListName (this package
-// imports nothing of ours): the agent loads the modules it lists, in order.
-const moduleListName = "modules.stockade"
+// moduleListName and moduleListLater must match sandbox/agent's
+// ModuleListName and ModuleListLater (this package imports nothing of ours):
+// the agent loads the modules listed, in order, those after the "later:"
+// line once its channel is open.
+const (
+	moduleListName  = "modules.stockade"
+	moduleListLater = "later:"
+)
 
 // initramfsApplets are the busybox links in the initramfs: for debugging a
 // guest by hand only; the agent needs none of them.
@@ -143,9 +148,14 @@ func buildInitramfs(in initramfsInputs, dst string) (int64, error) {
 	}
 	modRoot := filepath.Join("lib/modules", in.Release)
 	var list strings.Builder
+	inLater := false
 	for _, m := range in.Modules {
 		if err := add(filepath.Join(modRoot, m.Rel), filepath.Join(in.ModDir, m.Rel), 0o644); err != nil {
 			return 0, err
+		}
+		if m.Later && !inLater {
+			list.WriteString(moduleListLater + "\n")
+			inLater = true
 		}
 		list.WriteString(m.Rel + "\n")
 	}

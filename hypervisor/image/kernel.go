@@ -94,13 +94,14 @@ type kmod struct {
 	Name    string
 	Rel     string // path relative to the module folder
 	Depends []string
+	Later   bool // loaded after the agent's channel is open
 }
 
-// resolveModules returns the modules to load for want, dependencies first,
-// each once. Modules built into the kernel are skipped. The package ships no
-// modules.dep (depmod makes it at install), so dependencies come from each
-// module's own .modinfo.
-func resolveModules(modDir string, want []string) ([]kmod, error) {
+// resolveModules returns the modules to load for now and then later,
+// dependencies first, each once. Modules built into the kernel are skipped.
+// The package ships no modules.dep (depmod makes it at install), so
+// dependencies come from each module's own .modinfo.
+func resolveModules(modDir string, now, later []string) ([]kmod, error) {
 	files := map[string]string{}
 	err := filepath.WalkDir(filepath.Join(modDir, "kernel"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -124,6 +125,7 @@ func resolveModules(modDir string, want []string) ([]kmod, error) {
 
 	var order []kmod
 	state := map[string]int{} // 1 visiting, 2 done
+	isLater := false
 	var visit func(name, from string) error
 	visit = func(name, from string) error {
 		name = modName(name)
@@ -152,10 +154,16 @@ func resolveModules(modDir string, want []string) ([]kmod, error) {
 			}
 		}
 		state[name] = 2
-		order = append(order, kmod{Name: name, Rel: rel, Depends: deps})
+		order = append(order, kmod{Name: name, Rel: rel, Depends: deps, Later: isLater})
 		return nil
 	}
-	for _, w := range want {
+	for _, w := range now {
+		if err := visit(w, "the image recipe"); err != nil {
+			return nil, err
+		}
+	}
+	isLater = true
+	for _, w := range later {
 		if err := visit(w, "the image recipe"); err != nil {
 			return nil, err
 		}

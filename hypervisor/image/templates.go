@@ -149,7 +149,7 @@ func mkfsExt4(ctx context.Context, dir, dst, label, uuid string) error {
 		return fmt.Errorf("mkfs %s: %w", dst, err)
 	}
 	f.Close()
-	_, err = command(ctx, "", "mkfs.ext4", "-q", "-F", "-L", label, "-U", uuid, "-m", "0",
+	_, err = command(ctx, "", "mkfs.ext4", "-q", "-F", "-b", "4096", "-L", label, "-U", uuid, "-m", "0",
 		"-N", fmt.Sprint(inodes*5/4+1024), "-O", "^has_journal",
 		"-E", "lazy_itable_init=0,root_owner=0:0", "-d", dir, dst)
 	if err != nil {

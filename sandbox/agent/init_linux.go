@@ -11,8 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,23 +23,40 @@ import (
 const (
 	// newRoot is where the initramfs is copied before switching root.
 	newRoot = "/newroot"
-	// initStartEnv carries stage one's start time across the re-exec.
-	initStartEnv = "STOCKADE_INIT_START_NS"
 	// ModuleListName is the file under /lib/modules/<release>/ that lists the
 	// modules init loads, one path relative to that folder per line, in order.
+	// Those before a ModuleListLater line are loaded before the channel opens;
+	// the rest load while the agent already serves.
 	ModuleListName = "modules.stockade"
+	// ModuleListLater separates the two parts of the module list.
+	ModuleListLater = "later:"
 	// hostPoll is how often the agent looks for a (re)connected host.
 	hostPoll = 100 * time.Millisecond
 )
 
+// bootState is the boot timings, written by init while the server reads them.
+type bootState struct {
+	mu   sync.Mutex
+	boot agentproto.Boot
+}
+
+func (b *bootState) set(f func(*agentproto.Boot)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f(&b.boot)
+}
+
+func (b *bootState) get() agentproto.Boot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.boot
+}
+
 // Init is main for stockade-agent as PID 1. It returns only when boot fails;
 // the caller then powers off (PID 1 must never exit: the kernel panics).
 func Init(ctx context.Context, version string, log *slog.Logger) error {
-	var boot agentproto.Boot
-	boot.InitStart = uptime()
-	if v, err := strconv.ParseInt(os.Getenv(initStartEnv), 10, 64); err == nil {
-		boot.InitStart = time.Duration(v)
-	}
+	var bs bootState
+	bs.set(func(b *agentproto.Boot) { b.InitStart = uptime() })
 
 	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
@@ -50,26 +67,43 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	}
 	if onRootfs {
 		// pivot_root (crun) fails on the initramfs rootfs: move it to a tmpfs.
+		// No re-exec: chroot holds for every thread, and under TCG a new
+		// process image costs ~0.3 s of translation.
 		if err := unix.Unmount("/proc", 0); err != nil {
 			return fmt.Errorf("unmount /proc: %w", err)
 		}
-		return switchRoot(boot.InitStart)
+		if err := switchRoot(); err != nil {
+			return err
+		}
+		bs.set(func(b *agentproto.Boot) { b.SwitchRoot = uptime() })
+		if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return err
+		}
 	}
-	boot.SwitchRoot = uptime()
-	os.Unsetenv(initStartEnv)
-
 	if err := mountAll(); err != nil {
 		return err
 	}
-	boot.Mounted = uptime()
+	bs.set(func(b *agentproto.Boot) { b.Mounted = uptime() })
 
 	release := kernelRelease()
-	n, err := loadModules(filepath.Join("/lib/modules", release), log)
+	modDir := filepath.Join("/lib/modules", release)
+	now, later, err := readModuleList(modDir)
 	if err != nil {
 		return err
 	}
-	boot.Modules = n
-	boot.ModulesLoaded = uptime()
+	if err := loadModules(now); err != nil {
+		return err
+	}
+	bs.set(func(b *agentproto.Boot) { b.ChannelModules = uptime(); b.Modules = len(now) })
+	// The rest (block, file systems) load while the host already talks to us;
+	// nothing served yet needs them.
+	go func() {
+		if err := loadModules(later); err != nil {
+			log.Error("load modules", "err", err)
+			return
+		}
+		bs.set(func(b *agentproto.Boot) { b.ModulesLoaded = uptime(); b.Modules += len(later) })
+	}()
 
 	r := newReaper(log)
 	go r.loop(ctx)
@@ -83,12 +117,13 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	boot.ChannelOpen = uptime()
+	bs.set(func(b *agentproto.Boot) { b.ChannelOpen = uptime() })
+	b := bs.get()
 	log.Info("agent ready", "version", version, "kernel", release, "port", port,
-		"init_start", boot.InitStart, "modules", boot.ModulesLoaded, "channel", boot.ChannelOpen)
+		"init_start", b.InitStart, "switch_root", b.SwitchRoot, "channel_modules", b.ChannelModules, "channel", b.ChannelOpen)
 
 	srv, err := NewServer(Config{
-		Version: version, Logger: log, PowerOff: PowerOff, PID1: true, Boot: boot, Run: r.Run,
+		Version: version, Logger: log, PowerOff: PowerOff, PID1: true, Boot: bs.get, Run: r.Run,
 	})
 	if err != nil {
 		return err
@@ -162,8 +197,8 @@ func rootIsRootfs(mountinfo string) (bool, error) {
 }
 
 // switchRoot copies the initramfs into a tmpfs, deleting as it goes so the
-// memory is not held twice, makes the tmpfs the root and re-executes /init.
-func switchRoot(start time.Duration) error {
+// memory is not held twice, and makes the tmpfs the root of this process.
+func switchRoot() error {
 	if err := mount("tmpfs", newRoot, "tmpfs", 0, "mode=0755"); err != nil {
 		return err
 	}
@@ -181,10 +216,6 @@ func switchRoot(start time.Duration) error {
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("switch root: chdir /: %w", err)
-	}
-	env := append(os.Environ(), initStartEnv+"="+strconv.FormatInt(int64(start), 10))
-	if err := unix.Exec("/init", os.Args, env); err != nil {
-		return fmt.Errorf("switch root: exec /init: %w", err)
 	}
 	return nil
 }
@@ -267,22 +298,33 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
-// loadModules loads the modules listed in dir/ModuleListName, in order. A
-// module already loaded (built in, or loaded twice) is not an error.
-func loadModules(dir string, log *slog.Logger) (int, error) {
+// readModuleList reads dir/ModuleListName: the modules to load before the
+// channel opens and those to load after.
+func readModuleList(dir string) (now, later []string, err error) {
 	list, err := os.ReadFile(filepath.Join(dir, ModuleListName))
 	if err != nil {
-		return 0, fmt.Errorf("load modules: %w", err)
+		return nil, nil, fmt.Errorf("read module list: %w", err)
 	}
-	n := 0
-	for _, rel := range strings.Fields(string(list)) {
-		if err := loadModule(filepath.Join(dir, rel)); err != nil {
-			return n, err
+	part := &now
+	for _, line := range strings.Fields(string(list)) {
+		if line == ModuleListLater {
+			part = &later
+			continue
 		}
-		n++
+		*part = append(*part, filepath.Join(dir, line))
 	}
-	log.Debug("modules loaded", "count", n)
-	return n, nil
+	return now, later, nil
+}
+
+// loadModules loads modules in order. One already loaded (built in, or
+// loaded twice) is not an error.
+func loadModules(paths []string) error {
+	for _, p := range paths {
+		if err := loadModule(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func loadModule(path string) error {
@@ -339,72 +381,21 @@ func openPort(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// serveChannel serves one session per host connection, forever. While no
-// host is connected reads return EOF: poll until bytes arrive. Each session
-// gets a freshly opened port, so bytes a dead session left queued (a write
-// blocked on the departed host) never reach the next host.
+// serveChannel serves the port forever. While no host is connected reads
+// return EOF: serveLink polls. A failing port is reopened.
 func serveChannel(ctx context.Context, srv *Server, path string, f *os.File, log *slog.Logger) error {
-	buf := make([]byte, 64<<10)
 	for {
-		if f == nil {
-			var err error
-			if f, err = openPort(path); err != nil {
-				log.Error("reopen port", "err", err)
-				if !sleepCtx(ctx, time.Second) {
-					return ctx.Err()
-				}
-				continue
-			}
-		}
-		n, err := f.Read(buf)
-		switch {
-		case n > 0:
-			conn := &portConn{File: f, pending: append([]byte(nil), buf[:n]...)}
-			if err := srv.Serve(ctx, conn); err != nil {
-				log.Warn("session", "err", err)
-			}
-			f = nil // Serve closed it
-		case err == nil || errors.Is(err, io.EOF):
-			if !sleepCtx(ctx, hostPoll) {
-				return ctx.Err()
-			}
-		default:
-			log.Error("read port", "err", err)
-			f.Close()
-			f = nil
-			if !sleepCtx(ctx, time.Second) {
-				return ctx.Err()
-			}
-		}
+		err := srv.serveLink(ctx, f, hostPoll)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-	}
-}
-
-// portConn replays the bytes read while waiting for the host, then reads the port.
-type portConn struct {
-	*os.File
-	pending []byte
-}
-
-func (c *portConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	return c.File.Read(p)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+		log.Error("serve channel; reopening", "err", err)
+		if !sleepCtx(ctx, time.Second) {
+			return ctx.Err()
+		}
+		if f, err = openPort(path); err != nil {
+			return err
+		}
 	}
 }
 

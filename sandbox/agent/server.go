@@ -28,9 +28,10 @@ type Config struct {
 	// PowerOff is called once, after a shutdown request was acknowledged and
 	// the host closed the stream (or ShutdownGrace passed). Required.
 	PowerOff func() error
-	// PID1 and Boot are reported in hello.
+	// PID1 and Boot (a snapshot of the boot timings; nil means none) are
+	// reported in hello.
 	PID1 bool
-	Boot agentproto.Boot
+	Boot func() agentproto.Boot
 	// ProcDir and CgroupDir are where proc and the cgroup v2 hierarchy are
 	// mounted: /proc and /sys/fs/cgroup by default.
 	ProcDir   string
@@ -84,6 +85,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.CrunPath == "" {
 		cfg.CrunPath = "/usr/bin/crun"
 	}
+	if cfg.Boot == nil {
+		cfg.Boot = func() agentproto.Boot { return agentproto.Boot{} }
+	}
 	if cfg.Run == nil {
 		cfg.Run = runExec
 	}
@@ -96,15 +100,113 @@ func NewServer(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
 }
 
+// Serve serves the host sessions that arrive on conn until conn ends (EOF
+// or an error) or ctx ends, then closes conn. Each LinkOpen from a host ends
+// the current session and starts a new one.
+func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
+	return s.serveLink(ctx, conn, 0)
+}
+
+// serveLink is Serve; with poll > 0 an EOF only means that no host is
+// connected right now (a virtio-serial port): look again every poll.
+func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll time.Duration) error {
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	lr := agentproto.NewLinkReader(conn)
+	var wmu sync.Mutex
+	var wg sync.WaitGroup
+	var cur *linkSession
+	defer func() {
+		if cur != nil {
+			cur.end()
+		}
+		wg.Wait()
+	}()
+	for {
+		f, err := lr.Next()
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read channel: %w", err)
+			}
+			if cur != nil {
+				s.log.Info("host disconnected", "session", cur.n)
+				cur.end()
+				cur = nil
+			}
+			if poll <= 0 || !sleepCtx(ctx, poll) {
+				return ctx.Err()
+			}
+			continue
+		}
+		switch {
+		case f.Kind == agentproto.LinkOpen:
+			if cur != nil && cur.id == f.Session {
+				continue
+			}
+			if cur != nil {
+				s.log.Info("host replaced", "session", cur.n)
+				cur.end()
+			}
+			cur = s.startSession(ctx, &wg, agentproto.NewLinkWriter(conn, &wmu, f.Session), f.Session)
+		case cur == nil || f.Session != cur.id:
+			// An earlier host's leftovers.
+		case f.Kind == agentproto.LinkClose:
+			cur.end()
+			cur = nil
+		case f.Kind == agentproto.LinkData:
+			cur.deliver(f.Data)
+		}
+	}
+}
+
+// linkSession is one host session: yamux runs on the pipe the demultiplexer
+// fills and writes through the session's LinkWriter.
+type linkSession struct {
+	id uint64
+	n  int
+	pw *io.PipeWriter
+}
+
+func (l *linkSession) deliver(b []byte) {
+	// Fails only once the session's yamux has gone: then the bytes are moot.
+	l.pw.Write(b)
+}
+
+func (l *linkSession) end() { l.pw.Close() }
+
+type sessionConn struct {
+	*io.PipeReader
+	w *agentproto.LinkWriter
+}
+
+func (c sessionConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+func (s *Server) startSession(ctx context.Context, wg *sync.WaitGroup, w *agentproto.LinkWriter, id uint64) *linkSession {
+	pr, pw := io.Pipe()
+	ls := &linkSession{id: id, n: int(s.sessions.Add(1)), pw: pw}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.serveSession(ctx, ls.n, sessionConn{PipeReader: pr, w: w}); err != nil && ctx.Err() == nil {
+			s.log.Warn("session", "session", ls.n, "err", err)
+		}
+	}()
+	return ls
+}
+
 // session is the state of one yamux session.
 type session struct {
 	n       int
 	helloed atomic.Bool
 }
 
-// Serve runs one session over conn until the host goes away, conn fails or
-// ctx ends. It closes conn. A host that disconnects is a normal end: nil.
-func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
+// serveSession runs one yamux session until it ends.
+func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteCloser) error {
 	ycfg := yamux.DefaultConfig()
 	ycfg.LogOutput = io.Discard
 	ycfg.AcceptBacklog = 64
@@ -117,7 +219,7 @@ func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
 
-	ss := &session{n: int(s.sessions.Add(1))}
+	ss := &session{n: n}
 	s.log.Info("session started", "session", ss.n)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -217,7 +319,7 @@ func (s *Server) hello(ss *session, req agentproto.Request) agentproto.Response 
 		Kernel:        kernelRelease(),
 		Capabilities:  capabilities(),
 		PID1:          s.cfg.PID1,
-		Boot:          s.cfg.Boot,
+		Boot:          s.cfg.Boot(),
 		Uptime:        uptime(),
 		SessionNumber: ss.n,
 	}}
@@ -260,4 +362,15 @@ func runExec(ctx context.Context, path string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("run %s: %w", path, err)
 	}
 	return out, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

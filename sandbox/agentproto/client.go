@@ -50,9 +50,14 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	if opts.KeepAliveInterval > 0 {
 		cfg.KeepAliveInterval = opts.KeepAliveInterval
 	}
-	sess, err := yamux.Client(conn, cfg)
+	link, err := newHostLink(conn)
 	if err != nil {
 		conn.Close()
+		return nil, fmt.Errorf("agent session: %w", err)
+	}
+	sess, err := yamux.Client(link, cfg)
+	if err != nil {
+		link.Close()
 		return nil, fmt.Errorf("agent session: %w", err)
 	}
 	c := &Client{sess: sess, log: log}
@@ -170,10 +175,10 @@ func (c *Client) refuse(st net.Conn) {
 	st.SetDeadline(time.Now().Add(refuseTimeout))
 	var req Request
 	if err := ReadMessage(st, &req); err != nil {
-		c.log.Warn("agent opened a stream without a valid request", "err", err)
+		c.log.Debug("agent opened a stream without a valid request", "err", err)
 		return
 	}
-	c.log.Info("agent opened a stream the host does not serve", "op", req.Op)
+	c.log.Debug("agent opened a stream the host does not serve", "op", req.Op)
 	werr := fmt.Errorf("op %q from the agent: %w", req.Op, ErrNotImplemented)
 	if err := WriteMessage(st, Response{V: Version, Error: ErrorFor(werr)}); err != nil {
 		c.log.Warn("refuse agent stream", "err", err)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,13 +183,60 @@ func rawSession(t *testing.T, conn net.Conn) *yamux.Session {
 	t.Helper()
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = devNull{}
-	sess, err := yamux.Client(conn, cfg)
+	link, err := agentproto.NewHostLink(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := yamux.Client(link, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sess.Close() })
 	return sess
 }
+
+// agentLink is the agent end of the link layer for fake agents: it serves
+// the first session a host opens.
+func agentLink(conn net.Conn) io.ReadWriteCloser {
+	pr, pw := io.Pipe()
+	var mu sync.Mutex
+	w := make(chan *agentproto.LinkWriter, 1)
+	go func() {
+		lr := agentproto.NewLinkReader(conn)
+		var session uint64
+		for {
+			f, err := lr.Next()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			switch {
+			case f.Kind == agentproto.LinkOpen && session == 0:
+				session = f.Session
+				w <- agentproto.NewLinkWriter(conn, &mu, session)
+			case f.Kind == agentproto.LinkData && f.Session == session:
+				pw.Write(f.Data)
+			}
+		}
+	}()
+	return &lazyLinkConn{pr: pr, conn: conn, w: w}
+}
+
+type lazyLinkConn struct {
+	pr   *io.PipeReader
+	conn net.Conn
+	w    chan *agentproto.LinkWriter
+	lw   *agentproto.LinkWriter
+}
+
+func (c *lazyLinkConn) Read(p []byte) (int, error) { return c.pr.Read(p) }
+func (c *lazyLinkConn) Write(p []byte) (int, error) {
+	if c.lw == nil {
+		c.lw = <-c.w // the server only answers, so the host has opened by now
+	}
+	return c.lw.Write(p)
+}
+func (c *lazyLinkConn) Close() error { c.pr.Close(); return c.conn.Close() }
 
 type devNull struct{}
 
@@ -301,7 +350,8 @@ func fakeAgent(t *testing.T, reply func(st net.Conn, req agentproto.Request)) (n
 	hostEnd, agentEnd := net.Pipe()
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = devNull{}
-	sess, err := yamux.Server(agentEnd, cfg)
+	cfg.EnableKeepAlive = false // a fake agent must not write before the host opened
+	sess, err := yamux.Server(agentLink(agentEnd), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,12 @@
 //
 // # Transport
 //
-// One hashicorp/yamux session runs over the VM's virtio-serial channel
-// (ChannelName). The host is the yamux client, the agent the server. Either
-// side may open streams: the host opens one per request; the agent will open
+// The VM's virtio-serial channel (ChannelName) carries link frames (see
+// link.go): delimited, checksummed, each naming the host session it belongs
+// to, because the port does not reliably tell the guest that one host left
+// and another arrived. Over one host session runs one hashicorp/yamux
+// session: the host is the yamux client, the agent the server. Either side
+// may open streams: the host opens one per request; the agent will open
 // streams towards the host for egress connections.
 //
 // # Streams

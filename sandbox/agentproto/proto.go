@@ -120,13 +120,16 @@ type Hello struct {
 }
 
 // Boot holds guest kernel uptimes (CLOCK_BOOTTIME) at the steps of the boot.
-// Zero means the step did not happen (e.g. the agent is not PID 1).
+// Zero means the step did not happen (yet, or because the agent is not PID 1).
 type Boot struct {
-	InitStart     time.Duration `json:"init_start_ns"`
-	SwitchRoot    time.Duration `json:"switch_root_ns"`
-	Mounted       time.Duration `json:"mounted_ns"`
+	InitStart  time.Duration `json:"init_start_ns"`
+	SwitchRoot time.Duration `json:"switch_root_ns"`
+	Mounted    time.Duration `json:"mounted_ns"`
+	// ChannelModules: the modules the channel needs (virtio, virtio_console) are loaded.
+	ChannelModules time.Duration `json:"channel_modules_ns"`
+	ChannelOpen    time.Duration `json:"channel_open_ns"`
+	// ModulesLoaded: every module is loaded; the rest load while the agent already serves.
 	ModulesLoaded time.Duration `json:"modules_loaded_ns"`
-	ChannelOpen   time.Duration `json:"channel_open_ns"`
 	// Modules is how many kernel modules init loaded.
 	Modules int `json:"modules"`
 }

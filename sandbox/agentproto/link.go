@@ -1,0 +1,270 @@
+package agentproto
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+	"time"
+)
+
+// The link layer sits between the channel and yamux. A virtio-serial port
+// does not tell the guest reliably that its host changed: a host that
+// disconnects and another that connects at once (a replica taking over the
+// channel, libvirt's FORCE) look like one byte stream, possibly with a frame
+// cut in half. So bytes travel in frames that say which host session they
+// belong to, delimited so a torn frame never swallows the next one:
+//
+//	0x00 | COBS(kind uint8 | session uint64 BE | data | crc32c uint32 BE) | 0x00
+//
+// COBS removes every zero from the frame, so 0x00 only ever delimits; two
+// delimiters in a row are an empty frame and skipped. A frame that fails
+// its checksum or bounds is dropped. Each host connection starts with
+// LinkOpen carrying a fresh random session; the agent then ends its current
+// yamux session and serves a new one; frames of any other session are
+// dropped by both sides.
+
+// LinkKind says what a link frame carries.
+type LinkKind uint8
+
+const (
+	// LinkOpen starts a host session (host -> agent).
+	LinkOpen LinkKind = 1
+	// LinkData carries session bytes (yamux) in either direction.
+	LinkData LinkKind = 2
+	// LinkClose ends a host session (host -> agent).
+	LinkClose LinkKind = 3
+)
+
+// MaxLinkData bounds the data of one link frame.
+const MaxLinkData = 32 << 10
+
+const (
+	linkOverhead = 1 + 8 + 4
+	// maxLinkEncoded bounds an encoded frame: COBS adds one byte per 254.
+	maxLinkEncoded = MaxLinkData + linkOverhead + (MaxLinkData+linkOverhead)/254 + 2
+)
+
+// LinkFrame is one decoded frame.
+type LinkFrame struct {
+	Kind    LinkKind
+	Session uint64
+	Data    []byte
+}
+
+// AppendLinkFrame appends f, encoded and delimited, to dst.
+func AppendLinkFrame(dst []byte, f LinkFrame) []byte {
+	raw := make([]byte, 0, linkOverhead+len(f.Data))
+	raw = append(raw, byte(f.Kind))
+	raw = binary.BigEndian.AppendUint64(raw, f.Session)
+	raw = append(raw, f.Data...)
+	raw = binary.BigEndian.AppendUint32(raw, crc32.Checksum(raw, crc32.MakeTable(crc32.Castagnoli)))
+	dst = append(dst, 0)
+	dst = cobsEncode(dst, raw)
+	return append(dst, 0)
+}
+
+// cobsEncode appends the COBS encoding of src (no zero bytes) to dst.
+func cobsEncode(dst, src []byte) []byte {
+	for {
+		n := bytes.IndexByte(src, 0)
+		if n < 0 {
+			n = len(src)
+		}
+		if n >= 254 {
+			dst = append(dst, 0xFF)
+			dst = append(dst, src[:254]...)
+			src = src[254:]
+			continue
+		}
+		dst = append(dst, byte(n+1))
+		dst = append(dst, src[:n]...)
+		if n == len(src) {
+			return dst
+		}
+		src = src[n+1:]
+	}
+}
+
+var errCOBS = errors.New("bad COBS encoding")
+
+func cobsDecode(dst, src []byte) ([]byte, error) {
+	for len(src) > 0 {
+		code := int(src[0])
+		if code == 0 || code-1 > len(src)-1 {
+			return nil, errCOBS
+		}
+		dst = append(dst, src[1:code]...)
+		src = src[code:]
+		if code != 0xFF && len(src) > 0 {
+			dst = append(dst, 0)
+		}
+	}
+	return dst, nil
+}
+
+// LinkReader decodes frames from a byte stream, skipping whatever does not
+// decode (torn frames, a previous session's leftovers).
+type LinkReader struct {
+	br      *bufio.Reader
+	dropped int
+}
+
+// NewLinkReader reads frames from r.
+func NewLinkReader(r io.Reader) *LinkReader {
+	return &LinkReader{br: bufio.NewReaderSize(r, maxLinkEncoded+64)}
+}
+
+// Dropped counts frames skipped as damaged or oversized.
+func (r *LinkReader) Dropped() int { return r.dropped }
+
+// Next returns the next valid frame. Errors are the underlying reader's; an
+// io.EOF leaves the reader usable (a virtio-serial port reads EOF while no
+// host is connected).
+func (r *LinkReader) Next() (LinkFrame, error) {
+	for {
+		enc, err := r.br.ReadSlice(0)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// Over the bound: drop everything up to the next delimiter.
+			r.dropped++
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = r.br.ReadSlice(0)
+			}
+			if err != nil {
+				return LinkFrame{}, err
+			}
+			continue
+		}
+		if err != nil {
+			// A partial frame stays buffered in br; the next delimiter ends it.
+			return LinkFrame{}, err
+		}
+		enc = enc[:len(enc)-1]
+		if len(enc) == 0 {
+			continue
+		}
+		raw, derr := cobsDecode(make([]byte, 0, len(enc)), enc)
+		if derr != nil || len(raw) < linkOverhead {
+			r.dropped++
+			continue
+		}
+		body, sum := raw[:len(raw)-4], binary.BigEndian.Uint32(raw[len(raw)-4:])
+		if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum || len(body)-9 > MaxLinkData {
+			r.dropped++
+			continue
+		}
+		return LinkFrame{Kind: LinkKind(body[0]), Session: binary.BigEndian.Uint64(body[1:9]), Data: body[9:]}, nil
+	}
+}
+
+// LinkWriter frames writes for one session; Write is safe for concurrent use
+// and never interleaves two frames.
+type LinkWriter struct {
+	mu      *sync.Mutex
+	w       io.Writer
+	session uint64
+}
+
+// NewLinkWriter writes session's frames to w; writers sharing w must share mu.
+func NewLinkWriter(w io.Writer, mu *sync.Mutex, session uint64) *LinkWriter {
+	return &LinkWriter{mu: mu, w: w, session: session}
+}
+
+// Write sends p as data frames.
+func (lw *LinkWriter) Write(p []byte) (int, error) {
+	var buf []byte
+	for rest := p; len(rest) > 0; {
+		n := min(len(rest), MaxLinkData)
+		buf = AppendLinkFrame(buf, LinkFrame{Kind: LinkData, Session: lw.session, Data: rest[:n]})
+		rest = rest[n:]
+	}
+	if err := lw.send(buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Control sends a frame without data (LinkOpen, LinkClose).
+func (lw *LinkWriter) Control(kind LinkKind) error {
+	return lw.send(AppendLinkFrame(nil, LinkFrame{Kind: kind, Session: lw.session}))
+}
+
+func (lw *LinkWriter) send(b []byte) error {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if _, err := lw.w.Write(b); err != nil {
+		return fmt.Errorf("write link frame: %w", err)
+	}
+	return nil
+}
+
+// NewLinkSession returns a random session id.
+func NewLinkSession() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// hostLink is the host's end of one session over the channel: what yamux
+// runs on.
+type hostLink struct {
+	conn    io.ReadWriteCloser
+	w       *LinkWriter
+	session uint64
+	pr      *io.PipeReader
+	once    sync.Once
+}
+
+// newHostLink opens a session on conn: it announces a new session id and
+// from then on reads only that session's frames.
+func newHostLink(conn io.ReadWriteCloser) (*hostLink, error) {
+	session := NewLinkSession()
+	pr, pw := io.Pipe()
+	l := &hostLink{conn: conn, w: NewLinkWriter(conn, &sync.Mutex{}, session), session: session, pr: pr}
+	if err := l.w.Control(LinkOpen); err != nil {
+		return nil, fmt.Errorf("open link session: %w", err)
+	}
+	go func() {
+		lr := NewLinkReader(conn)
+		for {
+			f, err := lr.Next()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if f.Session != session || f.Kind != LinkData {
+				continue // an earlier session's leftovers
+			}
+			if _, err := pw.Write(f.Data); err != nil {
+				return
+			}
+		}
+	}()
+	return l, nil
+}
+
+func (l *hostLink) Read(p []byte) (int, error)  { return l.pr.Read(p) }
+func (l *hostLink) Write(p []byte) (int, error) { return l.w.Write(p) }
+
+// Close tells the agent the session is over (best effort, briefly) and
+// closes the channel.
+func (l *hostLink) Close() error {
+	var err error
+	l.once.Do(func() {
+		// Only a channel that can bound the write gets the courtesy: a
+		// blocked write must not hold up Close.
+		if dl, ok := l.conn.(interface{ SetWriteDeadline(time.Time) error }); ok {
+			if dl.SetWriteDeadline(time.Now().Add(100*time.Millisecond)) == nil {
+				l.w.Control(LinkClose)
+			}
+		}
+		l.pr.Close()
+		err = l.conn.Close()
+	})
+	return err
+}
