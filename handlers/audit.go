@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
@@ -78,12 +79,46 @@ func auditFilter(q url.Values) (audit.Filter, error) {
 	return f, nil
 }
 
+// resolveActor turns the actor filter into an actor id. People type what
+// the page shows them: a member's email or a token's prefix; an id passes
+// through unchanged.
+func (h *Handlers) resolveActor(ctx context.Context, tenantID string, f *audit.Filter) error {
+	a := strings.TrimSpace(f.ActorID)
+	f.ActorID = a
+	switch {
+	case strings.Contains(a, "@"):
+		ms, err := h.store.ListMembers(ctx, tenantID)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.UserID != nil && strings.EqualFold(m.Email, a) {
+				f.ActorID = *m.UserID
+			}
+		}
+	case strings.HasPrefix(a, "stk_"):
+		ts, err := h.store.ListTokens(ctx, tenantID)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			if t.Prefix == a {
+				f.ActorID = t.ID
+			}
+		}
+	}
+	return nil
+}
+
 // Audit is the audit log page.
 func (h *Handlers) Audit(c echo.Context) error {
 	cl := CallerOf(c)
 	q := c.QueryParams()
 	f, err := auditFilter(q)
 	if err != nil {
+		return err
+	}
+	if err := h.resolveActor(c.Request().Context(), cl.Tenant.ID, &f); err != nil {
 		return err
 	}
 	if f.Limit == 0 {
@@ -94,9 +129,10 @@ func (h *Handlers) Audit(c echo.Context) error {
 		return err
 	}
 	v := views.AuditView{
-		Rows:   auditRows(evs),
-		Filter: views.AuditFilter{Type: f.Type, Actor: f.ActorID, Outcome: f.Outcome, Since: q.Get("since"), Until: q.Get("until")},
-		Types:  audit.Types(),
+		Rows:     auditRows(evs),
+		Filter:   views.AuditFilter{Type: f.Type, Actor: q.Get("actor"), Outcome: f.Outcome, Since: q.Get("since"), Until: q.Get("until")},
+		Types:    audit.Types(),
+		Outcomes: []string{audit.OutcomeSuccess, audit.OutcomeFailure},
 	}
 	exp := url.Values{}
 	for _, k := range []string{"type", "actor", "outcome", "since", "until", "q"} {
@@ -129,6 +165,9 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 		return err
 	}
 	f.Before = ""
+	if err := h.resolveActor(ctx, cl.Tenant.ID, &f); err != nil {
+		return err
+	}
 	format := c.QueryParam("format")
 	if format == "" {
 		format = "jsonl"

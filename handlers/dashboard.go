@@ -23,7 +23,7 @@ var areas = []struct {
 	{"terminals", views.AreaView{Title: "Terminals", Summary: "Live terminals of agent sessions, watched in the browser and recorded.",
 		WillHold: []string{"sessions live now and who is watching", "join as a watcher, request and take control", "replays of every recorded session and .cast downloads"}}, "/terminals", false},
 	{"vms", views.AreaView{Title: "VMs", Summary: "Your tenant's virtual machines: the infrastructure boundary every sandbox runs inside.",
-		WillHold: []string{"each VM's state, uptime, vCPUs, memory and agent version", "start, stop and recycle actions", "the warm pool that keeps boot off the request path"}}, "/vms", false},
+		WillHold: []string{"each VM's state, uptime, vCPUs, memory and agent version", "start, stop and recycle actions", "the warm pool that keeps boot off the request path"}}, "/vms", true},
 	{"policy", views.AreaView{Title: "Policy", Summary: "What your agents may do: resources, lifetime, network egress, credentials, processes and cleanup.",
 		WillHold: []string{"the versioned tenant policy with diffs and rollback", "domain allowlists for egress, default deny", "credentials agents can use but never read"}}, "/policy", false},
 	{"usage", views.AreaView{Title: "Usage", Summary: "Metered compute, memory and egress per sandbox, priced per tenant.",

@@ -13,6 +13,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web/authn"
@@ -39,13 +40,14 @@ type Config struct {
 
 // Handlers carries the dependencies of every handler.
 type Handlers struct {
-	cfg    Config
-	store  *tenants.Store
-	audit  *audit.Log
-	idp    Identity
-	log    *slog.Logger
-	ready  func(ctx context.Context) error
-	clock  func() time.Time
+	cfg   Config
+	store *tenants.Store
+	audit *audit.Log
+	idp   Identity
+	log   *slog.Logger
+	ready func(ctx context.Context) error
+	clock func() time.Time
+	vms   *vmpool.Service // nil: VM pages and API answer "unavailable"
 }
 
 // Deps are the services handlers call.
@@ -57,6 +59,8 @@ type Deps struct {
 	// Ready reports whether the server can serve (database reachable, ...).
 	Ready func(ctx context.Context) error
 	Clock func() time.Time
+	// VMs runs the tenant VM pools; nil when the server runs without them.
+	VMs *vmpool.Service
 }
 
 // New returns the handlers.
@@ -73,7 +77,7 @@ func New(cfg Config, d Deps) *Handlers {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock}
+	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -16,20 +16,17 @@ import (
 // too. Only one client may hold a channel: a second open while the first is
 // still open is ErrConflict. Close the returned stream to free it.
 func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
-	}
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
 	}
+	defer release()
 	dom, _, err := h.lookupOurs(s, id)
 	if err != nil {
-		release()
 		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
 	}
 	defer dom.Free()
-	st, err := h.openStream(s, release, func(ls *libvirt.Stream) error {
+	st, err := h.openStream(s, func(ls *libvirt.Stream) error {
 		err := dom.OpenChannel(name, ls, 0)
 		if libvirtCode(err) == libvirt.ERR_OPERATION_FAILED {
 			// libvirt's answer when another stream holds the channel.
@@ -46,30 +43,27 @@ func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCl
 }
 
 // openConsole attaches to the domain's serial console (pty type only).
-func (h *Host) openConsole(s *session, release func(), dom *libvirt.Domain) (*stream, error) {
-	return h.openStream(s, release, func(ls *libvirt.Stream) error {
+func (h *Host) openConsole(s *session, dom *libvirt.Domain) (*stream, error) {
+	return h.openStream(s, func(ls *libvirt.Stream) error {
 		return dom.OpenConsole("", ls, libvirt.DOMAIN_CONSOLE_FORCE)
 	})
 }
 
 // openStream makes a non-blocking libvirt stream, attaches it with attach and
-// drives it from libvirt's event loop. The stream keeps the session (and so
-// the connection) in use until it is closed; release is called then, or at
-// once when attaching fails.
-func (h *Host) openStream(s *session, release func(), attach func(*libvirt.Stream) error) (*stream, error) {
+// drives it from libvirt's event loop. The stream holds its own reference
+// on the libvirt connection, so it stays usable (or fails cleanly) even if
+// the session is replaced meanwhile.
+func (h *Host) openStream(s *session, attach func(*libvirt.Stream) error) (*stream, error) {
 	ls, err := s.conn.NewStream(libvirt.STREAM_NONBLOCK)
 	if err != nil {
-		release()
 		return nil, h.fail(err)
 	}
 	if err := attach(ls); err != nil {
 		ls.Free()
-		release()
 		return nil, h.fail(err)
 	}
 	st := &stream{
 		ls:       ls,
-		release:  release,
 		readable: make(chan struct{}, 1),
 		writable: make(chan struct{}, 1),
 		closed:   make(chan struct{}),
@@ -77,7 +71,6 @@ func (h *Host) openStream(s *session, release func(), attach func(*libvirt.Strea
 	if err := ls.EventAddCallback(0, st.onEvent); err != nil {
 		_ = ls.Abort()
 		ls.Free()
-		release()
 		return nil, h.fail(err)
 	}
 	return st, nil
@@ -88,11 +81,10 @@ func (h *Host) openStream(s *session, release func(), attach func(*libvirt.Strea
 // libvirt's stream callbacks are level-triggered and re-fire until the
 // condition goes away, so interest is armed only while a Read or Write
 // waits, and disarmed inside the callback. Blocking streams are avoided on
-// purpose: a blocked virStreamRecv holds the remote driver's lock and would
-// stall every other call on the shared connection.
+// purpose: each would pin an OS thread inside a cgo call for as long as the
+// VM lives, one per open channel.
 type stream struct {
-	ls      *libvirt.Stream
-	release func()
+	ls *libvirt.Stream
 
 	mu       sync.Mutex // guards ls calls and interest
 	interest libvirt.StreamEventType
@@ -220,7 +212,6 @@ func (st *stream) Close() error {
 			err = fmt.Errorf("close libvirt stream: %w", classify(aerr))
 		}
 		ls.Free()
-		st.release()
 	})
 	return err
 }

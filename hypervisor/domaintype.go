@@ -46,7 +46,7 @@ func (h *Host) DomainType(ctx context.Context) (string, error) {
 }
 
 func (h *Host) detectType(ctx context.Context) (string, error) {
-	offered, err := h.kvmOffered()
+	offered, err := h.kvmOffered(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -73,8 +73,8 @@ func (h *Host) detectType(ctx context.Context) (string, error) {
 
 // kvmOffered asks libvirt's domain capabilities whether kvm is a usable
 // virtualization type for x86_64 on this host.
-func (h *Host) kvmOffered() (bool, error) {
-	s, release, err := h.acquire()
+func (h *Host) kvmOffered(ctx context.Context) (bool, error) {
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -123,14 +123,14 @@ func (h *Host) BootCheck(ctx context.Context, domType string) error {
 		return fmt.Errorf("boot check %s: marshal domain: %w", domType, err)
 	}
 
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("boot check %s: %w", domType, err)
 	}
+	defer release()
 	// Paused until the console is attached: a pty drops what nobody reads.
 	dom, err := s.conn.DomainCreateXML(xml, libvirt.DOMAIN_START_PAUSED)
 	if err != nil {
-		release()
 		return fmt.Errorf("boot check %s: create probe: %w", domType, h.fail(err))
 	}
 	defer func() {
@@ -138,18 +138,9 @@ func (h *Host) BootCheck(ctx context.Context, domType string) error {
 			h.log.Warn("destroy boot probe", "domain", spec.ID, "err", err)
 		}
 		dom.Free()
-		release()
+		h.removeLog(spec.ID)
 	}()
-	// The console stream holds its own use of the session.
-	s2, release2, err := h.acquire()
-	if err != nil {
-		return fmt.Errorf("boot check %s: %w", domType, err)
-	}
-	if s2 != s {
-		release2()
-		return fmt.Errorf("boot check %s: %w: connection replaced", domType, ErrUnavailable)
-	}
-	console, err := h.openConsole(s, release2, dom)
+	console, err := h.openConsole(s, dom)
 	if err != nil {
 		return fmt.Errorf("boot check %s: open console: %w", domType, err)
 	}

@@ -149,8 +149,11 @@ func (h *Host) resolve(r rawEvent) (Event, bool) {
 	} else {
 		return Event{}, false
 	}
-	if !exists || kind == KindUndefined {
-		h.known.forget(r.name)
+	switch kind {
+	case KindStopped, KindCrashed, KindUndefined:
+		if !exists || kind == KindUndefined {
+			h.known.gone(r.name, r.at)
+		}
 	}
 	if id.InstallationID != h.cfg.InstallationID {
 		return Event{}, false
@@ -160,8 +163,7 @@ func (h *Host) resolve(r rawEvent) (Event, bool) {
 
 // identityOf reads a domain's metadata by name.
 func (h *Host) identityOf(ctx context.Context, name string) (identity, error) {
-	_ = ctx // libvirt calls are not cancellable; ctx bounds our own waits only
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return identity{}, err
 	}
@@ -221,27 +223,56 @@ func pick(i int, names ...string) string {
 }
 
 // identityCache remembers who a domain belonged to, because once a transient
-// domain has stopped its metadata can no longer be read.
+// domain has stopped its metadata can no longer be read. Entries of domains
+// that are gone linger a while: one end can bring several events (crashed,
+// then stopped) that are resolved after the domain has vanished.
 type identityCache struct {
 	mu sync.Mutex
-	m  map[string]identity
+	m  map[string]cachedIdentity
 }
 
-func newIdentityCache() *identityCache { return &identityCache{m: map[string]identity{}} }
+type cachedIdentity struct {
+	identity
+	goneAt time.Time // zero while the domain exists
+}
+
+// goneTTL is how long a vanished domain's identity is kept: long enough for a
+// control plane to react to a crash with Destroy, which then still knows the
+// domain was ours and removes its log.
+const goneTTL = time.Hour
+
+func newIdentityCache() *identityCache { return &identityCache{m: map[string]cachedIdentity{}} }
 
 func (c *identityCache) put(name string, id identity) {
 	c.mu.Lock()
-	c.m[name] = id
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for n, e := range c.m {
+		if !e.goneAt.IsZero() && now.Sub(e.goneAt) > goneTTL {
+			delete(c.m, n)
+		}
+	}
+	c.m[name] = cachedIdentity{identity: id}
 }
 
 func (c *identityCache) get(name string) (identity, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	id, ok := c.m[name]
-	return id, ok
+	e, ok := c.m[name]
+	return e.identity, ok
 }
 
+// gone marks the domain as vanished; its identity expires after goneTTL.
+func (c *identityCache) gone(name string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[name]; ok && e.goneAt.IsZero() {
+		e.goneAt = at
+		c.m[name] = e
+	}
+}
+
+// forget drops the identity at once (a create that failed).
 func (c *identityCache) forget(name string) {
 	c.mu.Lock()
 	delete(c.m, name)

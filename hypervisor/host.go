@@ -40,11 +40,20 @@ type Config struct {
 	KeepaliveCount    uint
 	// Reconnect backoff bounds; 100 ms and 5 s when zero.
 	ReconnectMin, ReconnectMax time.Duration
+
+	// QEMULogDir is where libvirt writes each domain's QEMU log
+	// (<name>.log), which Destroy removes. Only reachable for a local
+	// libvirtd: defaults to /var/log/libvirt/qemu for qemu:///system and
+	// to "" (leave logs alone) for any other URI.
+	QEMULogDir string
 }
 
 func (c *Config) checkAndSetDefaults() error {
 	if c.URI == "" {
 		c.URI = DefaultURI
+	}
+	if c.QEMULogDir == "" && c.URI == DefaultURI {
+		c.QEMULogDir = "/var/log/libvirt/qemu"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -192,7 +201,7 @@ func (h *Host) open(ctx context.Context) (*session, error) {
 	s := &session{conn: r.conn, lifecycle: -1, lost: make(chan struct{})}
 
 	// Local drivers (test:///) have no keepalive or close callback: fine.
-	if err := r.conn.SetKeepAlive(int(h.cfg.KeepaliveInterval/time.Second), h.cfg.KeepaliveCount); err != nil {
+	if err := r.conn.SetKeepAlive(max(1, int(h.cfg.KeepaliveInterval/time.Second)), h.cfg.KeepaliveCount); err != nil {
 		h.log.Debug("keepalive not supported", "err", err)
 	}
 	if err := r.conn.RegisterCloseCallback(func(_ *libvirt.Connect, reason libvirt.ConnectCloseReason) {
@@ -204,7 +213,6 @@ func (h *Host) open(ctx context.Context) (*session, error) {
 	id, err := r.conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
 		// Runs on the event loop: copy what we need, resolve elsewhere.
 		name, _ := d.GetName()
-		h.log.Debug("raw event", "name", name, "event", ev.Event, "detail", ev.Detail)
 		h.events.raw(rawEvent{name: name, event: ev.Event, detail: ev.Detail, at: time.Now()})
 	})
 	if err != nil {
@@ -227,7 +235,11 @@ func (h *Host) closeSession(s *session) {
 }
 
 // acquire returns the live connection and a release func, or ErrUnavailable.
-func (h *Host) acquire() (*session, func(), error) {
+// libvirt calls cannot be cancelled, so ctx is checked here, before any.
+func (h *Host) acquire(ctx context.Context) (*session, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx.Err() != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -87,9 +90,6 @@ func (h *Host) learnDomains(ctx context.Context, s *session) error {
 // reason, libvirt forgets it, so a failure at any step leaves nothing behind.
 // An existing domain with the same name is ErrConflict.
 func (h *Host) Create(ctx context.Context, spec DomainSpec) (*Domain, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("create vm %s: %w", spec.ID, err)
-	}
 	switch spec.InstallationID {
 	case "":
 		spec.InstallationID = h.cfg.InstallationID
@@ -114,7 +114,7 @@ func (h *Host) Create(ctx context.Context, spec DomainSpec) (*Domain, error) {
 		return nil, fmt.Errorf("create vm %s: marshal domain: %w", spec.ID, err)
 	}
 
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("create vm %s: %w", spec.ID, err)
 	}
@@ -138,6 +138,7 @@ func (h *Host) Create(ctx context.Context, spec DomainSpec) (*Domain, error) {
 			return nil, fmt.Errorf("create vm %s: %w: %w", spec.ID, ErrConflict, err)
 		}
 		h.known.forget(name)
+		h.removeLog(spec.ID) // QEMU may have logged its failure: nothing remains
 		return nil, fmt.Errorf("create vm %s: %w", spec.ID, cerr)
 	}
 	defer dom.Free()
@@ -163,10 +164,11 @@ func (h *Host) lookupOurs(s *session, id string) (*libvirt.Domain, identity, err
 	ident, err := readIdentity(dom)
 	if err != nil {
 		dom.Free()
-		if code := libvirtCode(err); code == libvirt.ERR_NO_DOMAIN_METADATA || code == libvirt.ERR_NO_DOMAIN {
-			return nil, identity{}, fmt.Errorf("%w: %s has no stockade metadata", ErrNotFound, DomainName(id))
+		if err := h.fail(err); errors.Is(err, ErrUnavailable) {
+			return nil, identity{}, err
 		}
-		return nil, identity{}, h.fail(err)
+		// No metadata, or not ours in a form we can read: not ours.
+		return nil, identity{}, fmt.Errorf("%w: %s has no stockade metadata of ours: %w", ErrNotFound, DomainName(id), err)
 	}
 	if ident.InstallationID != h.cfg.InstallationID || ident.ID != id {
 		dom.Free()
@@ -177,7 +179,7 @@ func (h *Host) lookupOurs(s *session, id string) (*libvirt.Domain, identity, err
 
 // Lookup reports one of our domains; ErrNotFound when there is none.
 func (h *Host) Lookup(ctx context.Context, id string) (DomainInfo, error) {
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return DomainInfo{}, fmt.Errorf("lookup vm %s: %w", id, err)
 	}
@@ -219,7 +221,7 @@ func (h *Host) list(ctx context.Context, keep func(identity) bool) ([]DomainInfo
 }
 
 func (h *Host) listFlags(ctx context.Context, flags libvirt.ConnectListAllDomainsFlags, keep func(identity) bool) ([]DomainInfo, error) {
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -289,18 +291,24 @@ func (h *Host) info(dom *libvirt.Domain, ident identity) (DomainInfo, error) {
 }
 
 // Destroy stops the domain at once and removes every trace libvirt keeps of
-// it. ErrNotFound when it does not exist or is not ours.
+// it, QEMU's log included (see Config.QEMULogDir). ErrNotFound when it does
+// not exist or is not ours; for one of ours that already died on its own,
+// the log it left is removed all the same.
 func (h *Host) Destroy(ctx context.Context, id string) error {
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("destroy vm %s: %w", id, err)
 	}
 	defer release()
 	dom, _, err := h.lookupOurs(s, id)
 	if err != nil {
+		if errors.Is(err, ErrNotFound) && h.wasOurs(s, id) {
+			h.removeLog(id)
+		}
 		return fmt.Errorf("destroy vm %s: %w", id, err)
 	}
 	defer dom.Free()
+	defer h.removeLog(id)
 	if active, err := dom.IsActive(); err == nil && active {
 		// A transient domain vanishes here; stopping on its own meanwhile is fine too.
 		if err := dom.Destroy(); err != nil && !ignorable(err) {
@@ -315,6 +323,35 @@ func (h *Host) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
+// wasOurs: no domain of that name exists now, and the last one we saw was ours.
+func (h *Host) wasOurs(s *session, id string) bool {
+	if !validID.MatchString(id) {
+		return false
+	}
+	known, ok := h.known.get(DomainName(id))
+	if !ok || known.InstallationID != h.cfg.InstallationID {
+		return false
+	}
+	dom, err := s.conn.LookupDomainByName(DomainName(id))
+	if err == nil {
+		dom.Free()
+		return false
+	}
+	return libvirtCode(err) == libvirt.ERR_NO_DOMAIN
+}
+
+// removeLog deletes the QEMU log libvirt kept for a domain of ours that no
+// longer exists; with many short-lived VMs these pile up otherwise.
+func (h *Host) removeLog(id string) {
+	if h.cfg.QEMULogDir == "" {
+		return
+	}
+	name := filepath.Join(h.cfg.QEMULogDir, DomainName(id)+".log")
+	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		h.log.Warn("remove qemu log", "file", name, "err", err)
+	}
+}
+
 // ignorable: the domain is already gone or already stopped.
 func ignorable(err error) bool {
 	switch libvirtCode(err) {
@@ -327,7 +364,7 @@ func ignorable(err error) bool {
 // Shutdown asks the guest to power off (ACPI power button); it returns before
 // the guest has done so. A domain that is not running is ErrConflict.
 func (h *Host) Shutdown(ctx context.Context, id string) error {
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("shutdown vm %s: %w", id, err)
 	}
@@ -345,7 +382,7 @@ func (h *Host) Shutdown(ctx context.Context, id string) error {
 
 // Capacity reports the host's CPUs and memory and what our running domains use.
 func (h *Host) Capacity(ctx context.Context) (Capacity, error) {
-	s, release, err := h.acquire()
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return Capacity{}, fmt.Errorf("host capacity: %w", err)
 	}

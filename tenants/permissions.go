@@ -19,14 +19,16 @@ const (
 	PermTokensRead   Permission = "tokens.read"   // list API tokens
 	PermTokensWrite  Permission = "tokens.write"  // create, revoke API tokens
 	PermAuditRead    Permission = "audit.read"    // audit log and its exports
+	PermVMsRead      Permission = "vms.read"      // the tenant's VMs and pool settings
+	PermVMsWrite     Permission = "vms.write"     // start, stop, destroy, recycle VMs; pool settings
 )
 
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
 // the platform ones are decided by the caller's kind, not a role.
 var grants = map[Role][]Permission{
-	RoleAdmin:     {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead},
-	RoleManager:   {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead},
-	RoleDeveloper: {PermTenantView},
+	RoleAdmin:     {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite},
+	RoleManager:   {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite},
+	RoleDeveloper: {PermTenantView, PermVMsRead}, // sees the VMs their sandboxes run in
 	RoleAuditor:   {PermTenantView, PermMembersRead, PermAuditRead},
 	RoleBilling:   {PermTenantView},
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -42,6 +43,8 @@ type AppConfig struct {
 	SessionIdle        time.Duration
 	SessionAbsolute    time.Duration
 	Clock              func() time.Time
+	// VMs runs the tenant VM pools; nil serves VM pages and API as unavailable.
+	VMs *vmpool.Service
 }
 
 // App is the assembled web app: the server and its relying party.
@@ -109,7 +112,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		OperatorEmails: cfg.OperatorEmails, AssetVersion: assets, FlashKey: Derive(cfg.RootKey, "flash"),
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute,
 	}, handlers.Deps{
-		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock,
+		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs,
 		Ready: func(ctx context.Context) error {
 			if !a.rp.ready() {
 				return errors.New("identity provider not ready")

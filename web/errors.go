@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -43,6 +44,7 @@ func problemFor(err error) Problem {
 		fe  *tenants.FieldError
 		me  *handlers.MalformedError
 		fbe *forbiddenError
+		qe  *tenants.QuotaError
 	)
 	switch {
 	case errors.As(err, &me):
@@ -60,8 +62,14 @@ func problemFor(err error) Problem {
 		return Problem{Type: problemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
 	case errors.Is(err, tenants.ErrConflict):
 		return Problem{Type: problemBase + "conflict", Title: "Conflict", Status: http.StatusConflict, Detail: err.Error()}
+	case errors.As(err, &qe):
+		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error(),
+			Errors: []ProblemField{{Field: qe.Quota, Rule: "quota", Detail: qe.Error()}}}
 	case errors.Is(err, tenants.ErrQuota):
 		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error()}
+	case errors.Is(err, vmpool.ErrUnavailable):
+		return Problem{Type: problemBase + "hypervisor-unavailable", Title: "Hypervisor unavailable", Status: http.StatusServiceUnavailable,
+			Detail: err.Error()}
 	case errors.Is(err, tenants.ErrUnauthorized):
 		return Problem{Type: problemBase + "unauthorized", Title: "Authentication required", Status: http.StatusUnauthorized,
 			Detail: "send a valid API token as 'Authorization: Bearer <token>', or sign in"}

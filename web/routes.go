@@ -26,6 +26,7 @@ func Routes(h *handlers.Handlers) []Route {
 		post = http.MethodPost
 		del  = http.MethodDelete
 		pat  = http.MethodPatch
+		put  = http.MethodPut
 	)
 	P := tenants.PermPublic
 	return []Route{
@@ -43,7 +44,13 @@ func Routes(h *handlers.Handlers) []Route {
 		{get, "/", tenants.PermTenantView, false, h.Dashboard},
 		{get, "/sandboxes", tenants.PermTenantView, false, h.Area("sandboxes")},
 		{get, "/terminals", tenants.PermTenantView, false, h.Area("terminals")},
-		{get, "/vms", tenants.PermTenantView, false, h.Area("vms")},
+		{get, "/vms", tenants.PermVMsRead, false, h.VMsPage},
+		{get, "/vms/table", tenants.PermVMsRead, false, h.VMsTable},
+		{post, "/vms", tenants.PermVMsWrite, false, h.StartVM},
+		{post, "/vms/pool", tenants.PermVMsWrite, false, h.SetVMPool},
+		{post, "/vms/:id/stop", tenants.PermVMsWrite, false, h.StopVM},
+		{post, "/vms/:id/destroy", tenants.PermVMsWrite, false, h.DestroyVM},
+		{post, "/vms/:id/recycle", tenants.PermVMsWrite, false, h.RecycleVM},
 		{get, "/policy", tenants.PermTenantView, false, h.Area("policy")},
 		{get, "/usage", tenants.PermTenantView, false, h.Area("usage")},
 		{get, "/compliance", tenants.PermTenantView, false, h.Area("compliance")},
@@ -61,6 +68,7 @@ func Routes(h *handlers.Handlers) []Route {
 		// Platform operators.
 		{get, "/operator/tenants", tenants.PermOperator, false, h.OperatorTenants},
 		{post, "/operator/tenants", tenants.PermOperator, false, h.OperatorCreateTenant},
+		{get, "/operator/hosts", tenants.PermOperator, false, h.OperatorHosts},
 
 		// JSON API.
 		{get, "/api/v1/me", tenants.PermSignedIn, true, h.Me},
@@ -72,6 +80,15 @@ func Routes(h *handlers.Handlers) []Route {
 		{post, "/api/v1/tokens", tenants.PermTokensWrite, true, h.APICreateToken},
 		{del, "/api/v1/tokens/:id", tenants.PermTokensWrite, true, h.APIRevokeToken},
 		{get, "/api/v1/audit", tenants.PermAuditRead, true, h.AuditExport},
+		{get, "/api/v1/vms", tenants.PermVMsRead, true, h.APIVMs},
+		{post, "/api/v1/vms", tenants.PermVMsWrite, true, h.APICreateVM},
+		{get, "/api/v1/vms/:id", tenants.PermVMsRead, true, h.APIVM},
+		{del, "/api/v1/vms/:id", tenants.PermVMsWrite, true, h.APIDestroyVM},
+		{post, "/api/v1/vms/:id/stop", tenants.PermVMsWrite, true, h.APIStopVM},
+		{post, "/api/v1/vms/:id/recycle", tenants.PermVMsWrite, true, h.APIRecycleVM},
+		{get, "/api/v1/vm-pool", tenants.PermVMsRead, true, h.APIVMPool},
+		{put, "/api/v1/vm-pool", tenants.PermVMsWrite, true, h.APISetVMPool},
+		{get, "/api/v1/hosts", tenants.PermOperator, true, h.APIHosts},
 		{get, "/api/v1/tenants", tenants.PermOperator, true, h.APITenants},
 		{post, "/api/v1/tenants", tenants.PermOperator, true, h.APICreateTenant},
 	}

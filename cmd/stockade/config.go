@@ -101,4 +101,3 @@ func (c *config) rootKey() ([]byte, error) {
 	}
 	return key, nil
 }
-

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web"
@@ -43,10 +45,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	// The VM pools start even with libvirtd down: they keep retrying, and
+	// until a host answers VM pages and API say the hypervisor is unavailable.
+	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := vms.Start(ctx); err != nil {
+		return err
+	}
+	defer vms.Close() // leaves VMs running: the next start adopts them
 	app, err := web.NewApp(ctx, web.AppConfig{
 		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
 		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,
-		Version: version, Log: log,
+		Version: version, Log: log, VMs: vms,
 	}, store, audit.NewLog(db, nil))
 	if err != nil {
 		return err
@@ -65,6 +77,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		"database", dbKind(cfg.DB), "data_dir", cfg.DataDir, "version", version)
 	fmt.Fprintf(stdout, "Stockade is running at %s\n", cfg.PublicURL)
 	return <-errc
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func dbKind(dsn string) string {

@@ -33,6 +33,9 @@ type Options struct {
 	// DefineRaw defines, without starting, a domain from raw XML behind the
 	// driver's back and undefines it at cleanup. Nil skips those checks.
 	DefineRaw func(t *testing.T, xml string)
+	// Exists reports, behind the driver's back, whether a domain of that
+	// name is still defined. Used with DefineRaw.
+	Exists func(t *testing.T, name string) bool
 	// Ready waits until the guest would act on a shutdown request. Nil: at once.
 	Ready func(t *testing.T, h Host, id string)
 	// EventTimeout bounds waiting for an event; 10 s when zero.
@@ -301,6 +304,13 @@ func (c *conformance) otherInstallations(t *testing.T) {
 		}
 		if err := c.h.Destroy(ctx, id); !errors.Is(err, hypervisor.ErrNotFound) {
 			t.Errorf("Destroy(%s) error = %v; want ErrNotFound", id, err)
+		}
+	}
+	if c.opts.Exists != nil {
+		for _, id := range untouchable[1:] {
+			if !c.opts.Exists(t, hypervisor.DomainName(id)) {
+				t.Errorf("%s is gone after our Destroy attempt; want it left alone", hypervisor.DomainName(id))
+			}
 		}
 	}
 	foreign, err := c.h.ListForeign(ctx)

@@ -114,3 +114,18 @@ func RawInfo(tb testing.TB, uri, name string) (state libvirt.DomainState, ok boo
 	}
 	return st, true
 }
+
+// VMDir is a temporary directory QEMU can reach: QEMU runs as its own user,
+// and t.TempDir's parent is private to root. Removed at cleanup.
+func VMDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "stockade-vm-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

@@ -26,6 +26,16 @@ const (
 	TypeAuditExported = "audit.exported"
 
 	TypeUserCreated = "user.created"
+
+	TypeQuotaUpdated = "tenant.quota_updated"
+
+	TypeVMCreated     = "vm.created"
+	TypeVMDestroyed   = "vm.destroyed"
+	TypeVMRecycled    = "vm.recycled"
+	TypeVMLost        = "vm.lost"
+	TypeVMPoolUpdated = "vm.pool_updated"
+	TypeVMStopped     = "vm.stopped"
+	TypeVMFailed      = "vm.failed"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -53,6 +63,16 @@ var codes = map[string]string{
 	TypeAuditExported: "SX5000I",
 
 	TypeUserCreated: "SU6000I",
+
+	TypeQuotaUpdated: "ST2002I",
+
+	TypeVMCreated:     "SV7000I",
+	TypeVMDestroyed:   "SV7001I",
+	TypeVMRecycled:    "SV7002I",
+	TypeVMLost:        "SV7003W",
+	TypeVMPoolUpdated: "SV7004I",
+	TypeVMStopped:     "SV7005I",
+	TypeVMFailed:      "SV7006E",
 }
 
 // Code returns the stable code of an event type.

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/html"
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -34,6 +35,9 @@ type Options struct {
 	Clock        func() time.Time
 	// SessionIdle and SessionAbsolute override the session expiries.
 	SessionIdle, SessionAbsolute time.Duration
+	// VMs runs the tenant VM pools; nil serves the VM pages and API as
+	// unavailable (503).
+	VMs *vmpool.Service
 }
 
 // Env is a running app.
@@ -65,7 +69,7 @@ func New(t testing.TB, o Options) *Env {
 		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
 		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
-		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute,
+		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs,
 	}, store, al)
 	if err != nil {
 		cancel()

@@ -1,0 +1,601 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+// vmService returns the VM pool service, or an error wrapping
+// vmpool.ErrUnavailable when this server runs without one.
+func (h *Handlers) vmService() (*vmpool.Service, error) {
+	if h.vms == nil {
+		return nil, fmt.Errorf("%w: this server runs without VM pools", vmpool.ErrUnavailable)
+	}
+	return h.vms, nil
+}
+
+// VMJSON is a VM in the API.
+type VMJSON struct {
+	ID              string       `json:"id"`
+	State           string       `json:"state"`
+	StateReason     string       `json:"state_reason,omitempty"`
+	Progress        ProgressJSON `json:"progress"`
+	Host            string       `json:"host"`
+	VCPUs           int          `json:"vcpus"`
+	MemoryMiB       int          `json:"memory_mib"`
+	ImageVersion    string       `json:"image_version"`
+	AgentVersion    string       `json:"agent_version,omitempty"` // set once the handshake is done
+	KernelVersion   string       `json:"kernel_version,omitempty"`
+	AgentConnected  bool         `json:"agent_connected"`
+	BootMS          int64        `json:"boot_ms,omitempty"`
+	CPUTimeMS       int64        `json:"cpu_time_ms"`
+	CPUPercent      *float64     `json:"cpu_percent"` // null when not sampled yet
+	UptimeSeconds   float64      `json:"uptime_seconds"`
+	Acquired        bool         `json:"acquired"`
+	SandboxesServed int          `json:"sandboxes_served"`
+	Guest           *GuestJSON   `json:"guest,omitempty"`
+	CreatedAt       string       `json:"created_at"`
+	StartedAt       *string      `json:"started_at,omitempty"`
+	EndedAt         *string      `json:"ended_at,omitempty"`
+	RecycleAfter    *string      `json:"recycle_after,omitempty"`
+}
+
+// ProgressJSON is a VM's boot progress.
+type ProgressJSON struct {
+	Phase string `json:"phase"`
+	Step  int    `json:"step"`
+	Of    int    `json:"of"`
+	Since string `json:"since"`
+}
+
+// GuestJSON is what the agent reports from inside the VM (the guest's claim).
+type GuestJSON struct {
+	UptimeSeconds     float64  `json:"uptime_seconds"`
+	CPUs              int      `json:"cpus"`
+	Load1             float64  `json:"load1"`
+	MemTotalBytes     uint64   `json:"mem_total_bytes"`
+	MemAvailableBytes uint64   `json:"mem_available_bytes"`
+	CgroupControllers []string `json:"cgroup_controllers"`
+	Crun              string   `json:"crun,omitempty"`
+}
+
+func timePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := t.UTC().Format(timeJSON)
+	return &s
+}
+
+func vmJSON(st vmpool.Status) VMJSON {
+	vm := st.VM
+	out := VMJSON{
+		ID: vm.ID, State: string(vm.State), StateReason: vm.StateReason,
+		Progress: ProgressJSON{Phase: string(vm.Phase), Step: vm.Phase.Progress(), Of: vmpool.BootSteps, Since: vm.PhaseAt.UTC().Format(timeJSON)},
+		Host:     vm.HostURI, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, ImageVersion: vm.ImageVersion,
+		AgentVersion: vm.AgentVersion, KernelVersion: vm.KernelVersion, AgentConnected: st.AgentConnected, BootMS: vm.BootMS,
+		CPUTimeMS: st.CPUTime.Milliseconds(), UptimeSeconds: st.Uptime.Seconds(),
+		Acquired: vm.AcquiredAt != nil, SandboxesServed: vm.SandboxesServed,
+		CreatedAt: vm.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(vm.StartedAt), EndedAt: timePtr(vm.EndedAt),
+		RecycleAfter: timePtr(vm.RecycleAfter),
+	}
+	if st.CPUPercent >= 0 {
+		p := st.CPUPercent
+		out.CPUPercent = &p
+	}
+	if g := st.Guest; g != nil {
+		out.Guest = &GuestJSON{UptimeSeconds: g.Uptime.Seconds(), CPUs: g.CPUs, Load1: g.Load1, MemTotalBytes: g.MemTotal,
+			MemAvailableBytes: g.MemAvailable, CgroupControllers: g.CgroupControllers, Crun: g.Crun}
+	}
+	return out
+}
+
+// APIVMs lists the tenant's VMs: GET /api/v1/vms.
+func (h *Handlers) APIVMs(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	sts, err := svc.List(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]VMJSON, 0, len(sts))
+	for _, st := range sts {
+		out = append(out, vmJSON(st))
+	}
+	hv := map[string]any{"available": true}
+	if err := svc.Available(); err != nil {
+		hv = map[string]any{"available": false, "detail": err.Error()}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"vms": out, "hypervisor": hv})
+}
+
+// APICreateVM boots one VM in the caller's tenant pool: POST /api/v1/vms
+// with no body or {}. It answers 202 at once; poll the VM for progress.
+func (h *Handlers) APICreateVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	if c.Request().ContentLength != 0 {
+		var in struct{}
+		if err := decodeJSON(c, &in); err != nil {
+			return err
+		}
+	}
+	cl := CallerOf(c)
+	vm, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/vms/"+vm.ID)
+	return c.JSON(http.StatusAccepted, vmJSON(vmpool.Status{VM: vm, CPUPercent: -1}))
+}
+
+// APIVM shows one VM with live numbers: GET /api/v1/vms/:id.
+func (h *Handlers) APIVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	st, err := svc.Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, vmJSON(st))
+}
+
+// APIDestroyVM destroys a VM at once: DELETE /api/v1/vms/:id.
+func (h *Handlers) APIDestroyVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	vm, err := svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, vmJSON(vmpool.Status{VM: vm, CPUPercent: -1}))
+}
+
+// APIStopVM shuts a running VM down through its agent: POST /api/v1/vms/:id/stop.
+func (h *Handlers) APIStopVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	vm, err := svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, vmJSON(vmpool.Status{VM: vm, CPUPercent: -1}))
+}
+
+// APIRecycleVM replaces a running VM with a fresh one: POST /api/v1/vms/:id/recycle.
+func (h *Handlers) APIRecycleVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	old, repl, err := svc.Recycle(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/vms/"+repl.ID)
+	return c.JSON(http.StatusAccepted, map[string]any{
+		"recycled":    vmJSON(vmpool.Status{VM: old, CPUPercent: -1}),
+		"replacement": vmJSON(vmpool.Status{VM: repl, CPUPercent: -1}),
+	})
+}
+
+// PoolJSON is a tenant's pool settings in the API, with its quota.
+type PoolJSON struct {
+	VCPUs             int       `json:"vcpus"`
+	MemoryMiB         int       `json:"memory_mib"`
+	MaxVMs            int       `json:"max_vms"`
+	WarmVMs           int       `json:"warm_vms"`
+	RecycleAfterHours int       `json:"recycle_after_hours"`
+	UpdatedAt         *string   `json:"updated_at,omitempty"`
+	Quota             QuotaJSON `json:"quota"`
+}
+
+// QuotaJSON is a tenant's quota.
+type QuotaJSON struct {
+	MaxVMs       int `json:"max_vms"`
+	MaxVCPUs     int `json:"max_vcpus"`
+	MaxMemoryMiB int `json:"max_memory_mib"`
+	MaxSandboxes int `json:"max_sandboxes"`
+}
+
+func (h *Handlers) poolJSON(c echo.Context, svc *vmpool.Service, p vmpool.Pool) (PoolJSON, error) {
+	q, err := svc.Quota(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return PoolJSON{}, err
+	}
+	out := PoolJSON{VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, MaxVMs: p.MaxVMs, WarmVMs: p.WarmVMs, RecycleAfterHours: p.RecycleAfterHours,
+		Quota: QuotaJSON{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB, MaxSandboxes: q.MaxSandboxes}}
+	if !p.UpdatedAt.IsZero() {
+		out.UpdatedAt = timePtr(&p.UpdatedAt)
+	}
+	return out, nil
+}
+
+// APIVMPool shows the pool settings and quota: GET /api/v1/vm-pool.
+func (h *Handlers) APIVMPool(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	p, err := svc.Pool(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out, err := h.poolJSON(c, svc, p)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// APISetVMPool replaces the pool settings: PUT /api/v1/vm-pool with every
+// field of PoolJSON except quota and updated_at.
+func (h *Handlers) APISetVMPool(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	var in struct {
+		VCPUs             *int `json:"vcpus"`
+		MemoryMiB         *int `json:"memory_mib"`
+		MaxVMs            *int `json:"max_vms"`
+		WarmVMs           *int `json:"warm_vms"`
+		RecycleAfterHours *int `json:"recycle_after_hours"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	var set vmpool.PoolSettings
+	for _, f := range []struct {
+		name string
+		v    *int
+		dst  *int
+	}{
+		{"vcpus", in.VCPUs, &set.VCPUs}, {"memory_mib", in.MemoryMiB, &set.MemoryMiB}, {"max_vms", in.MaxVMs, &set.MaxVMs},
+		{"warm_vms", in.WarmVMs, &set.WarmVMs}, {"recycle_after_hours", in.RecycleAfterHours, &set.RecycleAfterHours},
+	} {
+		if f.v == nil {
+			return tenants.Invalid(f.name, "required", "is required")
+		}
+		*f.dst = *f.v
+	}
+	cl := CallerOf(c)
+	p, err := svc.SetPool(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, set)
+	if err != nil {
+		return err
+	}
+	out, err := h.poolJSON(c, svc, p)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// HostJSON is a libvirt host in the operators' API.
+type HostJSON struct {
+	URI            string  `json:"uri"`
+	Health         string  `json:"health"`
+	Reason         string  `json:"reason,omitempty"`
+	Configured     bool    `json:"configured"`
+	DomainType     string  `json:"domain_type,omitempty"`
+	CPUs           int     `json:"cpus"`
+	MemoryMiB      uint64  `json:"memory_mib"`
+	FreeMemoryMiB  uint64  `json:"free_memory_mib"`
+	VMs            int     `json:"vms"`
+	AllocVCPUs     int     `json:"allocated_vcpus"`
+	AllocMemoryMiB int     `json:"allocated_memory_mib"`
+	LastSeenAt     *string `json:"last_seen_at,omitempty"`
+}
+
+func hostRows(hs []vmpool.HostStatus) []HostJSON {
+	out := make([]HostJSON, 0, len(hs))
+	for _, hs := range hs {
+		j := HostJSON{URI: hs.URI, Health: vmpool.HealthOK, Configured: hs.Configured, DomainType: hs.DomainType,
+			CPUs: hs.CPUs, MemoryMiB: hs.MemoryKiB / 1024, FreeMemoryMiB: hs.FreeMemoryKiB / 1024,
+			VMs: hs.ActiveVMs, AllocVCPUs: hs.VCPUs, AllocMemoryMiB: hs.MemoryMiB, LastSeenAt: timePtr(hs.LastSeenAt)}
+		if !hs.Connected {
+			j.Health, j.Reason = vmpool.HealthUnavailable, hs.Reason
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// APIHosts lists the libvirt hosts (operators): GET /api/v1/hosts.
+func (h *Handlers) APIHosts(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return err
+	}
+	hs, err := svc.Hosts(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"hosts": hostRows(hs)})
+}
+
+// --- Pages ---
+
+func vmRows(sts []vmpool.Status, slugs map[string]string, now time.Time) []views.VMRow {
+	out := make([]views.VMRow, 0, len(sts))
+	for _, st := range sts {
+		vm := st.VM
+		out = append(out, views.VMRow{
+			ID: vm.ID, Tenant: slugs[vm.TenantID], State: string(vm.State), StateReason: vm.StateReason,
+			Phase: string(vm.Phase), Progress: vm.Phase.Progress(), ProgressMax: vmpool.BootSteps, PhaseFor: now.Sub(vm.PhaseAt),
+			Uptime: st.Uptime, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, CPUPercent: st.CPUPercent,
+			AgentVersion: vm.AgentVersion, Host: vm.HostURI, CreatedAt: vm.CreatedAt, Acquired: vm.AcquiredAt != nil,
+		})
+	}
+	return out
+}
+
+func (h *Handlers) vmTable(c echo.Context) (views.VMTable, error) {
+	cl := CallerOf(c)
+	t := views.VMTable{CanEdit: tenants.Can(cl.Role, tenants.PermVMsWrite), PollURL: "/vms/table"}
+	if tok, ok := c.Get(CSRFContextKey).(string); ok {
+		t.CSRF = tok
+	}
+	if h.vms == nil {
+		return t, nil
+	}
+	sts, err := h.vms.List(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.VMTable{}, err
+	}
+	t.Rows = vmRows(sts, nil, h.clock())
+	return t, nil
+}
+
+func poolForm(p vmpool.Pool) views.PoolForm {
+	return views.PoolForm{VCPUs: strconv.Itoa(p.VCPUs), MemoryMiB: strconv.Itoa(p.MemoryMiB), MaxVMs: strconv.Itoa(p.MaxVMs),
+		WarmVMs: strconv.Itoa(p.WarmVMs), RecycleAfterHours: strconv.Itoa(p.RecycleAfterHours)}
+}
+
+// vmsView builds the VMs page; form, when not nil, is a rejected pool form
+// to show again with its errors.
+func (h *Handlers) vmsView(c echo.Context, form *views.PoolForm) (views.VMsView, error) {
+	ctx := c.Request().Context()
+	cl := CallerOf(c)
+	table, err := h.vmTable(c)
+	if err != nil {
+		return views.VMsView{}, err
+	}
+	v := views.VMsView{Table: table, CanEdit: table.CanEdit, IsOperator: cl.Operator}
+	svc, err := h.vmService()
+	if err != nil {
+		v.Unavailable = err.Error()
+		return v, nil
+	}
+	if err := svc.Available(); err != nil {
+		v.Unavailable = err.Error()
+	}
+	p, err := svc.Pool(ctx, cl.Tenant.ID)
+	if err != nil {
+		return views.VMsView{}, err
+	}
+	v.VMVCPUs, v.VMMemoryMiB = p.VCPUs, p.MemoryMiB
+	v.Pool = poolForm(p)
+	if form != nil {
+		v.Pool = *form
+	}
+	q, err := svc.Quota(ctx, cl.Tenant.ID)
+	if err != nil {
+		return views.VMsView{}, err
+	}
+	v.Quota = views.QuotaView{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB}
+	for _, r := range table.Rows {
+		if r.State == string(vmpool.StateBooting) || r.State == string(vmpool.StateRunning) || r.State == string(vmpool.StateStopping) {
+			v.Quota.UsedVMs++
+			v.Quota.UsedVCPUs += r.VCPUs
+			v.Quota.UsedMemoryMiB += r.MemoryMiB
+		}
+	}
+	return v, nil
+}
+
+// VMsPage is the tenant's VM page: GET /vms.
+func (h *Handlers) VMsPage(c echo.Context) error {
+	v, err := h.vmsView(c, nil)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.VMs(h.page(c, "VMs", views.NavVMs), v))
+}
+
+// VMsTable is the VM table alone, polled by the page: GET /vms/table.
+func (h *Handlers) VMsTable(c echo.Context) error {
+	t, err := h.vmTable(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.VMTableFragment(t))
+}
+
+// vmActionResult turns the outcome of a page action into a flash and a
+// redirect back to the page. Errors a person can act on become messages;
+// not-found and anything unexpected go to the error page.
+func (h *Handlers) vmActionResult(c echo.Context, err error, success string) error {
+	if err != nil {
+		switch {
+		case errors.Is(err, vmpool.ErrUnavailable):
+			h.flash(c, views.FlashError, "Hypervisor unavailable: "+err.Error())
+		case errors.Is(err, tenants.ErrQuota), errors.Is(err, tenants.ErrConflict):
+			h.flash(c, views.FlashError, "Not done: "+err.Error())
+		default:
+			return err
+		}
+		return redirect(c, "/vms")
+	}
+	h.flash(c, views.FlashSuccess, success)
+	return redirect(c, "/vms")
+}
+
+// StartVM boots a VM from the page: POST /vms.
+func (h *Handlers) StartVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResult(c, err, "")
+	}
+	cl := CallerOf(c)
+	vm, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID)
+	return h.vmActionResult(c, err, "VM "+shortID(vm.ID)+" is booting.")
+}
+
+// StopVM shuts a VM down from the page: POST /vms/:id/stop.
+func (h *Handlers) StopVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResult(c, err, "")
+	}
+	cl := CallerOf(c)
+	_, err = svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" is shutting down.")
+}
+
+// DestroyVM destroys a VM from the page: POST /vms/:id/destroy.
+func (h *Handlers) DestroyVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResult(c, err, "")
+	}
+	cl := CallerOf(c)
+	_, err = svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" destroyed.")
+}
+
+// RecycleVM replaces a VM from the page: POST /vms/:id/recycle.
+func (h *Handlers) RecycleVM(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResult(c, err, "")
+	}
+	cl := CallerOf(c)
+	_, repl, err := svc.Recycle(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" recycled; "+shortID(repl.ID)+" is booting in its place.")
+}
+
+// SetVMPool saves the pool settings form: POST /vms/pool. Errors are shown
+// in place, next to the field (or above the form for a quota).
+func (h *Handlers) SetVMPool(c echo.Context) error {
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResult(c, err, "")
+	}
+	form := views.PoolForm{
+		VCPUs: strings.TrimSpace(c.FormValue("vcpus")), MemoryMiB: strings.TrimSpace(c.FormValue("memory_mib")),
+		MaxVMs: strings.TrimSpace(c.FormValue("max_vms")), WarmVMs: strings.TrimSpace(c.FormValue("warm_vms")),
+		RecycleAfterHours: strings.TrimSpace(c.FormValue("recycle_after_hours")),
+	}
+	var set vmpool.PoolSettings
+	err = nil
+	for _, f := range []struct {
+		name string
+		raw  string
+		dst  *int
+	}{
+		{"vcpus", form.VCPUs, &set.VCPUs}, {"memory_mib", form.MemoryMiB, &set.MemoryMiB}, {"max_vms", form.MaxVMs, &set.MaxVMs},
+		{"warm_vms", form.WarmVMs, &set.WarmVMs}, {"recycle_after_hours", form.RecycleAfterHours, &set.RecycleAfterHours},
+	} {
+		n, perr := strconv.Atoi(f.raw)
+		if perr != nil {
+			err = tenants.Invalid(f.name, "number", "must be a whole number")
+			break
+		}
+		*f.dst = n
+	}
+	cl := CallerOf(c)
+	if err == nil {
+		_, err = svc.SetPool(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, set)
+	}
+	if err != nil {
+		var qe *tenants.QuotaError
+		switch {
+		case errors.As(err, &qe):
+			form.Errors = map[string]string{views.FormError: "Over the tenant quota: " + qe.Error() + ". Ask a platform operator to raise it, or lower max VMs or the VM size."}
+		default:
+			if form.Errors, err = fieldErrors(err); err != nil {
+				return err
+			}
+		}
+		v, err := h.vmsView(c, &form)
+		if err != nil {
+			return err
+		}
+		status := http.StatusUnprocessableEntity
+		if qe != nil {
+			status = http.StatusTooManyRequests
+		}
+		return render(c, status, views.VMs(h.page(c, "VMs", views.NavVMs), v))
+	}
+	h.flash(c, views.FlashSuccess, "Pool settings saved.")
+	return redirect(c, "/vms")
+}
+
+// OperatorHosts lists hosts and every tenant's VMs: GET /operator/hosts.
+func (h *Handlers) OperatorHosts(c echo.Context) error {
+	v := views.HostsView{VMs: views.VMTable{ShowTenant: true}}
+	svc, err := h.vmService()
+	if err != nil {
+		v.Unavailable = err.Error()
+	} else {
+		ctx := c.Request().Context()
+		hs, err := svc.Hosts(ctx)
+		if err != nil {
+			return err
+		}
+		for _, j := range hostRows(hs) {
+			row := views.HostRow{URI: j.URI, Health: j.Health, Reason: j.Reason, Configured: j.Configured, DomainType: j.DomainType,
+				CPUs: j.CPUs, MemoryMiB: int(j.MemoryMiB), FreeMemoryMiB: int(j.FreeMemoryMiB), VMs: j.VMs,
+				AllocVCPUs: j.AllocVCPUs, AllocMemoryMiB: j.AllocMemoryMiB}
+			if j.LastSeenAt != nil {
+				row.LastSeen, _ = time.Parse(timeJSON, *j.LastSeenAt)
+			}
+			v.Hosts = append(v.Hosts, row)
+		}
+		sts, err := svc.ListAll(ctx)
+		if err != nil {
+			return err
+		}
+		ts, err := h.store.ListTenants(ctx)
+		if err != nil {
+			return err
+		}
+		slugs := make(map[string]string, len(ts))
+		for _, t := range ts {
+			slugs[t.ID] = t.Slug
+		}
+		v.VMs.Rows = vmRows(sts, slugs, h.clock())
+	}
+	return render(c, http.StatusOK, views.OperatorHosts(h.page(c, "Hosts", "hosts"), v))
+}
+
+func shortID(id string) string {
+	if len(id) > 13 {
+		return id[len(id)-12:]
+	}
+	return id
+}

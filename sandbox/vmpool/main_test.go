@@ -1,0 +1,261 @@
+package vmpool_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+	"libvirt.org/go/libvirt"
+
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/webtest"
+)
+
+const systemURI = "qemu:///system"
+
+// prep is what the first VM test learnt about the machine: one libvirt
+// check and at most one image build per test binary, shared by every VM
+// test and benchmark.
+var prep struct {
+	once    sync.Once
+	dataDir string
+	guest   image.Guest
+	skip    string // why VM tests cannot run here ("" when they can)
+	err     error  // the image could not be built
+}
+
+// needVMs returns the data dir with a built guest image, or stops the test:
+// Unavailable (a failure under CI=true) without root or libvirt, Fatal when
+// the image cannot be built.
+func needVMs(tb testing.TB) (string, image.Guest) {
+	tb.Helper()
+	prep.once.Do(prepare)
+	if prep.skip != "" {
+		hypervisortest.Unavailable(tb, prep.skip)
+	}
+	if prep.err != nil {
+		tb.Fatalf("guest image: %v", prep.err)
+	}
+	return prep.dataDir, prep.guest
+}
+
+func prepare() {
+	if os.Geteuid() != 0 {
+		prep.skip = "VM tests need root (qemu:///system relabels the guest files)"
+		return
+	}
+	conn, err := libvirt.NewConnect(systemURI)
+	if err != nil {
+		prep.skip = fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err)
+		return
+	}
+	conn.Close()
+	dir := os.Getenv("STOCKADE_TEST_DATA")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(), "var")
+	}
+	prep.dataDir = dir
+	m, err := image.Load(dir)
+	if err != nil {
+		// Missing or stale: build it (busybox template only) with a fresh agent.
+		m, err = buildImage(dir)
+	}
+	if err != nil {
+		prep.err = err
+		return
+	}
+	prep.guest = m.Guest
+}
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+func buildImage(dir string) (image.Manifest, error) {
+	tmp, err := os.MkdirTemp("", "vmpool-agent-")
+	if err != nil {
+		return image.Manifest{}, err
+	}
+	defer os.RemoveAll(tmp)
+	agent := filepath.Join(tmp, "stockade-agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", agent, "./cmd/stockade-agent")
+	cmd.Dir = repoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return image.Manifest{}, fmt.Errorf("build stockade-agent: %w: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	m, err := image.Build(ctx, image.Options{DataDir: dir, AgentBinary: agent, Progress: &progress, Templates: []string{image.TemplateBusybox}})
+	if err != nil {
+		return image.Manifest{}, fmt.Errorf("image build: %w\n%s", err, progress.String())
+	}
+	return m, nil
+}
+
+// testLogger writes the service's log to the test log (visible with -v or
+// on failure).
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newService starts a Service on db for the local libvirtd. At cleanup it is
+// closed; VMs are not destroyed here (the test that made them does it).
+func newService(tb testing.TB, db *gorm.DB, dataDir string, uris ...string) *vmpool.Service {
+	tb.Helper()
+	if len(uris) == 0 {
+		uris = []string{systemURI}
+	}
+	ctx := context.Background()
+	svc, err := vmpool.New(ctx, db, vmpool.Config{URIs: uris, DataDir: dataDir, Logger: testLogger(tb), ConnectTimeout: 30 * time.Second})
+	if err != nil {
+		tb.Fatalf("vmpool.New = %v", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := svc.Start(sctx); err != nil {
+		tb.Fatalf("Start = %v", err)
+	}
+	tb.Cleanup(func() { svc.Close() })
+	return svc
+}
+
+// cleanupInstallation destroys, at the end, every domain of the
+// installation that is still there, and fails the test if there was one:
+// tests must clean up what they create, and never touch other domains.
+func cleanupInstallation(tb testing.TB, installationID string) {
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: systemURI, InstallationID: installationID})
+		if err != nil {
+			tb.Errorf("cleanup: connect: %v", err)
+			return
+		}
+		defer h.Close()
+		doms, err := h.List(ctx)
+		if err != nil {
+			tb.Errorf("cleanup: list: %v", err)
+			return
+		}
+		for _, d := range doms {
+			tb.Errorf("leaked domain %s (state %s): destroying it", d.Name, d.State)
+			if err := h.Destroy(ctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+				tb.Errorf("cleanup: destroy %s: %v", d.Name, err)
+			}
+		}
+	})
+}
+
+// newWeb starts the whole web app on db with svc as its VM pools (nil for
+// none), the way webtest.New does.
+func newWeb(tb testing.TB, db *gorm.DB, svc *vmpool.Service, operators ...string) *webtest.Env {
+	tb.Helper()
+	store := tenants.NewStore(db, nil)
+	al := audit.NewLog(db, nil)
+	ops := map[string]bool{}
+	for _, e := range operators {
+		ops[strings.ToLower(e)] = true
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	publicURL := "http://" + srv.Listener.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := web.NewApp(ctx, web.AppConfig{
+		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
+		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: svc,
+	}, store, al)
+	if err != nil {
+		cancel()
+		tb.Fatalf("web.NewApp = %v", err)
+	}
+	srv.Config.Handler = app.Handler()
+	srv.Start()
+	tb.Cleanup(func() { cancel(); srv.Close() })
+	if err := app.ConnectDevIdP(ctx); err != nil {
+		tb.Fatalf("ConnectDevIdP = %v", err)
+	}
+	return &webtest.Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app}
+}
+
+// problem is the part of a problem document tests look at.
+type problem struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Errors []struct {
+		Field string `json:"field"`
+		Rule  string `json:"rule"`
+	} `json:"errors"`
+}
+
+func decodeProblem(tb testing.TB, body string) problem {
+	tb.Helper()
+	var p problem
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		tb.Fatalf("not a problem document: %v: %s", err, body)
+	}
+	return p
+}
+
+// counts returns row counts of the tables VM calls write.
+func counts(tb testing.TB, db *gorm.DB) map[string]int64 {
+	tb.Helper()
+	out := map[string]int64{}
+	for _, table := range []string{"vms", "vm_pools", "audit_events"} {
+		var n int64
+		if err := db.Table(table).Count(&n).Error; err != nil {
+			tb.Fatal(err)
+		}
+		out[table] = n
+	}
+	return out
+}
+
+func sameCounts(tb testing.TB, db *gorm.DB, before map[string]int64, what string) {
+	tb.Helper()
+	after := counts(tb, db)
+	for k, v := range before {
+		if after[k] != v {
+			tb.Errorf("%s wrote rows: Got(%s) = %d; want %d", what, k, after[k], v)
+		}
+	}
+}
+
+// freshDB is a fresh migrated database: PostgreSQL when configured (the
+// multi-replica database), else SQLite.
+func freshDB(tb testing.TB) *gorm.DB {
+	tb.Helper()
+	if dsn := os.Getenv(dbtest.EnvPostgres); dsn != "" {
+		return dbtest.Postgres(tb, dsn)
+	}
+	return dbtest.SQLite(tb)
+}

@@ -1,0 +1,534 @@
+// Package vmpool runs each tenant's VMs: it keeps the tenant's pool settings
+// and VMs in the database, boots VMs on libvirt hosts in the background with
+// visible progress, talks to the agent inside each one, keeps warm VMs ready,
+// recycles old ones, notices VMs that die, and reconciles the database with
+// libvirt at startup (adopting running VMs, destroying orphans of this
+// installation, never touching anyone else's domains).
+package vmpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants/audit"
+)
+
+// Hypervisor is what the pool needs of one libvirt host. *hypervisor.Host
+// implements it.
+type Hypervisor interface {
+	URI() string
+	DomainType(ctx context.Context) (string, error)
+	Capacity(ctx context.Context) (hypervisor.Capacity, error)
+	Create(ctx context.Context, spec hypervisor.DomainSpec) (*hypervisor.Domain, error)
+	Lookup(ctx context.Context, id string) (hypervisor.DomainInfo, error)
+	List(ctx context.Context) ([]hypervisor.DomainInfo, error)
+	Destroy(ctx context.Context, id string) error
+	OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error)
+	Events() <-chan hypervisor.Event
+	Close() error
+}
+
+// Connector opens the Hypervisor at uri for one installation.
+type Connector func(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error)
+
+// ConnectLibvirt is the Connector for real libvirt hosts.
+func ConnectLibvirt(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error) {
+	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Config configures a Service. Zero durations take the defaults noted.
+type Config struct {
+	// URIs are the libvirt hosts (STOCKADE_LIBVIRT_URIS); default qemu:///system.
+	URIs []string
+	// DataDir holds the guest image (image.Load).
+	DataDir string
+	Logger  *slog.Logger
+	Clock   func() time.Time
+	// Connect opens a host; default ConnectLibvirt.
+	Connect Connector
+	// BootConcurrency bounds VMs booting at once; default 2 (TCG boot is
+	// CPU-bound: more at once only makes each slower).
+	BootConcurrency int
+	// BootTimeout bounds define -> agent handshake; default 3 min.
+	BootTimeout time.Duration
+	// AdoptTimeout bounds the handshake with a VM found running; default 30 s.
+	AdoptTimeout time.Duration
+	// StopTimeout is how long a graceful stop may take before the VM is
+	// destroyed; default 30 s.
+	StopTimeout time.Duration
+	// ConnectTimeout bounds one attempt to reach a host; default 15 s.
+	ConnectTimeout time.Duration
+	// ReconcileInterval is how often pools are topped up and old VMs
+	// recycled (changes trigger it at once too); default 10 s.
+	ReconcileInterval time.Duration
+	// MonitorInterval is how often libvirt is polled for CPU use and for
+	// domains that vanished without an event; default 2 s.
+	MonitorInterval time.Duration
+	// HostRefresh is how often host capacity and VM last-seen times are
+	// written; default 15 s.
+	HostRefresh time.Duration
+}
+
+func (c *Config) checkAndSetDefaults() error {
+	if len(c.URIs) == 0 {
+		c.URIs = []string{hypervisor.DefaultURI}
+	}
+	seen := map[string]bool{}
+	for _, u := range c.URIs {
+		if u == "" || seen[u] {
+			return fmt.Errorf("vm pool: libvirt URI %q is empty or repeated", u)
+		}
+		seen[u] = true
+	}
+	if c.DataDir == "" {
+		return errors.New("vm pool: DataDir is required (the guest image lives there)")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Connect == nil {
+		c.Connect = ConnectLibvirt
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.BootConcurrency <= 0 {
+		c.BootConcurrency = 2
+	}
+	def(&c.BootTimeout, 3*time.Minute)
+	def(&c.AdoptTimeout, 30*time.Second)
+	def(&c.StopTimeout, 30*time.Second)
+	def(&c.ConnectTimeout, 15*time.Second)
+	def(&c.ReconcileInterval, 10*time.Second)
+	def(&c.MonitorInterval, 2*time.Second)
+	def(&c.HostRefresh, 15*time.Second)
+	return nil
+}
+
+// Service runs the VM pools of every tenant on a set of libvirt hosts.
+type Service struct {
+	cfg       Config
+	store     *Store
+	audit     *audit.Log
+	log       *slog.Logger
+	installID string
+
+	// ctx ends at Close; it bounds background work only.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	hosts     []*hostConn
+	bootSlots chan struct{}
+	kickc     chan string // tenants to reconcile now
+
+	mu        sync.Mutex
+	vms       map[string]*runtime
+	backoff   map[string]backoff // per tenant, after failed warm boots
+	started   bool
+	closeOnce sync.Once
+}
+
+type backoff struct {
+	until    time.Time
+	failures int
+}
+
+// New returns a Service on db (opened and migrated). Start it to connect to
+// the hosts.
+func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
+	if err := cfg.checkAndSetDefaults(); err != nil {
+		return nil, err
+	}
+	store := NewStore(db, cfg.Clock)
+	id, err := store.InstallationID(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vm pool: %w", err)
+	}
+	s := &Service{
+		cfg: cfg, store: store, audit: audit.NewLog(db, cfg.Clock), log: cfg.Logger.With("component", "vmpool"),
+		installID: id,
+		bootSlots: make(chan struct{}, cfg.BootConcurrency),
+		kickc:     make(chan string, 64),
+		vms:       map[string]*runtime{},
+		backoff:   map[string]backoff{},
+	}
+	for _, u := range cfg.URIs {
+		s.hosts = append(s.hosts, &hostConn{uri: u, reason: "not connected yet", cpu: map[string]cpuSample{}})
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Store is the service's store.
+func (s *Service) Store() *Store { return s.store }
+
+// InstallationID is the installation whose domains this service manages.
+func (s *Service) InstallationID() string { return s.installID }
+
+// Start connects to every host (each first attempt bounded by
+// ConnectTimeout), reconciles each reachable one with the database, then
+// runs the pool in the background. Unreachable hosts are retried in the
+// background: Start succeeds with libvirtd down, and VM operations answer
+// ErrUnavailable until a host is reached.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("vm pool: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	firsts := make([]chan struct{}, len(s.hosts))
+	for i, h := range s.hosts {
+		firsts[i] = make(chan struct{})
+		s.wg.Add(1)
+		go s.superviseHost(h, firsts[i])
+	}
+	for _, f := range firsts {
+		select {
+		case <-f:
+		case <-ctx.Done():
+			return fmt.Errorf("start vm pool: %w", ctx.Err())
+		}
+	}
+	if err := s.Available(); err != nil {
+		s.log.Warn("no libvirt host reachable: VMs cannot start until one is; retrying in the background", "err", err)
+	}
+	s.wg.Add(2)
+	go s.reconcileLoop()
+	go s.monitorLoop()
+	return nil
+}
+
+// Close stops the background work and closes the agent sessions and host
+// connections. Running VMs are left running: the next Start adopts them.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		s.mu.Lock()
+		rts := make([]*runtime, 0, len(s.vms))
+		for _, rt := range s.vms {
+			rts = append(rts, rt)
+		}
+		s.vms = map[string]*runtime{}
+		s.mu.Unlock()
+		for _, rt := range rts {
+			rt.closeClient()
+		}
+		for _, h := range s.hosts {
+			if hv := h.take(); hv != nil {
+				if err := hv.Close(); err != nil {
+					s.log.Warn("close libvirt host", "uri", h.uri, "err", err)
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// Available is nil when at least one host is reachable, else an error
+// wrapping ErrUnavailable that says why for each host.
+func (s *Service) Available() error {
+	var why []string
+	for _, h := range s.hosts {
+		if _, err := h.live(); err == nil {
+			return nil
+		} else {
+			why = append(why, err.Error())
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(why, "; "))
+}
+
+// hostConn is one configured libvirt host and what we know of it.
+type hostConn struct {
+	uri string
+
+	mu        sync.Mutex
+	hv        Hypervisor // nil until the first successful connect
+	connected bool       // false while libvirt is unreachable
+	reason    string     // why not connected
+	capacity  hypervisor.Capacity
+	domType   string
+	reserved  int // MiB of boots in flight, not yet in capacity
+	cpu       map[string]cpuSample
+	lastSeen  time.Time
+}
+
+type cpuSample struct {
+	cpu     time.Duration
+	at      time.Time
+	percent float64 // of the VM's vCPUs over the last interval; -1 unknown
+}
+
+// live returns the host's Hypervisor when it is connected.
+func (h *hostConn) live() (Hypervisor, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hv == nil || !h.connected {
+		return nil, fmt.Errorf("%w: libvirt at %s: %s", ErrUnavailable, h.uri, h.reason)
+	}
+	return h.hv, nil
+}
+
+func (h *hostConn) take() Hypervisor {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hv := h.hv
+	h.hv, h.connected, h.reason = nil, false, "closed"
+	return hv
+}
+
+func (h *hostConn) setDown(reason string) {
+	h.mu.Lock()
+	h.connected, h.reason = false, reason
+	h.mu.Unlock()
+}
+
+func (h *hostConn) setUp(hv Hypervisor) {
+	h.mu.Lock()
+	h.hv, h.connected, h.reason = hv, true, ""
+	h.mu.Unlock()
+}
+
+func (s *Service) hostByURI(uri string) *hostConn {
+	for _, h := range s.hosts {
+		if h.uri == uri {
+			return h
+		}
+	}
+	return nil
+}
+
+// liveHost returns the Hypervisor of a VM's host, or ErrUnavailable.
+func (s *Service) liveHost(uri string) (*hostConn, Hypervisor, error) {
+	h := s.hostByURI(uri)
+	if h == nil {
+		return nil, nil, fmt.Errorf("%w: libvirt host %s is not configured (STOCKADE_LIBVIRT_URIS)", ErrUnavailable, uri)
+	}
+	hv, err := h.live()
+	return h, hv, err
+}
+
+// pickHost places a VM of memMiB: the reachable host with the most free
+// memory after the boots already in flight on it.
+func (s *Service) pickHost(memMiB int) (*hostConn, error) {
+	var (
+		best     *hostConn
+		bestFree int64
+		why      []string
+	)
+	for _, h := range s.hosts {
+		if _, err := h.live(); err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		h.mu.Lock()
+		free := int64(h.capacity.MemoryFreeKiB/1024) - int64(h.reserved)
+		h.mu.Unlock()
+		if free < int64(memMiB) {
+			why = append(why, fmt.Sprintf("libvirt at %s: %d MiB free, %d MiB needed", h.uri, max(free, 0), memMiB))
+			continue
+		}
+		if best == nil || free > bestFree {
+			best, bestFree = h, free
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: no host can take the vm: %s", ErrUnavailable, strings.Join(why, "; "))
+	}
+	return best, nil
+}
+
+func (h *hostConn) reserve(mib int) {
+	h.mu.Lock()
+	h.reserved += mib
+	h.mu.Unlock()
+}
+
+// superviseHost connects to a host, retrying with backoff until it works,
+// then reconciles it and follows its events until Close.
+func (s *Service) superviseHost(h *hostConn, first chan struct{}) {
+	defer s.wg.Done()
+	signalled := false
+	signal := func() {
+		if !signalled {
+			close(first)
+			signalled = true
+		}
+	}
+	defer signal()
+	delay := time.Second
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
+		hv, err := s.cfg.Connect(ctx, h.uri, s.installID, s.log)
+		cancel()
+		if s.ctx.Err() != nil {
+			if hv != nil {
+				hv.Close()
+			}
+			return
+		}
+		if err != nil {
+			h.setDown(err.Error())
+			s.recordHost(h)
+			if !signalled {
+				s.log.Warn("libvirt host unreachable", "uri", h.uri, "err", err)
+			}
+			signal()
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(delay*2, 30*time.Second)
+			continue
+		}
+		h.setUp(hv)
+		s.refreshHost(h)
+		s.log.Info("libvirt host connected", "uri", h.uri)
+		s.reconcileHost(h, hv)
+		signal()
+		s.watchEvents(h, hv)
+		return
+	}
+}
+
+// refreshHost reads the host's capacity and domain type and records them.
+func (s *Service) refreshHost(h *hostConn) {
+	hv, err := h.live()
+	if err != nil {
+		s.recordHost(h)
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	capacity, err := hv.Capacity(ctx)
+	if err != nil {
+		if errors.Is(err, hypervisor.ErrUnavailable) {
+			h.setDown(err.Error())
+		}
+		s.log.Warn("read host capacity", "uri", h.uri, "err", err)
+		s.recordHost(h)
+		return
+	}
+	dt, err := hv.DomainType(ctx)
+	if err != nil {
+		s.log.Warn("detect domain type", "uri", h.uri, "err", err)
+	}
+	h.mu.Lock()
+	h.capacity, h.lastSeen = capacity, s.cfg.Clock()
+	if dt != "" {
+		h.domType = dt
+	}
+	h.mu.Unlock()
+	s.recordHost(h)
+}
+
+func (s *Service) recordHost(h *hostConn) {
+	h.mu.Lock()
+	rec := Host{URI: h.uri, CPUs: h.capacity.CPUs, MemoryKiB: h.capacity.MemoryTotalKiB,
+		FreeMemoryKiB: h.capacity.MemoryFreeKiB, DomainType: h.domType, Health: HealthOK}
+	if h.hv == nil || !h.connected {
+		rec.Health, rec.HealthReason = HealthUnavailable, truncate(h.reason, 500)
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
+	defer cancel()
+	if err := s.store.upsertHost(ctx, rec); err != nil {
+		s.log.Warn("record host", "uri", h.uri, "err", err)
+	}
+}
+
+// HostStatus is a configured host as operators see it.
+type HostStatus struct {
+	Host
+	Configured bool // in STOCKADE_LIBVIRT_URIS now
+	Connected  bool
+	Reason     string // why not connected
+	Capacity   hypervisor.Capacity
+	ActiveVMs  int
+	VCPUs      int // of the active VMs, as allocated
+	MemoryMiB  int
+}
+
+// Hosts returns every known host: the configured ones first, live status
+// where the service has it.
+func (s *Service) Hosts(ctx context.Context) ([]HostStatus, error) {
+	recs, err := s.store.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byURI := map[string]Host{}
+	for _, r := range recs {
+		byURI[r.URI] = r
+	}
+	all, err := s.store.AllVMs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []HostStatus
+	add := func(st HostStatus) {
+		for _, vm := range all {
+			if vm.HostURI == st.URI && vm.State.Active() {
+				st.ActiveVMs++
+				st.VCPUs += vm.VCPUs
+				st.MemoryMiB += vm.MemoryMiB
+			}
+		}
+		out = append(out, st)
+	}
+	for _, h := range s.hosts {
+		st := HostStatus{Host: byURI[h.uri], Configured: true}
+		st.URI = h.uri
+		h.mu.Lock()
+		st.Connected, st.Reason, st.Capacity = h.hv != nil && h.connected, h.reason, h.capacity
+		h.mu.Unlock()
+		delete(byURI, h.uri)
+		add(st)
+	}
+	rest := make([]string, 0, len(byURI))
+	for u := range byURI {
+		rest = append(rest, u)
+	}
+	slices.Sort(rest)
+	for _, u := range rest {
+		add(HostStatus{Host: byURI[u], Reason: "no longer configured"})
+	}
+	return out, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// agentOptions are the client options of every agent session.
+func (s *Service) agentOptions() agentproto.ClientOptions {
+	return agentproto.ClientOptions{Name: "stockade-vmpool", Logger: s.log}
+}

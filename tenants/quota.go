@@ -1,0 +1,189 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/stockade-dev/stockade/tenants/audit"
+)
+
+// Quota names, as they appear in errors, the API and the audit log.
+const (
+	QuotaMaxVMs       = "max_vms"
+	QuotaMaxVCPUs     = "max_vcpus"
+	QuotaMaxMemoryMiB = "max_memory_mib"
+	QuotaMaxSandboxes = "max_sandboxes"
+)
+
+// Quota is a tenant's platform limits, set by operators. Every tenant has
+// one: a row is made with DefaultQuota the first time it is read.
+type Quota struct {
+	TenantID     string    `gorm:"column:tenant_id;primaryKey"`
+	MaxVMs       int       `gorm:"column:max_vms"`
+	MaxVCPUs     int       `gorm:"column:max_vcpus"`
+	MaxMemoryMiB int       `gorm:"column:max_memory_mib"`
+	MaxSandboxes int       `gorm:"column:max_sandboxes"` // running at once
+	UpdatedAt    time.Time `gorm:"column:updated_at;autoUpdateTime:false"`
+	UpdatedBy    string    `gorm:"column:updated_by"`
+}
+
+// TableName is the GORM table of Quota.
+func (Quota) TableName() string { return "tenant_quotas" }
+
+// AfterFind keeps times in UTC whatever the driver parsed.
+func (q *Quota) AfterFind(*gorm.DB) error {
+	q.UpdatedAt = q.UpdatedAt.UTC()
+	return nil
+}
+
+// DefaultQuota is what a tenant gets until an operator says otherwise:
+// enough for a small team on one modest host.
+func DefaultQuota() Quota {
+	return Quota{MaxVMs: 4, MaxVCPUs: 8, MaxMemoryMiB: 8192, MaxSandboxes: 16}
+}
+
+// Upper bounds an operator may set, so a typo cannot hand out a data centre.
+const (
+	maxQuotaVMs       = 1000
+	maxQuotaVCPUs     = 4096
+	maxQuotaMemoryMiB = 4 << 20 // 4 TiB
+	maxQuotaSandboxes = 10000
+)
+
+// QuotaError says which quota a request would exceed. It wraps ErrQuota.
+type QuotaError struct {
+	Quota string // one of the Quota* names
+	Limit int
+	Want  int // the total the request would bring the tenant to
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("quota %s exceeded: the request needs %d, the limit is %d", e.Quota, e.Want, e.Limit)
+}
+
+// Unwrap makes errors.Is(err, ErrQuota) hold.
+func (e *QuotaError) Unwrap() error { return ErrQuota }
+
+// Usage is what a tenant holds, or would hold after a request.
+type Usage struct {
+	VMs       int
+	VCPUs     int
+	MemoryMiB int
+	Sandboxes int
+}
+
+// Check returns a *QuotaError naming the first quota u exceeds, or nil.
+func (q Quota) Check(u Usage) error {
+	for _, c := range []struct {
+		name        string
+		want, limit int
+	}{
+		{QuotaMaxVMs, u.VMs, q.MaxVMs},
+		{QuotaMaxVCPUs, u.VCPUs, q.MaxVCPUs},
+		{QuotaMaxMemoryMiB, u.MemoryMiB, q.MaxMemoryMiB},
+		{QuotaMaxSandboxes, u.Sandboxes, q.MaxSandboxes},
+	} {
+		if c.want > c.limit {
+			return &QuotaError{Quota: c.name, Limit: c.limit, Want: c.want}
+		}
+	}
+	return nil
+}
+
+func (q Quota) validate() error {
+	for _, c := range []struct {
+		name       string
+		value, max int
+	}{
+		{QuotaMaxVMs, q.MaxVMs, maxQuotaVMs},
+		{QuotaMaxVCPUs, q.MaxVCPUs, maxQuotaVCPUs},
+		{QuotaMaxMemoryMiB, q.MaxMemoryMiB, maxQuotaMemoryMiB},
+		{QuotaMaxSandboxes, q.MaxSandboxes, maxQuotaSandboxes},
+	} {
+		if c.value < 0 || c.value > c.max {
+			return Invalid(c.name, "range", fmt.Sprintf("must be between 0 and %d", c.max))
+		}
+	}
+	return nil
+}
+
+// LockQuota returns the tenant's quota inside tx, locking the tenant row
+// (FOR UPDATE on PostgreSQL; SQLite transactions are serialized) so that a
+// check against the quota and the write it allows cannot race with another.
+// It creates the default row when the tenant has none. A missing tenant is
+// ErrNotFound. Other packages call it at the start of their own transaction.
+func LockQuota(tx *gorm.DB, tenantID string, now time.Time) (Quota, error) {
+	if _, err := lockTenant(tx, tenantID); err != nil {
+		return Quota{}, err
+	}
+	var q Quota
+	err := tx.Take(&q, "tenant_id = ?", tenantID).Error
+	if err == nil {
+		return q, nil
+	}
+	if !errors.Is(err, gorm.ErrRecordNotFound) {
+		return Quota{}, err
+	}
+	q = DefaultQuota()
+	q.TenantID, q.UpdatedAt = tenantID, now.UTC().Truncate(time.Microsecond)
+	// DO NOTHING: a concurrent first reader may have made the row already.
+	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&q).Error; err != nil {
+		return Quota{}, err
+	}
+	if err := tx.Take(&q, "tenant_id = ?", tenantID).Error; err != nil {
+		return Quota{}, err
+	}
+	return q, nil
+}
+
+// Quota returns the tenant's quota (the defaults, now stored, if none was set).
+func (s *Store) Quota(ctx context.Context, tenantID string) (Quota, error) {
+	var q Quota
+	err := s.tx(ctx, func(tx *gorm.DB) error {
+		var err error
+		q, err = LockQuota(tx, tenantID, s.now())
+		return err
+	})
+	if err != nil {
+		return Quota{}, fmt.Errorf("quota of tenant %s: %w", tenantID, err)
+	}
+	return q, nil
+}
+
+// SetQuota replaces the tenant's quota (platform operators). Each limit is
+// 0 or more, up to a sanity bound; lowering a quota below what the tenant
+// holds stops new allocations but takes nothing away.
+func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string, in Quota) (Quota, error) {
+	if err := in.validate(); err != nil {
+		return Quota{}, err
+	}
+	var out Quota
+	err := s.tx(ctx, func(tx *gorm.DB) error {
+		old, err := LockQuota(tx, tenantID, s.now())
+		if err != nil {
+			return err
+		}
+		out = Quota{TenantID: tenantID, MaxVMs: in.MaxVMs, MaxVCPUs: in.MaxVCPUs, MaxMemoryMiB: in.MaxMemoryMiB,
+			MaxSandboxes: in.MaxSandboxes, UpdatedAt: s.now(), UpdatedBy: actor.ID}
+		if err := tx.Save(&out).Error; err != nil {
+			return err
+		}
+		return s.write(tx, actor.Event(tenantID, audit.TypeQuotaUpdated, "tenant", tenantID, map[string]any{
+			"old": quotaDetails(old), "new": quotaDetails(out),
+		}))
+	})
+	if err != nil {
+		return Quota{}, fmt.Errorf("set quota of tenant %s: %w", tenantID, err)
+	}
+	return out, nil
+}
+
+func quotaDetails(q Quota) map[string]any {
+	return map[string]any{QuotaMaxVMs: q.MaxVMs, QuotaMaxVCPUs: q.MaxVCPUs,
+		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes}
+}

@@ -1,0 +1,274 @@
+package web_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/webtest"
+)
+
+// caller is one kind of client of the role table.
+type caller struct {
+	name     string
+	kind     string // anonymous, operator, session, token
+	role     tenants.Role
+	tenant   *tenants.Tenant // the tenant it acts in; nil for none
+	operator bool
+	email    string // session callers: who signs in again after a logout
+	client   *webtest.Client
+}
+
+// allowed is what the route table and tenants.Can declare for c.
+func (c *caller) allowed(r web.Route) bool {
+	switch r.Perm {
+	case tenants.PermPublic:
+		return true
+	case tenants.PermSignedIn:
+		return c.kind != "anonymous"
+	case tenants.PermOperator:
+		return c.operator
+	}
+	return c.tenant != nil && tenants.Can(c.role, r.Perm)
+}
+
+// fixtures makes the objects a route's :id needs, fresh for every request
+// so that one caller's delete never changes what the next one sees.
+type fixtures struct {
+	env    *webtest.Env
+	tenant tenants.Tenant
+	n      int
+}
+
+func (f *fixtures) next() int { f.n++; return f.n }
+
+// object returns a real object id of f.tenant for the :id of route path;
+// ok is false for a kind of object this test does not know yet.
+func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
+	t.Helper()
+	switch {
+	case strings.Contains(path, "/members/:id"):
+		return f.env.Invite(t, f.tenant, fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug), tenants.RoleDeveloper).ID, true
+	case strings.Contains(path, "/tokens/:id"):
+		_, tok := f.env.NewToken(t, f.tenant, fmt.Sprintf("object-%d", f.next()), tenants.RoleDeveloper)
+		return tok.ID, true
+	}
+	return "", false
+}
+
+// paramRE matches a path parameter of a route template.
+var paramRE = regexp.MustCompile(`:[A-Za-z_]+`)
+
+// fill replaces the path parameters of a route template: :id with a real
+// object of f.tenant where this test knows the kind, anything else with a
+// well-formed id that exists nowhere (authorization comes before lookup).
+func (f *fixtures) fill(t *testing.T, path string) (filled string, real bool) {
+	t.Helper()
+	real = true
+	filled = paramRE.ReplaceAllStringFunc(path, func(p string) string {
+		if p == ":id" {
+			if id, ok := f.object(t, path); ok {
+				return id
+			}
+		}
+		real = false
+		return missingID
+	})
+	return filled, real
+}
+
+// missingID is a well-formed id of no object.
+const missingID = "01900000-0000-7000-8000-000000000000"
+
+// input is a valid body for the routes that take one, so an allowed call
+// does its real work; routes without an entry get an empty body, which is
+// enough to test authorization.
+func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any) {
+	n := f.next()
+	switch r.Method + " " + r.Path {
+	case "POST /tenant/switch":
+		slug := "no-tenant"
+		if c.tenant != nil {
+			slug = c.tenant.Slug
+		}
+		return url.Values{"slug": {slug}}, nil
+	case "POST /settings/members":
+		return url.Values{"email": {fmt.Sprintf("form%d@%s.test", n, f.tenant.Slug)}, "role": {"developer"}}, nil
+	case "POST /settings/members/:id/role":
+		return url.Values{"role": {"manager"}}, nil
+	case "POST /settings/tokens":
+		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {"developer"}, "ttl": {"30d"}}, nil
+	case "POST /operator/tenants":
+		return url.Values{"slug": {fmt.Sprintf("form-tenant-%d", n)}, "name": {"Form tenant"}}, nil
+	case "POST /api/v1/members":
+		return nil, map[string]string{"email": fmt.Sprintf("api%d@%s.test", n, f.tenant.Slug), "role": "auditor"}
+	case "PATCH /api/v1/members/:id":
+		return nil, map[string]string{"role": "billing"}
+	case "POST /api/v1/tokens":
+		return nil, map[string]string{"name": fmt.Sprintf("api-token-%d", n), "role": "developer", "ttl": "24h"}
+	case "POST /api/v1/tenants":
+		return nil, map[string]string{"slug": fmt.Sprintf("api-tenant-%d", n)}
+	}
+	return nil, nil
+}
+
+// handlerStatus is the status an allowed call gets from the handler itself
+// when that is not a success, with the reason.
+func handlerStatus(r web.Route, c *caller) (int, string) {
+	switch {
+	case r.Method == http.MethodGet && r.Path == "/auth/callback":
+		return http.StatusUnauthorized, "no login in flight: the relying party refuses the callback"
+	case r.Path == "/tenant/switch" && c.tenant == nil:
+		return http.StatusNotFound, "the caller is a member of no tenant"
+	}
+	return 0, ""
+}
+
+// call sends r as c with path's :id replaced.
+func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in any) (int, string, http.Header) {
+	t.Helper()
+	cl := c.client
+	switch {
+	case r.Method == http.MethodGet:
+		return cl.Request(t, r.Method, path, "", nil)
+	case !r.API:
+		if form == nil {
+			form = url.Values{}
+		}
+		if cl.Bearer == "" {
+			form.Set("_csrf", cl.CSRF(t))
+		}
+		return cl.Request(t, r.Method, path, "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
+	}
+	var hdr []string
+	if cl.Bearer == "" {
+		hdr = []string{"X-CSRF-Token", cl.CSRF(t)}
+	}
+	body := "{}"
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = string(b)
+	}
+	return cl.Request(t, r.Method, path, "application/json", strings.NewReader(body), hdr...)
+}
+
+// TestRoleTable checks every route of the route table against every kind
+// of caller: allowed exactly when the route's permission and tenants.Can
+// say so, and denied the way the route's kind (page or API) denies.
+func TestRoleTable(t *testing.T) {
+	env := webtest.New(t, webtest.Options{Operators: []string{"operator@platform.test"}})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	f := &fixtures{env: env, tenant: acme}
+
+	callers := []*caller{{name: "anonymous", kind: "anonymous", client: env.Anonymous()}}
+	op := &caller{name: "operator", kind: "operator", operator: true, email: "operator@platform.test"}
+	op.client = env.Login(t, op.email)
+	callers = append(callers, op)
+	var tokens []*caller
+	for _, role := range tenants.Roles {
+		email := string(role) + "@acme-corp.test"
+		env.Member(t, acme, email, role)
+		s := &caller{name: "session " + string(role), kind: "session", role: role, tenant: &acme, email: email}
+		s.client = env.Login(t, email)
+		callers = append(callers, s)
+		tokens = append(tokens, &caller{name: "token " + string(role), kind: "token", role: role, tenant: &acme,
+			client: env.WithToken(env.Token(t, acme, role))})
+	}
+
+	routes := env.App.RouteTable()
+	if len(routes) == 0 {
+		t.Fatal("Got(route table) = empty; want routes")
+	}
+	for _, r := range routes {
+		t.Run(r.Method+" "+r.Path, func(t *testing.T) {
+			cs := callers
+			if r.API {
+				cs = append(append([]*caller{}, callers...), tokens...)
+			}
+			for _, c := range cs {
+				t.Run(c.name, func(t *testing.T) {
+					path, real := f.fill(t, r.Path)
+					if !real {
+						t.Logf("no fixture for the parameters of %s: checking authorization only (an allowed call may be 404)", r.Path)
+					}
+					form, in := f.input(r, c)
+					status, body, hdr := call(t, c, r, path, form, in)
+					checkAccess(t, r, c, real, status, body, hdr)
+					if c.kind == "session" || c.kind == "operator" {
+						// A call may end the session (logout): sign in again.
+						if s, _ := me(t, c.client); s != http.StatusOK {
+							c.client = env.Login(t, c.email)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func checkAccess(t *testing.T, r web.Route, c *caller, real bool, status int, body string, hdr http.Header) {
+	t.Helper()
+	allowed := c.allowed(r)
+	if status == http.StatusServiceUnavailable && allowed {
+		// Authorized, then the handler found its service (e.g. the VM pools)
+		// not running in this harness.
+		t.Logf("503 from the handler: %.200s", body)
+		return
+	}
+	if status >= 500 {
+		t.Fatalf("Got(status) = %d; want no server error: %.300s", status, body)
+	}
+	denied := status == http.StatusUnauthorized || status == http.StatusForbidden || loginRedirect(status, hdr) ||
+		(status == http.StatusSeeOther && hdr.Get("Location") == "/tenants/choose")
+	if allowed {
+		want, why := handlerStatus(r, c)
+		if !real && want == 0 {
+			want, why = http.StatusNotFound, "the object does not exist"
+			if status < 400 {
+				want = status
+			}
+		}
+		switch {
+		case want != 0 && status != want:
+			t.Errorf("Got(status) = %d; want %d (%s)", status, want, why)
+		case want == 0 && (denied || status >= 400):
+			t.Errorf("Got(status) = %d %s; want allowed (%s may %s): %.300s", status, hdr.Get("Location"), c.name, r.Perm, body)
+		}
+		return
+	}
+	// Denied: exactly the way this kind of route and caller is denied.
+	switch {
+	case c.kind == "anonymous" && r.API:
+		if status != http.StatusUnauthorized {
+			t.Fatalf("Got(status) = %d; want 401", status)
+		}
+		if p := webtest.Problem(t, hdr, body); p.Status != http.StatusUnauthorized {
+			t.Errorf("Got(problem status) = %d; want 401", p.Status)
+		}
+	case c.kind == "anonymous":
+		if !loginRedirect(status, hdr) {
+			t.Errorf("Got(status) = %d %q; want 303 to /login?return_to=", status, hdr.Get("Location"))
+		}
+	case c.tenant == nil && r.Perm.TenantScoped() && !r.API:
+		if status != http.StatusSeeOther || hdr.Get("Location") != "/tenants/choose" {
+			t.Errorf("Got(status) = %d %q; want 303 to /tenants/choose (no tenant chosen)", status, hdr.Get("Location"))
+		}
+	case r.API:
+		if status != http.StatusForbidden {
+			t.Fatalf("Got(status) = %d; want 403", status)
+		}
+		if p := webtest.Problem(t, hdr, body); p.Status != http.StatusForbidden || p.Detail == "" {
+			t.Errorf("Got(problem) = %+v; want 403 saying why", p)
+		}
+	default:
+		if status != http.StatusForbidden || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
+			t.Errorf("Got(status) = %d %s; want a 403 page", status, hdr.Get("Content-Type"))
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package webtest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// ChromiumPath is the browser the browser tests drive.
+const ChromiumPath = "/usr/bin/chromium"
+
+// Browser is one headless Chromium tab with a fresh profile. It records
+// everything the tab writes to its console: console calls, uncaught
+// exceptions and browser log entries (where CSP violations are reported).
+type Browser struct {
+	Ctx context.Context
+
+	mu   sync.Mutex
+	msgs []chromedp.ConsoleMessage
+}
+
+// NewBrowser starts Chromium for the test and closes it at the end. Without
+// Chromium the test fails under CI=true and is skipped elsewhere.
+func NewBrowser(t testing.TB) *Browser {
+	t.Helper()
+	if _, err := os.Stat(ChromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is missing (%v): CI must run the browser tests (apt-get install chromium)", err)
+		}
+		t.Skipf("chromium is missing (%v): install it (apt-get install chromium) to run the browser tests", err)
+	}
+	out := &lockedWriter{}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(ChromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+		chromedp.CombinedOutput(out),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	b := &Browser{Ctx: ctx}
+	// Start the browser and the tab now, so a missing library is reported
+	// here, and subscribe to the console before any page loads.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v\n%s", err, out.String())
+	}
+	msgs := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.msgs = append(b.msgs, m)
+			b.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		<-done
+	})
+	return b
+}
+
+// Do runs actions in the tab with a deadline.
+func (b *Browser) Do(t testing.TB, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		loc, _ := chromedp.Run(b.Ctx, chromedp.Location())
+		t.Fatalf("%s (at %s): %v", what, loc, err)
+	}
+}
+
+// Messages returns what the tab wrote to its console so far.
+func (b *Browser) Messages() []chromedp.ConsoleMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]chromedp.ConsoleMessage(nil), b.msgs...)
+}
+
+// Problems returns the console messages that mean a page is broken: errors,
+// uncaught exceptions, warnings, and every Content Security Policy report.
+func (b *Browser) Problems() []string {
+	var out []string
+	for _, m := range b.Messages() {
+		csp := strings.Contains(m.Text, "Content Security Policy") || strings.Contains(m.Text, "Content-Security-Policy")
+		if csp || m.IsException() || m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning {
+			out = append(out, m.String()+" ("+m.URL+")")
+		}
+	}
+	return out
+}
+
+// Screenshot saves a full-page PNG of the tab as dir/name.
+func (b *Browser) Screenshot(t testing.TB, dir, name string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("screenshot folder: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatalf("save screenshot: %v", err)
+	}
+	return path
+}
+
+// lockedWriter lets the browser's output be read while it still writes.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}

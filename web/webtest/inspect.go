@@ -1,0 +1,248 @@
+package webtest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/web"
+)
+
+// Clock is a settable clock for Options.Clock: tests move time forward to
+// expire sessions, tokens and codes without sleeping.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock standing at start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TenantNamed creates a tenant with a display name.
+func (e *Env) TenantNamed(t testing.TB, slug, name string) tenants.Tenant {
+	t.Helper()
+	tn, err := e.Store.CreateTenant(context.Background(), system, slug, name)
+	if err != nil {
+		t.Fatalf("CreateTenant(%s): %v", slug, err)
+	}
+	return tn
+}
+
+// Invite invites email into tn with role and returns the membership.
+func (e *Env) Invite(t testing.TB, tn tenants.Tenant, email string, role tenants.Role) tenants.Membership {
+	t.Helper()
+	m, err := e.Store.InviteMember(context.Background(), system, tn.ID, email, role)
+	if err != nil {
+		t.Fatalf("InviteMember(%s, %s): %v", tn.Slug, email, err)
+	}
+	return m
+}
+
+// NewToken makes an API token of tn and returns its secret and record.
+func (e *Env) NewToken(t testing.TB, tn tenants.Tenant, name string, role tenants.Role) (string, tenants.APIToken) {
+	t.Helper()
+	secret, tok, err := e.Store.CreateToken(context.Background(), system, tn.ID, tenants.NewToken{Name: name, Role: role})
+	if err != nil {
+		t.Fatalf("CreateToken(%s, %s): %v", tn.Slug, name, err)
+	}
+	return secret, tok
+}
+
+// Counts returns the number of rows of every application table.
+func (e *Env) Counts(t testing.TB) map[string]int64 {
+	t.Helper()
+	return dbtest.Count(t, e.DB)
+}
+
+// Unchanged fails the test when any table's row count differs from before.
+func (e *Env) Unchanged(t testing.TB, before map[string]int64) {
+	t.Helper()
+	if ok, diff := dbtest.Equal(before, e.Counts(t)); !ok {
+		t.Errorf("rows written by a rejected request: %s; want none", diff)
+	}
+}
+
+// Events returns the audit events of type typ in every tenant, oldest first.
+func (e *Env) Events(t testing.TB, typ string) []audit.Event {
+	t.Helper()
+	var out []audit.Event
+	if err := e.DB.Where("type = ?", typ).Order("occurred_at, id").Find(&out).Error; err != nil {
+		t.Fatalf("read audit events %s: %v", typ, err)
+	}
+	return out
+}
+
+// Membership reads one membership row, for checking that it is unchanged.
+func (e *Env) Membership(t testing.TB, id string) tenants.Membership {
+	t.Helper()
+	var m tenants.Membership
+	if err := e.DB.Take(&m, "id = ?", id).Error; err != nil {
+		t.Fatalf("read membership %s: %v", id, err)
+	}
+	return m
+}
+
+// APIToken reads one token row, for checking that it is unchanged.
+func (e *Env) APIToken(t testing.TB, id string) tenants.APIToken {
+	t.Helper()
+	var k tenants.APIToken
+	if err := e.DB.Take(&k, "id = ?", id).Error; err != nil {
+		t.Fatalf("read token %s: %v", id, err)
+	}
+	return k
+}
+
+// Cookie returns the value of the named cookie the client holds for the
+// app, or "".
+func (c *Client) Cookie(name string) string {
+	u, _ := url.Parse(c.Base)
+	for _, ck := range c.Jar.Cookies(u) {
+		if ck.Name == name {
+			return ck.Value
+		}
+	}
+	return ""
+}
+
+// SetCookie plants a cookie for the app's origin, as an attacker or an old
+// browser tab would.
+func (c *Client) SetCookie(name, value string) {
+	u, _ := url.Parse(c.Base)
+	c.Jar.SetCookies(u, []*http.Cookie{{Name: name, Value: value, Path: "/"}})
+}
+
+// SessionCookieName is the session cookie of the test server (plain http).
+const SessionCookieName = "stockade_session"
+
+// Session returns the client's session cookie value, or "".
+func (c *Client) Session() string { return c.Cookie(SessionCookieName) }
+
+// Problem decodes a problem document; it fails the test when body is not one.
+func Problem(t testing.TB, hdr http.Header, body string) web.Problem {
+	t.Helper()
+	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Fatalf("Got(Content-Type) = %q; want application/problem+json (body %.300s)", ct, body)
+	}
+	var p web.Problem
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("decode problem: %v: %.300s", err, body)
+	}
+	return p
+}
+
+// Doc is a parsed HTML page.
+type Doc struct{ root *html.Node }
+
+// ParseHTML parses a page; it fails the test when body is not HTML.
+func ParseHTML(t testing.TB, body string) Doc {
+	t.Helper()
+	n, err := html.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse HTML: %v", err)
+	}
+	return Doc{n}
+}
+
+func attr(n *html.Node, k string) string {
+	for _, a := range n.Attr {
+		if a.Key == k {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+func (d Doc) find(match func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && match(n) {
+			out = append(out, n)
+		}
+		for ch := n.FirstChild; ch != nil; ch = ch.NextSibling {
+			walk(ch)
+		}
+	}
+	walk(d.root)
+	return out
+}
+
+func text(n *html.Node) string {
+	var b strings.Builder
+	var walk func(*html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.TextNode {
+			b.WriteString(n.Data)
+		}
+		for ch := n.FirstChild; ch != nil; ch = ch.NextSibling {
+			walk(ch)
+		}
+	}
+	walk(n)
+	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+// Text returns the whitespace-normalised text of the elements with tag
+// name tag, in document order.
+func (d Doc) Text(tag string) []string {
+	var out []string
+	for _, n := range d.find(func(n *html.Node) bool { return n.Data == tag }) {
+		out = append(out, text(n))
+	}
+	return out
+}
+
+// FieldError returns the error message shown next to the form control
+// named name: the control must be marked aria-invalid and point with
+// aria-describedby at an element of class field-error holding the message.
+func (d Doc) FieldError(name string) (string, bool) {
+	ctrls := d.find(func(n *html.Node) bool {
+		return (n.Data == "input" || n.Data == "select" || n.Data == "textarea") && attr(n, "name") == name
+	})
+	for _, c := range ctrls {
+		if attr(c, "aria-invalid") != "true" {
+			continue
+		}
+		for _, id := range strings.Fields(attr(c, "aria-describedby")) {
+			for _, n := range d.find(func(n *html.Node) bool { return attr(n, "id") == id }) {
+				if strings.Contains(" "+attr(n, "class")+" ", " field-error ") {
+					return text(n), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// IDs returns the id attributes that start with prefix, in document order.
+func (d Doc) IDs(prefix string) []string {
+	var out []string
+	for _, n := range d.find(func(n *html.Node) bool { return strings.HasPrefix(attr(n, "id"), prefix) }) {
+		out = append(out, attr(n, "id"))
+	}
+	return out
+}
