@@ -133,9 +133,10 @@ func (s *Store) activatePending(tx *gorm.DB, u User, now time.Time) error {
 }
 
 func userActor(u User) audit.Actor {
-	name := u.Name
+	// The email, as every other user event names its actor.
+	name := u.Email
 	if name == "" {
-		name = u.Email
+		name = u.Name
 	}
 	return audit.Actor{Kind: audit.ActorUser, ID: u.ID, Name: name}
 }
