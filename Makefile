@@ -10,6 +10,9 @@ LDFLAGS := -X main.version=$(VERSION)
 DATA    ?= $(CURDIR)/var
 DEV_EMAIL ?= dev@stockade.local
 TEST_TIMEOUT ?= 60m
+# Guest images for tests live outside the checkout so clones share them;
+# they are rebuilt only when their inputs change.
+export STOCKADE_TEST_DATA_DIR ?= /var/tmp/stockade-test-data
 
 .PHONY: all run test test-short lint fmt generate check-generated build deps services postgres libvirtd image image-test bench clean assets
 
@@ -47,7 +50,7 @@ image: build libvirtd
 	bin/stockade image build --data-dir $(DATA)
 
 image-test: build
-	bin/stockade image build --data-dir $(DATA) --templates busybox
+	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox
 
 run: deps build libvirtd image
 	@bin/stockade tenant create demo --name "Demo" --admin $(DEV_EMAIL) --exists-ok --data-dir $(DATA) >/dev/null
@@ -60,7 +63,7 @@ run: deps build libvirtd image
 	STOCKADE_ADMIN_EMAILS=$${STOCKADE_ADMIN_EMAILS:-$(DEV_EMAIL)} STOCKADE_DATA_DIR=$${STOCKADE_DATA_DIR:-$(DATA)} exec bin/stockade serve
 
 test: deps check-generated build services image-test
-	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) STOCKADE_TEST_DATA=$(DATA) \
+	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 	@$(MAKE) --no-print-directory lint
 
@@ -77,7 +80,7 @@ fmt:
 	$(GO) tool templ fmt views
 
 bench: deps build services image-test
-	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) STOCKADE_TEST_DATA=$(DATA) \
+	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
 		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
 
 assets:
