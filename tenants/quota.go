@@ -144,6 +144,9 @@ func LockQuota(tx *gorm.DB, tenantID string, now time.Time) (Quota, error) {
 // Quota returns the tenant's quota (the defaults, now stored, if none was set).
 func (s *Store) Quota(ctx context.Context, tenantID string) (Quota, error) {
 	var q Quota
+	if err := s.db.WithContext(ctx).Take(&q, "tenant_id = ?", tenantID).Error; err == nil {
+		return q, nil
+	}
 	err := s.tx(ctx, func(tx *gorm.DB) error {
 		var err error
 		q, err = LockQuota(tx, tenantID, s.now())

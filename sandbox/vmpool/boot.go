@@ -273,7 +273,7 @@ func (s *Service) failBoot(vm VM, hv Hypervisor, cause error) {
 	}
 	reason := truncate(cause.Error(), 500)
 	_, changed, err := s.store.end(ctx, vm.ID, []State{StateBooting}, StateFailed, reason,
-		eventPtr(SystemActor.Event(vm.TenantID, audit.TypeVMFailed, "vm", vm.ID, map[string]any{"reason": reason, "host": vm.HostURI})))
+		eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMFailed, "vm", vm.ID, map[string]any{"reason": reason, "host": vm.HostURI})))
 	if err != nil {
 		s.log.Error("record failed vm", "vm", vm.ID, "err", err)
 	}

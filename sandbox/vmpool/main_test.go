@@ -76,8 +76,9 @@ func prepare() {
 	}
 	prep.dataDir = dir
 	m, err := image.Load(dir)
-	if err != nil {
-		// Missing or stale: build it (busybox template only) with a fresh agent.
+	if err != nil || agentChangedSince(m.BuiltAt) {
+		// Missing, changed, or older than the agent's sources: build it
+		// (busybox template only) with a freshly built agent.
 		m, err = buildImage(dir)
 	}
 	if err != nil {
@@ -90,6 +91,25 @@ func prepare() {
 func repoRoot() string {
 	wd, _ := os.Getwd()
 	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// agentChangedSince reports whether a source file of the guest agent (or
+// its protocol) was modified after t: an image built before speaks an old
+// protocol, and every handshake would fail.
+func agentChangedSince(t time.Time) bool {
+	changed := false
+	for _, dir := range []string{"cmd/stockade-agent", "sandbox/agent", "sandbox/agentproto"} {
+		_ = filepath.WalkDir(filepath.Join(repoRoot(), dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			if fi, err := d.Info(); err == nil && fi.ModTime().After(t) {
+				changed = true
+			}
+			return nil
+		})
+	}
+	return changed
 }
 
 func buildImage(dir string) (image.Manifest, error) {

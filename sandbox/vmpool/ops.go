@@ -252,7 +252,7 @@ func (s *Service) recycleAged(vm VM) {
 	}
 	rt := s.runtimeFor(vm)
 	rt.setDestroying(true)
-	if _, err := s.store.beginStop(s.ctx, SystemActor, vm.TenantID, vm.ID, "recycled", audit.TypeVMRecycled); err != nil {
+	if _, err := s.store.beginStop(s.ctx, SystemActor(), vm.TenantID, vm.ID, "recycled", audit.TypeVMRecycled); err != nil {
 		rt.setDestroying(false)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -61,7 +62,7 @@ func (s *Service) domainEnded(h *hostConn, ev hypervisor.Event) {
 	reason := fmt.Sprintf("domain %s (%s)", ev.Kind, ev.Reason)
 	switch vm.State {
 	case StateStopping:
-		s.stopped(vm, rt, reason)
+		s.stopped(vm, rt, "shut down: "+reason)
 	case StateBooting, StateRunning:
 		s.markLost(vm, reason)
 	}
@@ -69,7 +70,7 @@ func (s *Service) domainEnded(h *hostConn, ev hypervisor.Event) {
 
 // stopped records the end of a graceful stop.
 func (s *Service) stopped(vm VM, rt *runtime, reason string) {
-	actor := SystemActor
+	actor := SystemActor()
 	if rt != nil {
 		rt.mu.Lock()
 		if rt.stopActor != nil {
@@ -93,9 +94,8 @@ func (s *Service) stopped(vm VM, rt *runtime, reason string) {
 // markLost records that an active VM ended without us (audited vm.lost,
 // once however many observers notice) and lets the pool replace it.
 func (s *Service) markLost(vm VM, reason string) {
-	lostAt := time.Now()
 	_, changed, err := s.store.end(context.WithoutCancel(s.ctx), vm.ID, []State{StateBooting, StateRunning}, StateLost, reason,
-		eventPtr(SystemActor.Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"reason": reason, "host": vm.HostURI})))
+		eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"reason": reason, "host": vm.HostURI})))
 	if err != nil {
 		s.log.Error("record lost vm", "vm", vm.ID, "err", err)
 		return
@@ -112,8 +112,7 @@ func (s *Service) markLost(vm VM, reason string) {
 		}
 	}
 	s.dropRuntime(vm.ID)
-	s.log.Warn("vm lost", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "reason", reason,
-		"noticed_in", time.Since(lostAt).Round(time.Millisecond))
+	s.log.Warn("vm lost", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "reason", reason)
 	s.kick(vm.TenantID)
 }
 
@@ -169,14 +168,14 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 		case !present && vm.State == StateBooting && (vm.Phase == PhaseQueued || vm.Phase == PhaseDefining):
 			s.failBoot(vm, nil, errors.New("boot interrupted before its domain was defined"))
 		case !present && vm.State == StateStopping:
-			s.stopped(vm, rt, "domain gone (found at reconcile)")
+			s.stopped(vm, rt, "shut down: domain gone (found at reconcile)")
 		case !present:
 			s.markLost(vm, "domain gone (found at reconcile)")
 		case vm.State == StateStopping:
 			s.destroyAndEnd(ctx, hv, vm, StateStopped, "stopped (finished at reconcile)", nil)
 		case d.State != hypervisor.StateRunning:
 			s.destroyAndEnd(ctx, hv, vm, StateLost, "domain "+string(d.State)+" (found at reconcile)",
-				eventPtr(SystemActor.Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"state": string(d.State)})))
+				eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"state": string(d.State)})))
 		case vm.State == StateBooting:
 			// Its boot was cut short by a restart: finish the handshake in the background.
 			rt := s.runtimeFor(vm)
@@ -211,7 +210,7 @@ func (s *Service) adopt(ctx context.Context, rt *runtime, hv Hypervisor, vm VM, 
 			return
 		}
 		s.destroyAndEnd(context.WithoutCancel(ctx), hv, vm, StateFailed, reason,
-			eventPtr(SystemActor.Event(vm.TenantID, audit.TypeVMFailed, "vm", vm.ID, map[string]any{"reason": reason})))
+			eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMFailed, "vm", vm.ID, map[string]any{"reason": reason})))
 		return
 	}
 	hello := client.Hello()
@@ -258,7 +257,7 @@ func (s *Service) destroyOrphan(ctx context.Context, h *hostConn, hv Hypervisor,
 		return
 	}
 	s.log.Warn("reconcile: destroyed orphan domain", "uri", h.uri, "domain", d.Name, "tenant", d.TenantID)
-	e := SystemActor.Event(d.TenantID, audit.TypeVMDestroyed, "vm", d.ID,
+	e := SystemActor().Event(d.TenantID, audit.TypeVMDestroyed, "vm", d.ID,
 		map[string]any{"reason": "orphan: no active vm row", "domain": d.Name, "host": h.uri})
 	if err := s.audit.Record(context.WithoutCancel(ctx), e); err != nil {
 		s.log.Warn("audit orphan destroy", "err", err)
@@ -329,11 +328,18 @@ func (s *Service) reconcileTenant(tenantID string) {
 		}
 	}
 	for need := pool.WarmVMs - idle; need > 0; need-- {
-		vm, err := s.Create(s.ctx, SystemActor, tenantID)
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.log.Info("reconcile: warm vm not started", "tenant", tenantID, "err", err)
-			}
+		vm, err := s.Create(s.ctx, SystemActor(), tenantID)
+		switch {
+		case err == nil:
+		case s.ctx.Err() != nil:
+			return
+		case errors.Is(err, tenants.ErrQuota):
+			// Warm VMs only fill what the pool and quota allow; not an error.
+			s.log.Debug("reconcile: warm vm not started", "tenant", tenantID, "err", err)
+			return
+		default:
+			s.log.Warn("reconcile: warm vm not started", "tenant", tenantID, "err", err)
+			s.noteBootFailure(tenantID)
 			return
 		}
 		s.log.Info("reconcile: booting warm vm", "tenant", tenantID, "vm", vm.ID)
@@ -410,7 +416,7 @@ func (s *Service) monitorHost(h *hostConn, hv Hypervisor, refresh bool) {
 			// Events usually beat this; it catches what they missed.
 			switch {
 			case vm.State == StateStopping:
-				s.stopped(vm, rt, "domain gone")
+				s.stopped(vm, rt, "shut down: domain gone")
 			case vm.State == StateBooting && (vm.Phase == PhaseQueued || vm.Phase == PhaseDefining):
 				s.failBoot(vm, nil, errors.New("boot abandoned before its domain was defined"))
 			default:

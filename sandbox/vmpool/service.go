@@ -256,9 +256,10 @@ func (s *Service) Available() error {
 	for _, h := range s.hosts {
 		if _, err := h.live(); err == nil {
 			return nil
-		} else {
-			why = append(why, err.Error())
 		}
+		h.mu.Lock()
+		why = append(why, fmt.Sprintf("libvirt at %s: %s", h.uri, h.reason))
+		h.mu.Unlock()
 	}
 	return fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(why, "; "))
 }
@@ -343,7 +344,9 @@ func (s *Service) pickHost(memMiB int) (*hostConn, error) {
 	)
 	for _, h := range s.hosts {
 		if _, err := h.live(); err != nil {
-			why = append(why, err.Error())
+			h.mu.Lock()
+			why = append(why, fmt.Sprintf("libvirt at %s: %s", h.uri, h.reason))
+			h.mu.Unlock()
 			continue
 		}
 		h.mu.Lock()

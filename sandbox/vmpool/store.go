@@ -25,9 +25,14 @@ const (
 	MaxRecycleAfterHours       = 8760 // a year
 )
 
+// SystemActorID is the audit actor id of the pool's own decisions.
+const SystemActorID = "vmpool"
+
 // SystemActor is who the pool's own decisions (warm boots, recycling, lost
 // VMs) are recorded as.
-var SystemActor = audit.Actor{Kind: audit.ActorSystem, ID: "vmpool", Name: "VM pool"}
+func SystemActor() audit.Actor {
+	return audit.Actor{Kind: audit.ActorSystem, ID: SystemActorID, Name: "VM pool"}
+}
 
 // Store is the GORM store of pools, VMs and hosts. Every tenant-owned read
 // and change takes the tenant: another tenant's VM is tenants.ErrNotFound.

@@ -423,7 +423,7 @@ func TestEndRecordsOnce(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, ch, err := e.store.end(bg, vm.ID, []State{StateBooting, StateRunning}, StateLost, "qemu died",
-					eventPtr(SystemActor.Event(tn, audit.TypeVMLost, "vm", vm.ID, nil)))
+					eventPtr(SystemActor().Event(tn, audit.TypeVMLost, "vm", vm.ID, nil)))
 				if err != nil {
 					t.Errorf("end = %v", err)
 				}
