@@ -128,6 +128,7 @@ func settingsNav() []navItem {
 func operatorNav() []navItem {
 	return []navItem{
 		{NavTenants, "Tenants", "/operator/tenants"},
+		{NavHosts, "Hosts", "/operator/hosts"},
 	}
 }
 

@@ -20,6 +20,7 @@ const (
 	NavMembers    = "members"
 	NavTokens     = "tokens"
 	NavTenants    = "tenants"
+	NavHosts      = "hosts"
 )
 
 // Flash kinds.

@@ -25,6 +25,7 @@ type config struct {
 	AdminEmails  string
 	LibvirtURIs  string
 	SecretKey    string
+	DomainType   string
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -43,6 +44,7 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	c.OIDCSecret = getenv("STOCKADE_OIDC_CLIENT_SECRET") // never a flag: it would show in ps
 	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
+	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -55,6 +57,9 @@ func (c *config) check() error {
 		return fmt.Errorf("STOCKADE_PUBLIC_URL %q: must be an http(s) URL", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.DomainType != "" && c.DomainType != "kvm" && c.DomainType != "qemu" {
+		return fmt.Errorf("STOCKADE_DOMAIN_TYPE %q: must be kvm, qemu or empty (detect)", c.DomainType)
+	}
 	if c.OIDCIssuer != "" && c.OIDCClientID == "" {
 		return errors.New("STOCKADE_OIDC_ISSUER is set but STOCKADE_OIDC_CLIENT_ID is empty")
 	}

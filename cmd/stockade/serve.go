@@ -47,7 +47,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	// The VM pools start even with libvirtd down: they keep retrying, and
 	// until a host answers VM pages and API say the hypervisor is unavailable.
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log})
+	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log, DomainType: cfg.DomainType})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
@@ -42,13 +43,24 @@ type Hypervisor interface {
 // Connector opens the Hypervisor at uri for one installation.
 type Connector func(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error)
 
-// ConnectLibvirt is the Connector for real libvirt hosts.
+// ConnectLibvirt is the Connector for real libvirt hosts; the domain type
+// (kvm or qemu) is detected by the host.
 func ConnectLibvirt(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error) {
-	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log})
-	if err != nil {
-		return nil, err
+	return LibvirtConnector("", "")(ctx, uri, installationID, log)
+}
+
+// LibvirtConnector connects to real libvirt hosts. domainType forces "kvm"
+// or "qemu" ("" detects); probeKernel is a guest kernel the host boots once
+// to prove KVM really works before trusting it.
+func LibvirtConnector(domainType, probeKernel string) Connector {
+	return func(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error) {
+		h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log,
+			DomainType: domainType, ProbeKernel: probeKernel, ProbeTimeout: 8 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
 	}
-	return h, nil
 }
 
 // Config configures a Service. Zero durations take the defaults noted.
@@ -59,7 +71,10 @@ type Config struct {
 	DataDir string
 	Logger  *slog.Logger
 	Clock   func() time.Time
-	// Connect opens a host; default ConnectLibvirt.
+	// DomainType forces "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE); "" detects
+	// it once per host with a real boot.
+	DomainType string
+	// Connect opens a host; default LibvirtConnector(DomainType, the guest kernel).
 	Connect Connector
 	// BootConcurrency bounds VMs booting at once; default 2 (TCG boot is
 	// CPU-bound: more at once only makes each slower).
@@ -105,7 +120,13 @@ func (c *Config) checkAndSetDefaults() error {
 		c.Clock = time.Now
 	}
 	if c.Connect == nil {
-		c.Connect = ConnectLibvirt
+		// The guest kernel doubles as the KVM probe; a stock kernel panics
+		// at once without a root file system, under KVM in well under 8 s.
+		kernel := ""
+		if m, err := image.Load(c.DataDir); err == nil {
+			kernel = m.Guest.Kernel
+		}
+		c.Connect = LibvirtConnector(c.DomainType, kernel)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
