@@ -59,10 +59,21 @@ func openSQLite(ctx context.Context, dataDir string, cfg *gorm.Config) (*gorm.DB
 	if strings.ContainsAny(dataDir, "?#") {
 		return nil, fmt.Errorf("open sqlite: data directory %q must not contain '?' or '#'", dataDir)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(dataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("open sqlite: %w", err)
 	}
 	path := filepath.Join(dataDir, sqliteFile)
+	// The data dir is traversable (QEMU, running as its own user, reads the
+	// guest image below it), so the database protects itself: 0600, which
+	// SQLite's -wal and -shm files inherit.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	f.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	// Pragmas run on every new connection. _txlock=immediate makes every
 	// transaction take the write lock at BEGIN, so concurrent writers queue
 	// on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.

@@ -63,8 +63,15 @@ func (c *config) check() error {
 	if c.OIDCIssuer != "" && c.OIDCClientID == "" {
 		return errors.New("STOCKADE_OIDC_ISSUER is set but STOCKADE_OIDC_CLIENT_ID is empty")
 	}
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+	// Traversable but not listable: QEMU runs as its own user and must reach
+	// the guest image below; every secret inside is a 0600 file.
+	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	if st, err := os.Stat(c.DataDir); err == nil && st.Mode().Perm()&0o011 != 0o011 {
+		if err := os.Chmod(c.DataDir, st.Mode().Perm()|0o011); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
 	}
 	if c.SecretKey == "" {
 		c.SecretKey = filepath.Join(c.DataDir, "secret.key")

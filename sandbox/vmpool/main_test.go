@@ -70,9 +70,10 @@ func prepare() {
 		return
 	}
 	conn.Close()
-	dir := os.Getenv("STOCKADE_TEST_DATA")
+	// The same shared test image dir as hypervisor/image's tests and `make test`.
+	dir := os.Getenv("STOCKADE_TEST_DATA_DIR")
 	if dir == "" {
-		dir = filepath.Join(repoRoot(), "var")
+		dir = "/var/tmp/stockade-test-data"
 	}
 	prep.dataDir = dir
 	m, err := image.Load(dir)
