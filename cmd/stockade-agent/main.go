@@ -25,6 +25,15 @@ import (
 var version = "dev"
 
 func main() {
+	// A sandbox's init is PID 1 of its own namespace: look at the command
+	// before taking PID 1 to mean "boot the guest".
+	if len(os.Args) > 1 && os.Args[1] == "sandbox-init" {
+		if err := runSandboxInit(os.Args[2:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "stockade-agent sandbox-init:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if os.Getpid() == 1 {
 		runInit()
 		return
@@ -48,6 +57,45 @@ func runInit() {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// runSandboxInit serves the agent inside a sandbox: on the listener crun
+// handed over (--listen-fd), or on a socket path (--socket, for tests).
+func runSandboxInit(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sandbox-init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listenFD := fs.Int("listen-fd", -1, "serve on this inherited SOCK_SEQPACKET listener")
+	socket := fs.String("socket", "", "serve on a new SOCK_SEQPACKET listener at this path")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var ln *net.UnixListener
+	switch {
+	case *listenFD >= 0:
+		f := os.NewFile(uintptr(*listenFD), "listener")
+		l, err := net.FileListener(f)
+		f.Close() // FileListener holds its own copy, close-on-exec
+		if err != nil {
+			return fmt.Errorf("listener fd %d: %w", *listenFD, err)
+		}
+		ul, ok := l.(*net.UnixListener)
+		if !ok {
+			return fmt.Errorf("listener fd %d is not a unix socket", *listenFD)
+		}
+		ln = ul
+	case *socket != "":
+		l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: *socket, Net: "unixpacket"})
+		if err != nil {
+			return err
+		}
+		ln = l
+	default:
+		return errors.New("give --listen-fd N or --socket PATH")
+	}
+	return agent.RunSandboxInit(context.Background(), ln, agent.InitOptions{
+		Logger: log, OutsideOnly: os.Getpid() == 1,
+	})
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {

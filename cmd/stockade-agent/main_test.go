@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,5 +57,28 @@ func TestRunListen(t *testing.T) {
 func TestRunNeedsListen(t *testing.T) {
 	if err := run(context.Background(), nil, &bytes.Buffer{}); err == nil {
 		t.Error("Got(run() without -listen) = nil; want an error")
+	}
+}
+
+func TestSandboxInitNeedsAListener(t *testing.T) {
+	// runSandboxInit takes the descriptor over (and closes it).
+	devnull, err := syscall.Open(os.DevNull, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"no listener", nil},
+		{"not a socket", []string{"--listen-fd", strconv.Itoa(devnull)}},
+		{"bad flag", []string{"--frobnicate"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := runSandboxInit(tc.args, &bytes.Buffer{}); err == nil {
+				t.Errorf("Got(runSandboxInit(%q)) = nil; want an error", tc.args)
+			}
+		})
 	}
 }

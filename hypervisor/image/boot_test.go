@@ -35,12 +35,23 @@ func needLibvirt(t *testing.T) {
 }
 
 // bootDomain is the smallest VM that boots the guest: direct kernel boot
-// under TCG, the agent channel on a unix socket, the console to a file.
-func bootDomain(name string, g Guest, sock, console string) (string, error) {
+// under TCG, the agent channel on a unix socket, the console to a file,
+// and disks (template images) attached read-only as vdb, vdc, ...
+func bootDomain(name string, g Guest, sock, console string, memMiB uint, disks ...string) (string, error) {
+	var dd []libvirtxml.DomainDisk
+	for i, d := range disks {
+		dd = append(dd, libvirtxml.DomainDisk{
+			Device:   "disk",
+			Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+			Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: d}},
+			Target:   &libvirtxml.DomainDiskTarget{Dev: "vd" + string(rune('b'+i)), Bus: "virtio"},
+			ReadOnly: &libvirtxml.DomainDiskReadOnly{},
+		})
+	}
 	dom := &libvirtxml.Domain{
 		Type:   "qemu",
 		Name:   name,
-		Memory: &libvirtxml.DomainMemory{Value: 512, Unit: "MiB"},
+		Memory: &libvirtxml.DomainMemory{Value: memMiB, Unit: "MiB"},
 		VCPU:   &libvirtxml.DomainVCPU{Value: 1},
 		OS: &libvirtxml.DomainOS{
 			Type:    &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"},
@@ -51,6 +62,7 @@ func bootDomain(name string, g Guest, sock, console string) (string, error) {
 		Features:   &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}},
 		OnPoweroff: "destroy", OnReboot: "destroy", OnCrash: "destroy",
 		Devices: &libvirtxml.DomainDeviceList{
+			Disks: dd,
 			Serials: []libvirtxml.DomainSerial{{
 				Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: console}},
 			}},
@@ -93,7 +105,7 @@ func TestBoot(t *testing.T) {
 	os.Chmod(dir, 0o755)
 	defer os.RemoveAll(dir)
 	sock, console := filepath.Join(dir, "agent.sock"), filepath.Join(dir, "console.log")
-	xml, err := bootDomain(name, m.Guest, sock, console)
+	xml, err := bootDomain(name, m.Guest, sock, console, 512)
 	if err != nil {
 		t.Fatal(err)
 	}

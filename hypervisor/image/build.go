@@ -453,8 +453,11 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	if err != nil {
 		return nil, "", fmt.Errorf("template %s: %w", name, err)
 	}
+	if err := writeTemplateMarker(tree, name, version); err != nil {
+		return nil, "", fmt.Errorf("template %s: %w", name, err)
+	}
 	tmpImg := filepath.Join(tmp, "image")
-	if err := mkfsExt4(ctx, tree, tmpImg, "stockade-"+name, uuidOf(version)); err != nil {
+	if err := mkfsExt4(ctx, tree, tmpImg, templateLabel(name), uuidOf(version)); err != nil {
 		return nil, "", fmt.Errorf("template %s: %w", name, err)
 	}
 	sum, err := fileSHA256(tmpImg)

@@ -28,13 +28,17 @@ func buildAgent(t *testing.T, dir, version string) string {
 	t.Helper()
 	needTool(t, "go")
 	out := filepath.Join(dir, "stockade-agent-"+version)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version,
-		"-o", out, "github.com/stockade-dev/stockade/cmd/stockade-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if b, err := goBuildAgent(out, version); err != nil {
 		t.Fatalf("go build stockade-agent: %v: %s", err, b)
 	}
 	return out
+}
+
+func goBuildAgent(out, version string) ([]byte, error) {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version,
+		"-o", out, "github.com/stockade-dev/stockade/cmd/stockade-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	return cmd.CombinedOutput()
 }
 
 // needBuildTools skips (or fails under CI) when the machine cannot build images.
@@ -119,6 +123,15 @@ func TestBuild(t *testing.T) {
 	out, err = exec.Command("debugfs", "-R", "cat /etc/passwd", tpl.Path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "sandbox:x:1000:1000:") {
 		t.Errorf("Got(template /etc/passwd) = %s, %v; want the sandbox user", out, err)
+	}
+	// What the guest agent recognises a template disk by.
+	out, err = exec.Command("debugfs", "-R", "cat /"+templateMarker, tpl.Path).CombinedOutput()
+	if want := `{"name":"busybox","version":"` + tpl.Version + `"}`; err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("Got(template marker) = %s, %v; want %s", out, err, want)
+	}
+	out, err = exec.Command("e2label", tpl.Path).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "stockade-busybox" {
+		t.Errorf("Got(e2label) = %q, %v; want stockade-busybox", out, err)
 	}
 
 	loaded, err := Load(testDataDir())

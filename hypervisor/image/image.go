@@ -25,7 +25,7 @@ import (
 )
 
 // recipeVersion changes whenever what Build makes from the same inputs changes.
-const recipeVersion = "2"
+const recipeVersion = "3"
 
 // Cmdline is the guest kernel command line. Under TCG every trimmed probe
 // is boot time saved; panic=-1 turns a dead init into a reboot the host sees.

@@ -3,6 +3,7 @@ package image
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,6 +17,44 @@ const (
 	sandboxUser = "sandbox"
 	sandboxUID  = 1000
 )
+
+// The guest agent finds template disks by their ext4 label and reads their
+// name and version from a marker file inside: templateLabelPrefix and
+// templateMarker must match sandbox/agent's TemplateLabelPrefix and
+// TemplateMarker (this package imports nothing of ours).
+const (
+	templateLabelPrefix = "stockade-"
+	templateMarker      = "etc/stockade-template.json"
+)
+
+// templateLabel is the ext4 label of a template disk: the prefix and as much
+// of the name as the label's 16 bytes hold.
+func templateLabel(name string) string {
+	l := templateLabelPrefix + name
+	if len(l) > 16 {
+		l = l[:16]
+	}
+	return l
+}
+
+// writeTemplateMarker writes the template's name and version into its tree.
+func writeTemplateMarker(dir, name, version string) error {
+	b, err := json.Marshal(struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}{name, version})
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, templateMarker)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("template marker: %w", err)
+	}
+	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("template marker: %w", err)
+	}
+	return nil
+}
 
 // debianIncludes are the packages the Debian template adds to minbase.
 func debianIncludes() []string {

@@ -97,7 +97,9 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	bs.set(func(b *agentproto.Boot) { b.ChannelModules = uptime(); b.Modules = len(now) })
 	// The rest (block, file systems) load while the host already talks to us;
 	// nothing served yet needs them.
+	disksReady := make(chan struct{})
 	go func() {
+		defer close(disksReady)
 		if err := loadModules(later); err != nil {
 			log.Error("load modules", "err", err)
 			return
@@ -122,8 +124,19 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	log.Info("agent ready", "version", version, "kernel", release, "port", port,
 		"init_start", b.InitStart, "switch_root", b.SwitchRoot, "channel_modules", b.ChannelModules, "channel", b.ChannelOpen)
 
+	// The initramfs's /init (copied by switchRoot) is this binary: it
+	// becomes every sandbox's init. A guest without working cgroups still
+	// serves the host, without the sandbox ops.
+	sandboxes, err := NewManager(ManagerConfig{
+		Logger: log, InitPath: "/init", DisksReady: disksReady, start: r.start,
+	})
+	if err != nil {
+		log.Error("sandboxes unavailable", "err", err)
+		sandboxes = nil
+	}
 	srv, err := NewServer(Config{
 		Version: version, Logger: log, PowerOff: PowerOff, PID1: true, Boot: bs.get, Run: r.Run,
+		Sandboxes: sandboxes,
 	})
 	if err != nil {
 		return err

@@ -63,6 +63,20 @@ func (r *reaper) reap() {
 	}
 }
 
+// start starts a process whose exit status arrives on done (the reaper
+// collects it: never call p.Wait).
+func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error) {
+	done := make(chan unix.WaitStatus, 1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := os.StartProcess(path, argv, attr)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.waiting[p.Pid] = done
+	return p, done, nil
+}
+
 // maxOutput bounds what Run keeps of a program's stdout.
 const maxOutput = 1 << 20
 
@@ -81,16 +95,10 @@ func (r *reaper) Run(ctx context.Context, path string, args ...string) ([]byte, 
 	}
 	defer devnull.Close()
 
-	done := make(chan unix.WaitStatus, 1)
-	r.mu.Lock()
-	p, err := os.StartProcess(path, append([]string{path}, args...), &os.ProcAttr{
+	p, done, err := r.start(path, append([]string{path}, args...), &os.ProcAttr{
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Files: []*os.File{devnull, pw, os.Stderr},
 	})
-	if err == nil {
-		r.waiting[p.Pid] = done
-	}
-	r.mu.Unlock()
 	pw.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", path, err)

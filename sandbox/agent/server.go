@@ -46,6 +46,9 @@ type Config struct {
 	// ShutdownGrace is how long the agent waits for the host to close the
 	// shutdown stream before powering off; default 1 s.
 	ShutdownGrace time.Duration
+	// Sandboxes serves the sandbox, exec, file and baseline ops; nil
+	// answers them not_implemented.
+	Sandboxes *Manager
 }
 
 // Server serves the agent protocol, one session per Serve call.
@@ -61,8 +64,18 @@ type Server struct {
 }
 
 // capabilities lists the ops this agent implements.
-func capabilities() []string {
-	return agentproto.Capabilities(agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown)
+func (s *Server) capabilities() []string {
+	ops := []agentproto.Op{agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown}
+	if s.cfg.Sandboxes != nil {
+		ops = append(ops, sandboxOps()...)
+	}
+	return agentproto.Capabilities(ops...)
+}
+
+// sandboxOps are the ops a Manager serves.
+func sandboxOps() []agentproto.Op {
+	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
+		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -281,12 +294,74 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.reply(st, agentproto.Response{Stats: &stats})
 	case agentproto.OpShutdown:
 		s.shutdown(st)
-	case agentproto.OpExec, agentproto.OpPTY, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpEgress:
+	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
+		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline:
+		if s.cfg.Sandboxes == nil {
+			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
+			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+			return
+		}
+		s.handleSandbox(ctx, st, req)
+	case agentproto.OpEgress:
 		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
 	default:
 		err := fmt.Errorf("op %q: %w", req.Op, agentproto.ErrUnknownOp)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
+	}
+}
+
+// handleSandbox serves the ops of the sandbox Manager.
+func (s *Server) handleSandbox(ctx context.Context, st net.Conn, req agentproto.Request) {
+	m := s.cfg.Sandboxes
+	fail := func(err error) { s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)}) }
+	switch req.Op {
+	case agentproto.OpSandboxCreate:
+		if req.Sandbox == nil {
+			fail(fmt.Errorf("sandbox.create without a spec: %w", agentproto.ErrBadRequest))
+			return
+		}
+		info, err := m.Create(ctx, *req.Sandbox)
+		if err != nil {
+			s.log.Warn("sandbox create", "sandbox", req.Sandbox.ID, "err", err)
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{Sandbox: &info})
+	case agentproto.OpSandboxDestroy:
+		info, err := m.Destroy(ctx, req.SandboxID)
+		if err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{Sandbox: &info})
+	case agentproto.OpSandboxList:
+		list := m.List()
+		s.reply(st, agentproto.Response{Sandboxes: &list})
+	case agentproto.OpSandboxStats:
+		stats, err := m.Stats(req.SandboxID)
+		if err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{SandboxStats: &stats})
+	case agentproto.OpBaseline:
+		if req.Baseline == nil {
+			fail(fmt.Errorf("baseline without its body: %w", agentproto.ErrBadRequest))
+			return
+		}
+		res, err := m.Baseline(ctx, *req.Baseline)
+		if err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{Baseline: &res})
+	case agentproto.OpExec:
+		m.serveExec(ctx, st, req.Exec)
+	case agentproto.OpFileRead:
+		m.serveFileRead(st, req.FileRead)
+	case agentproto.OpFileWrite:
+		m.serveFileWrite(st, req.FileWrite)
 	}
 }
 
@@ -317,7 +392,7 @@ func (s *Server) hello(ss *session, req agentproto.Request) agentproto.Response 
 		Protocol:      v,
 		Agent:         s.cfg.Version,
 		Kernel:        kernelRelease(),
-		Capabilities:  capabilities(),
+		Capabilities:  s.capabilities(),
 		PID1:          s.cfg.PID1,
 		Boot:          s.cfg.Boot(),
 		Uptime:        uptime(),

@@ -58,6 +58,12 @@ func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
 		st.CgroupControllers = []string{}
 	}
 	st.Crun = s.crunVersion(ctx)
+	if b, err := os.ReadFile(filepath.Join(s.cfg.ProcDir, "self/mountinfo")); err == nil {
+		st.Mounts = strings.Count(string(b), "\n")
+	}
+	if m := s.cfg.Sandboxes; m != nil {
+		st.SandboxCgroups, st.SandboxBundles, st.Sandboxes = m.counts()
+	}
 	return st, nil
 }
 

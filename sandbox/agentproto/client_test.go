@@ -275,7 +275,7 @@ func TestRequestErrors(t *testing.T) {
 	}{
 		{"unknown op", true, agentproto.Request{V: 1, Op: "frobnicate"}, agentproto.CodeUnknownOp, false},
 		{"exec not implemented", true, agentproto.Request{V: 1, Op: agentproto.OpExec}, agentproto.CodeNotImplemented, false},
-		{"pty not implemented", true, agentproto.Request{V: 1, Op: agentproto.OpPTY}, agentproto.CodeNotImplemented, false},
+		{"sandbox.create without sandboxes", true, agentproto.Request{V: 1, Op: agentproto.OpSandboxCreate}, agentproto.CodeNotImplemented, false},
 		{"file.read not implemented", true, agentproto.Request{V: 1, Op: agentproto.OpFileRead}, agentproto.CodeNotImplemented, false},
 		{"file.write not implemented", true, agentproto.Request{V: 1, Op: agentproto.OpFileWrite}, agentproto.CodeNotImplemented, false},
 		{"egress not implemented", true, agentproto.Request{V: 1, Op: agentproto.OpEgress}, agentproto.CodeNotImplemented, false},

@@ -37,6 +37,50 @@
 // carries "v" and an agent answers a version it does not speak with
 // unsupported_version.
 //
+// Which ops an agent implements is in Hello.Capabilities; the client
+// refuses an op the agent did not list, without a round trip.
+//
+// # Sandboxes
+//
+// A sandbox is a crun container in the guest; the agent (sandbox/agent)
+// documents the details. What the host needs to know:
+//
+// Templates. The host attaches each template image read-only as a virtio
+// disk, in any slot (vdb, vdc, ...). The agent recognises a template disk
+// by its ext4 label, "stockade-" followed by (a prefix of) the name, reads
+// the full name and version from /etc/stockade-template.json inside it and
+// mounts it read-only (noload) at /run/stockade/templates/<name>.
+// `stockade image build` writes both. sandbox.list reports what it found.
+//
+// Limits. Limits are enforced with cgroup v2 (cpu.max, memory.max with no
+// swap, pids.max, io.max reads of the template disk). The writable layer
+// over the template and /workspace are size-bounded tmpfs in guest memory:
+// filling them is ENOSPC in that sandbox only, and what they hold counts
+// against the sandbox's memory.
+//
+// Lifetime. A sandbox whose LifetimeSeconds pass, which idles for
+// IdleSeconds, or whose init dies (OOM) stops: its processes and mounts are
+// gone, its record stays (state "stopped", with the reason) until the host
+// destroys it, so the host always learns why. sandbox.destroy leaves
+// nothing in the guest: Stats counts mounts, sandbox cgroups and bundles.
+//
+// Exec. A command runs as the sandbox user (uid 1000) in its own session
+// and process group, spawned by the sandbox's init (no crun call per
+// command). A timeout or a KILL from the host kills the process group;
+// processes that left it (setsid) live until the sandbox ends. Output is
+// read until the command exits and briefly after, so a background child
+// holding stdout open does not hold the exec. The reason in ExitStatus is
+// "exited" (including death by a signal of its own), "timeout" (its own
+// timeout or the sandbox's lifetime), "oom" (SIGKILL while the sandbox's
+// oom_kill count rose) or "killed" (a signal from the host, or the sandbox
+// stopped). A terminal (TTY) comes from the sandbox's own devpts.
+//
+// Files. Paths resolve inside the sandbox's root only (openat2 with
+// RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): ".." stops at the root and
+// symlinks resolve as they would inside the sandbox. Only regular files are
+// read or written; writes create missing folders, give new files to the
+// sandbox user and appear whole or not at all.
+//
 // # Trust
 //
 // The guest runs tenant code and may be hostile. The host bounds every message

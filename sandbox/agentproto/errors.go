@@ -22,6 +22,15 @@ var (
 	ErrRemote = errors.New("remote error")
 	// ErrProtocol: the peer broke the protocol (e.g. a response without its payload).
 	ErrProtocol = errors.New("protocol violation")
+	// ErrNotFound: no such sandbox, template, file or executable.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the sandbox exists already, or is not running.
+	ErrConflict = errors.New("conflict")
+	// ErrFileTooLarge: a file over the bound of the request or the agent.
+	ErrFileTooLarge = errors.New("file too large")
+	// ErrExhausted: out of room (sandboxes in the guest, processes or disk
+	// space in the sandbox).
+	ErrExhausted = errors.New("resources exhausted")
 )
 
 // RemoteError is an Error received from the peer. errors.Is matches it
@@ -46,6 +55,14 @@ func (e *RemoteError) Is(target error) bool {
 		return target == ErrBadRequest
 	case CodeNotImplemented:
 		return target == ErrNotImplemented
+	case CodeNotFound:
+		return target == ErrNotFound
+	case CodeConflict:
+		return target == ErrConflict
+	case CodeTooLarge:
+		return target == ErrFileTooLarge
+	case CodeExhausted:
+		return target == ErrExhausted
 	default:
 		return target == ErrRemote
 	}
@@ -63,6 +80,14 @@ func ErrorFor(err error) *Error {
 		code = CodeBadRequest
 	case errors.Is(err, ErrNotImplemented):
 		code = CodeNotImplemented
+	case errors.Is(err, ErrNotFound):
+		code = CodeNotFound
+	case errors.Is(err, ErrConflict):
+		code = CodeConflict
+	case errors.Is(err, ErrFileTooLarge):
+		code = CodeTooLarge
+	case errors.Is(err, ErrExhausted):
+		code = CodeExhausted
 	}
 	e := &Error{Code: code, Message: err.Error()}
 	if code == CodeUnsupportedVersion {

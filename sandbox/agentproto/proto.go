@@ -30,30 +30,43 @@ const (
 	// OpShutdown answers an empty Response, then the agent syncs and powers the VM off.
 	OpShutdown Op = "shutdown"
 
-	// OpExec runs a command in a sandbox (not implemented yet).
-	// Request.Exec; Response.Exec; then frames: host->guest ChannelStdin (an
-	// empty frame closes stdin), ChannelSignal; guest->host ChannelStdout,
-	// ChannelStderr, and finally ChannelExit carrying ExitStatus as JSON.
+	// OpSandboxCreate creates and starts a sandbox: Request.Sandbox (a
+	// SandboxSpec); Response.Sandbox once its init answers.
+	OpSandboxCreate Op = "sandbox.create"
+	// OpSandboxDestroy kills a sandbox and removes everything it had:
+	// Request.SandboxID; Response.Sandbox (its last state). Destroying a
+	// sandbox that already stopped (lifetime, OOM) removes its record.
+	OpSandboxDestroy Op = "sandbox.destroy"
+	// OpSandboxList answers Response.Sandboxes: every sandbox and template.
+	OpSandboxList Op = "sandbox.list"
+	// OpSandboxStats answers Response.SandboxStats for Request.SandboxID.
+	OpSandboxStats Op = "sandbox.stats"
+
+	// OpExec runs a command in a sandbox: Request.Exec; Response.Exec once it
+	// runs; then frames: host->guest ChannelStdin (an empty frame closes
+	// stdin), ChannelResize (Winsize as JSON, terminals only), ChannelSignal
+	// (a signal name); guest->host ChannelStdout, ChannelStderr (not for a
+	// terminal), and finally ChannelExit carrying ExitStatus as JSON, after
+	// which the agent closes the stream. The host closing the stream before
+	// ChannelExit kills the command.
 	OpExec Op = "exec"
-	// OpPTY runs a command on a new terminal in a sandbox (not implemented yet).
-	// Request.PTY; Response.Exec; then frames: host->guest ChannelStdin,
-	// ChannelResize (Winsize as JSON), ChannelSignal; guest->host ChannelStdout
-	// and finally ChannelExit.
-	OpPTY Op = "pty"
-	// OpFileRead reads a file from a sandbox (not implemented yet).
-	// Request.FileRead; Response.File; then guest->host ChannelData frames, an
-	// empty ChannelData frame at the end, or ChannelError (Error as JSON).
+	// OpFileRead reads a file in a sandbox: Request.FileRead; Response.File;
+	// then guest->host ChannelData frames and an empty ChannelData frame at
+	// the end, or ChannelError (Error as JSON) instead.
 	OpFileRead Op = "file.read"
-	// OpFileWrite writes a file into a sandbox (not implemented yet).
-	// Request.FileWrite; Response (accepted); then host->guest ChannelData
-	// frames, an empty one at the end; then guest->host one final Response
-	// message with File set to what was written.
+	// OpFileWrite writes a file in a sandbox: Request.FileWrite; Response
+	// (accepted); then host->guest ChannelData frames, an empty one at the
+	// end; then guest->host one final Response message with File set (or
+	// Error). The file appears whole or not at all (unless Append).
 	OpFileWrite Op = "file.write"
 	// OpEgress is opened by the AGENT towards the host for one outbound
 	// connection from a sandbox (not implemented yet). Request.Egress; the host
 	// answers Response (error when policy denies); then ChannelData frames both
 	// ways, an empty frame half-closes that direction.
 	OpEgress Op = "egress"
+	// OpBaseline times raw crun inside the guest, for benchmarks that compare
+	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
+	OpBaseline Op = "baseline"
 )
 
 // Request is the first message on every stream.
@@ -62,11 +75,13 @@ type Request struct {
 	Op Op  `json:"op"`
 
 	Hello     *HelloRequest     `json:"hello,omitempty"`
+	Sandbox   *SandboxSpec      `json:"sandbox,omitempty"`
+	SandboxID string            `json:"sandbox_id,omitempty"`
 	Exec      *ExecRequest      `json:"exec,omitempty"`
-	PTY       *PTYRequest       `json:"pty,omitempty"`
 	FileRead  *FileReadRequest  `json:"file_read,omitempty"`
 	FileWrite *FileWriteRequest `json:"file_write,omitempty"`
 	Egress    *EgressRequest    `json:"egress,omitempty"`
+	Baseline  *BaselineRequest  `json:"baseline,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
@@ -75,10 +90,14 @@ type Response struct {
 	V     int    `json:"v"`
 	Error *Error `json:"error,omitempty"`
 
-	Hello *Hello       `json:"hello,omitempty"`
-	Stats *Stats       `json:"stats,omitempty"`
-	Exec  *ExecStarted `json:"exec,omitempty"`
-	File  *FileInfo    `json:"file,omitempty"`
+	Hello        *Hello          `json:"hello,omitempty"`
+	Stats        *Stats          `json:"stats,omitempty"`
+	Sandbox      *SandboxInfo    `json:"sandbox,omitempty"`
+	Sandboxes    *SandboxList    `json:"sandboxes,omitempty"`
+	SandboxStats *SandboxStats   `json:"sandbox_stats,omitempty"`
+	Exec         *ExecStarted    `json:"exec,omitempty"`
+	File         *FileInfo       `json:"file,omitempty"`
+	Baseline     *BaselineResult `json:"baseline,omitempty"`
 }
 
 // Error codes carried in Error.Code.
@@ -88,6 +107,15 @@ const (
 	CodeBadRequest         = "bad_request"
 	CodeNotImplemented     = "not_implemented"
 	CodeInternal           = "internal"
+	// CodeNotFound: no such sandbox, template, file or executable.
+	CodeNotFound = "not_found"
+	// CodeConflict: the sandbox exists already, or is not running.
+	CodeConflict = "conflict"
+	// CodeTooLarge: a file over the size bound.
+	CodeTooLarge = "too_large"
+	// CodeExhausted: the guest or the sandbox is out of room (sandboxes,
+	// processes, disk space).
+	CodeExhausted = "exhausted"
 )
 
 // Error is a failed op as sent on the wire.
@@ -147,66 +175,14 @@ type Stats struct {
 	CgroupControllers []string `json:"cgroup_controllers"`
 	// Crun is the first line of `crun --version`, empty when crun does not run.
 	Crun string `json:"crun"`
-}
-
-// ExecRequest starts a command in a sandbox (OpExec).
-type ExecRequest struct {
-	Sandbox string   `json:"sandbox"`
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env,omitempty"`
-	Dir     string   `json:"dir,omitempty"`
-	// Stdin false means the command's stdin is /dev/null.
-	Stdin bool `json:"stdin,omitempty"`
-}
-
-// PTYRequest starts a command on a new terminal in a sandbox (OpPTY).
-type PTYRequest struct {
-	Sandbox string   `json:"sandbox"`
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env,omitempty"`
-	Dir     string   `json:"dir,omitempty"`
-	Term    string   `json:"term,omitempty"`
-	Size    Winsize  `json:"size"`
-}
-
-// ExecStarted answers OpExec and OpPTY.
-type ExecStarted struct {
-	PID int `json:"pid"`
-}
-
-// ExitStatus is the data of the final ChannelExit frame.
-type ExitStatus struct {
-	Code   int    `json:"code"`
-	Signal string `json:"signal,omitempty"`
-}
-
-// Winsize is the data of a ChannelResize frame.
-type Winsize struct {
-	Cols uint16 `json:"cols"`
-	Rows uint16 `json:"rows"`
-}
-
-// FileReadRequest asks for (part of) a file in a sandbox (OpFileRead).
-type FileReadRequest struct {
-	Sandbox string `json:"sandbox"`
-	Path    string `json:"path"`
-	Offset  int64  `json:"offset,omitempty"`
-	// Limit 0 means to the end of the file.
-	Limit int64 `json:"limit,omitempty"`
-}
-
-// FileWriteRequest writes a file in a sandbox (OpFileWrite).
-type FileWriteRequest struct {
-	Sandbox string `json:"sandbox"`
-	Path    string `json:"path"`
-	Mode    uint32 `json:"mode"`
-	Append  bool   `json:"append,omitempty"`
-}
-
-// FileInfo describes a file read or written.
-type FileInfo struct {
-	Size int64  `json:"size"`
-	Mode uint32 `json:"mode"`
+	// Mounts counts the guest's mounts; SandboxCgroups and SandboxBundles
+	// count cgroups and bundle folders of sandboxes; Sandboxes counts the
+	// sandboxes the agent knows. After every sandbox is destroyed the last
+	// three are 0 and Mounts is back where it was: nothing leaked.
+	Mounts         int `json:"mounts"`
+	SandboxCgroups int `json:"sandbox_cgroups"`
+	SandboxBundles int `json:"sandbox_bundles"`
+	Sandboxes      int `json:"sandboxes"`
 }
 
 // EgressRequest asks the host to connect a sandbox to host:port (OpEgress).

@@ -1,0 +1,370 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+)
+
+const (
+	// exitGrace is how long output is still read after a command exits:
+	// what it wrote is in the pipe already; a background child that keeps
+	// the pipe open does not hold the exec open beyond it.
+	exitGrace = 250 * time.Millisecond
+	// maxExecTimeout bounds ExecRequest.TimeoutSeconds (a week).
+	maxExecTimeout = 7 * 24 * 3600
+	maxPathLen     = 4096
+)
+
+// signals the host may send, by name.
+var signalsByName = map[string]unix.Signal{
+	"HUP": unix.SIGHUP, "INT": unix.SIGINT, "QUIT": unix.SIGQUIT, "KILL": unix.SIGKILL,
+	"USR1": unix.SIGUSR1, "USR2": unix.SIGUSR2, "TERM": unix.SIGTERM, "CONT": unix.SIGCONT,
+	"STOP": unix.SIGSTOP, "TSTP": unix.SIGTSTP, "WINCH": unix.SIGWINCH, "ALRM": unix.SIGALRM,
+	"PIPE": unix.SIGPIPE,
+}
+
+func signalName(sig int) string {
+	return strings.TrimPrefix(unix.SignalName(unix.Signal(sig)), "SIG")
+}
+
+func checkExec(req *agentproto.ExecRequest) error {
+	if req == nil {
+		return fmt.Errorf("exec without its body: %w", agentproto.ErrBadRequest)
+	}
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return fmt.Errorf("exec: empty command: %w", agentproto.ErrBadRequest)
+	}
+	size := 0
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("exec: NUL in an argument: %w", agentproto.ErrBadRequest)
+		}
+		size += len(a) + 1
+	}
+	if size > maxEnvBytes {
+		return fmt.Errorf("exec: %d bytes of arguments: %w", size, agentproto.ErrBadRequest)
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	if len(req.Dir) > maxPathLen || strings.ContainsRune(req.Dir, 0) {
+		return fmt.Errorf("exec: working directory: %w", agentproto.ErrBadRequest)
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > maxExecTimeout {
+		return fmt.Errorf("exec: timeout %d s: %w", req.TimeoutSeconds, agentproto.ErrBadRequest)
+	}
+	return nil
+}
+
+// codeError turns an error code from a sandbox's init into an error that
+// keeps it.
+func codeError(code, msg string) error {
+	var sentinel error
+	switch code {
+	case agentproto.CodeNotFound:
+		sentinel = agentproto.ErrNotFound
+	case agentproto.CodeBadRequest:
+		sentinel = agentproto.ErrBadRequest
+	case agentproto.CodeExhausted:
+		sentinel = agentproto.ErrExhausted
+	default:
+		return errors.New(msg)
+	}
+	return fmt.Errorf("%s: %w", msg, sentinel)
+}
+
+// spawned is a command started by a sandbox's init: the control connection
+// and the agent's ends of its stdio.
+type spawned struct {
+	c      *net.UnixConn
+	pid    int
+	stdin  *os.File // nil without stdin
+	stdout *os.File // the terminal's master with TTY
+	stderr *os.File // nil with TTY
+}
+
+func (s *spawned) close() {
+	for _, f := range []*os.File{s.stdin, s.stdout, s.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	s.c.Close()
+}
+
+// spawn asks the sandbox's init to start a command.
+func (m *Manager) spawn(ctx context.Context, sb *sandbox, req spawnRequest) (*spawned, error) {
+	c, err := dialInit(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := sendInit(c, initRequest{Op: initOpSpawn, Spawn: &req}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var rep initReply
+	fds, err := recvInit(c, &rep)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	want := 2
+	switch {
+	case req.TTY:
+		want = 1
+	case req.Stdin:
+		want = 3
+	}
+	if rep.Code != "" || len(fds) != want {
+		closeFDs(fds)
+		c.Close()
+		if rep.Code == "" {
+			return nil, fmt.Errorf("spawn: init sent %d descriptors, want %d", len(fds), want)
+		}
+		return nil, codeError(rep.Code, rep.Error)
+	}
+	c.SetDeadline(time.Time{})
+	files := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		// Non-blocking: Go's poller drives them and deadlines work.
+		unix.SetNonblock(fd, true)
+		files[i] = os.NewFile(uintptr(fd), "stdio")
+	}
+	s := &spawned{c: c, pid: rep.PID}
+	switch {
+	case req.TTY:
+		s.stdout = files[0]
+	case req.Stdin:
+		s.stdin, s.stdout, s.stderr = files[0], files[1], files[2]
+	default:
+		s.stdout, s.stderr = files[0], files[1]
+	}
+	return s, nil
+}
+
+// serveExec runs an exec stream: see agentproto.OpExec.
+func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.ExecRequest) {
+	fail := func(err error) {
+		agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version, Error: agentproto.ErrorFor(err)})
+	}
+	if err := checkExec(req); err != nil {
+		fail(err)
+		return
+	}
+	sb, err := m.get(req.Sandbox)
+	if err != nil {
+		fail(fmt.Errorf("exec: %w", err))
+		return
+	}
+	if err := sb.begin(); err != nil {
+		fail(fmt.Errorf("exec: %w", err))
+		return
+	}
+	defer sb.end()
+	p, err := m.spawn(ctx, sb, spawnRequest{
+		Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdin: req.Stdin || req.TTY, TTY: req.TTY, Size: req.Size,
+	})
+	if err != nil {
+		fail(fmt.Errorf("exec in %s: %w", sb.id, err))
+		return
+	}
+	defer p.close()
+	oomBefore := oomKills(sb.cgroup)
+	started := time.Now()
+	if err := agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version, Exec: &agentproto.ExecStarted{PID: p.pid}}); err != nil {
+		killSpawned(p)
+		return
+	}
+
+	var wmu sync.Mutex
+	send := func(ch agentproto.Channel, data []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return agentproto.WriteFrame(st, ch, data)
+	}
+	var pumps sync.WaitGroup
+	pump := func(f *os.File, ch agentproto.Channel) {
+		defer pumps.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				if send(ch, buf[:n]) != nil {
+					// The host is gone; keep draining so the command never
+					// blocks on a full pipe before it is killed.
+					io.Copy(io.Discard, f)
+					return
+				}
+			}
+			if err != nil {
+				return // EOF, or EIO from a terminal whose last user left
+			}
+		}
+	}
+	pumps.Add(1)
+	go pump(p.stdout, agentproto.ChannelStdout)
+	if p.stderr != nil {
+		pumps.Add(1)
+		go pump(p.stderr, agentproto.ChannelStderr)
+	}
+
+	var hostSignaled atomic.Bool
+	control := func(sig unix.Signal) { sendInit(p.c, initControl{Signal: int(sig)}) }
+	hostGone := make(chan struct{})
+	go func() {
+		defer close(hostGone)
+		m.readExecInput(st, p, req.TTY, func(sig unix.Signal) { hostSignaled.Store(true); control(sig) })
+	}()
+
+	type exitResult struct {
+		ex  initExit
+		err error
+	}
+	exitCh := make(chan exitResult, 1)
+	go func() {
+		var ex initExit
+		fds, err := recvInit(p.c, &ex)
+		closeFDs(fds)
+		exitCh <- exitResult{ex, err}
+	}()
+	var timeout <-chan time.Time
+	if req.TimeoutSeconds > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutSeconds) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var timedOut, hostLeft, sandboxStopped bool
+	var res exitResult
+	stopping := sb.stopping
+	for waiting := true; waiting; {
+		select {
+		case res = <-exitCh:
+			waiting = false
+		case <-timeout:
+			timedOut, timeout = true, nil
+			control(unix.SIGKILL)
+		case <-hostGone:
+			hostLeft, hostGone = true, nil
+			control(unix.SIGKILL)
+		case <-ctx.Done():
+			hostLeft = true
+			control(unix.SIGKILL)
+		case <-stopping:
+			// The sandbox's processes die with it; init's connection ends.
+			sandboxStopped, stopping = true, nil
+		}
+	}
+	duration := time.Since(started)
+
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(exitGrace):
+		past := time.Unix(1, 0)
+		p.stdout.SetReadDeadline(past)
+		if p.stderr != nil {
+			p.stderr.SetReadDeadline(past)
+		}
+		<-drained
+	}
+	if hostLeft {
+		return
+	}
+	status := agentproto.ExitStatus{Code: res.ex.Code, Reason: agentproto.ReasonExited, Duration: duration}
+	if res.ex.Signal != 0 {
+		status.Signal = signalName(res.ex.Signal)
+	}
+	switch {
+	case res.err != nil:
+		// Init went away: the sandbox stopped under the command.
+		status.Code, status.Signal = 128+int(unix.SIGKILL), "KILL"
+		status.Reason = execReasonFor(sb.stopReason())
+	case timedOut:
+		status.Reason = agentproto.ReasonTimeout
+	case unix.Signal(res.ex.Signal) == unix.SIGKILL && oomKills(sb.cgroup) > oomBefore:
+		status.Reason = agentproto.ReasonOOM
+	case res.ex.Signal != 0 && (hostSignaled.Load() || sandboxStopped):
+		status.Reason = agentproto.ReasonKilled
+	}
+	b, _ := json.Marshal(status)
+	send(agentproto.ChannelExit, b)
+}
+
+// execReasonFor is the reason an exec gets when its sandbox stopped under it.
+func execReasonFor(sandboxReason string) string {
+	switch sandboxReason {
+	case agentproto.ReasonTimeout:
+		return agentproto.ReasonTimeout
+	case agentproto.ReasonOOM:
+		return agentproto.ReasonOOM
+	}
+	return agentproto.ReasonKilled
+}
+
+func killSpawned(p *spawned) { sendInit(p.c, initControl{Signal: int(unix.SIGKILL)}) }
+
+// readExecInput applies the host's frames (stdin, resize, signals) until
+// the stream ends.
+func (m *Manager) readExecInput(st net.Conn, p *spawned, tty bool, signal func(unix.Signal)) {
+	in := p.stdin
+	if tty {
+		in = p.stdout // the terminal's master
+	}
+	for {
+		f, err := agentproto.ReadFrame(st)
+		if err != nil {
+			return
+		}
+		switch f.Channel {
+		case agentproto.ChannelStdin:
+			if in == nil {
+				continue
+			}
+			if len(f.Data) == 0 {
+				if tty {
+					in.Write([]byte{4}) // ^D: end of input on a terminal
+				} else {
+					in.Close()
+					in = nil
+				}
+				continue
+			}
+			// A command that stopped reading makes this block: the host's
+			// window fills and it stops sending (backpressure).
+			in.Write(f.Data)
+		case agentproto.ChannelResize:
+			var ws agentproto.Winsize
+			if !tty || json.Unmarshal(f.Data, &ws) != nil || ws.Rows == 0 || ws.Cols == 0 {
+				continue
+			}
+			raw, err := p.stdout.SyscallConn()
+			if err != nil {
+				continue
+			}
+			raw.Control(func(fd uintptr) {
+				unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+			})
+		case agentproto.ChannelSignal:
+			if sig, ok := signalsByName[strings.TrimPrefix(string(f.Data), "SIG")]; ok {
+				signal(sig)
+			}
+		}
+	}
+}

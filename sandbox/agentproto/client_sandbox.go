@@ -1,0 +1,427 @@
+package agentproto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+)
+
+// chunkSize is how much of a stream goes into one frame.
+const chunkSize = 32 << 10
+
+// supports fails with ErrNotImplemented, without a round trip, when the
+// agent did not list op in its hello.
+func (c *Client) supports(op Op) error {
+	if !slices.Contains(c.hello.Capabilities, string(op)) {
+		return fmt.Errorf("agent %s does not offer %s: %w", c.hello.Agent, op, ErrNotImplemented)
+	}
+	return nil
+}
+
+// CreateSandbox creates and starts a sandbox. It returns once the sandbox's
+// init answers: commands can run.
+func (c *Client) CreateSandbox(ctx context.Context, spec SandboxSpec) (SandboxInfo, error) {
+	if err := c.supports(OpSandboxCreate); err != nil {
+		return SandboxInfo{}, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpSandboxCreate, Sandbox: &spec})
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+	}
+	if resp.Sandbox == nil {
+		return SandboxInfo{}, fmt.Errorf("create sandbox %s: no sandbox in response: %w", spec.ID, ErrProtocol)
+	}
+	return *resp.Sandbox, nil
+}
+
+// DestroySandbox kills a sandbox and removes everything it had; it returns
+// the sandbox's last state. ErrNotFound when the agent has no such sandbox.
+func (c *Client) DestroySandbox(ctx context.Context, id string) (SandboxInfo, error) {
+	if err := c.supports(OpSandboxDestroy); err != nil {
+		return SandboxInfo{}, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpSandboxDestroy, SandboxID: id})
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	if resp.Sandbox == nil {
+		return SandboxInfo{}, fmt.Errorf("destroy sandbox %s: no sandbox in response: %w", id, ErrProtocol)
+	}
+	return *resp.Sandbox, nil
+}
+
+// ListSandboxes returns the guest's sandboxes and templates.
+func (c *Client) ListSandboxes(ctx context.Context) (SandboxList, error) {
+	if err := c.supports(OpSandboxList); err != nil {
+		return SandboxList{}, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpSandboxList})
+	if err != nil {
+		return SandboxList{}, fmt.Errorf("list sandboxes: %w", err)
+	}
+	if resp.Sandboxes == nil {
+		return SandboxList{}, fmt.Errorf("list sandboxes: no list in response: %w", ErrProtocol)
+	}
+	return *resp.Sandboxes, nil
+}
+
+// SandboxStats samples a sandbox's cgroup and disk usage.
+func (c *Client) SandboxStats(ctx context.Context, id string) (SandboxStats, error) {
+	if err := c.supports(OpSandboxStats); err != nil {
+		return SandboxStats{}, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpSandboxStats, SandboxID: id})
+	if err != nil {
+		return SandboxStats{}, fmt.Errorf("sandbox stats %s: %w", id, err)
+	}
+	if resp.SandboxStats == nil {
+		return SandboxStats{}, fmt.Errorf("sandbox stats %s: no stats in response: %w", id, ErrProtocol)
+	}
+	return *resp.SandboxStats, nil
+}
+
+// Baseline asks the agent to time raw crun in the guest (benchmarks only).
+func (c *Client) Baseline(ctx context.Context, req BaselineRequest) (BaselineResult, error) {
+	if err := c.supports(OpBaseline); err != nil {
+		return BaselineResult{}, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpBaseline, Baseline: &req})
+	if err != nil {
+		return BaselineResult{}, fmt.Errorf("baseline %s: %w", req.Kind, err)
+	}
+	if resp.Baseline == nil || len(resp.Baseline.Samples) > MaxBaselineCount {
+		return BaselineResult{}, fmt.Errorf("baseline %s: no result or too many samples: %w", req.Kind, ErrProtocol)
+	}
+	return *resp.Baseline, nil
+}
+
+// open starts a streaming op: it sends req and reads the first response,
+// leaving the stream open. ctx bounds this exchange only.
+func (c *Client) open(ctx context.Context, req Request) (net.Conn, Response, error) {
+	if err := c.supports(req.Op); err != nil {
+		return nil, Response{}, err
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, Response{}, fmt.Errorf("open stream: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	resp, err := func() (Response, error) {
+		if err := WriteMessage(st, req); err != nil {
+			return Response{}, ctxErr(ctx, err)
+		}
+		var resp Response
+		if err := ReadMessage(st, &resp); err != nil {
+			return Response{}, ctxErr(ctx, err)
+		}
+		if resp.Error != nil {
+			return resp, &RemoteError{Op: req.Op, Err: *resp.Error}
+		}
+		return resp, nil
+	}()
+	if !stop() || err != nil {
+		st.Close()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, Response{}, err
+	}
+	return st, resp, nil
+}
+
+// Exec is a command running in a sandbox. Its methods are safe for
+// concurrent use.
+type Exec struct {
+	st  net.Conn
+	pid int
+
+	wmu sync.Mutex // one frame at a time towards the agent
+
+	done   chan struct{}
+	status ExitStatus
+	err    error
+	stop   func() bool
+}
+
+// StartExec starts req's command and copies its output to stdout and stderr
+// (nil discards) until it exits. ctx bounds the whole command: when it ends
+// the command is killed. A terminal (req.TTY) writes only to stdout.
+func (c *Client) StartExec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (*Exec, error) {
+	st, resp, err := c.open(ctx, Request{V: Version, Op: OpExec, Exec: &req})
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s: %w", req.Sandbox, err)
+	}
+	if resp.Exec == nil {
+		st.Close()
+		return nil, fmt.Errorf("exec in %s: no pid in response: %w", req.Sandbox, ErrProtocol)
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	e := &Exec{st: st, pid: resp.Exec.PID, done: make(chan struct{})}
+	e.stop = context.AfterFunc(ctx, func() {
+		// Ask for the kill, then drop the stream: the agent kills a command
+		// whose stream went away in any case.
+		e.Signal("KILL")
+		st.Close()
+	})
+	go e.read(ctx, stdout, stderr)
+	return e, nil
+}
+
+// PID is the command's process id inside the sandbox.
+func (e *Exec) PID() int { return e.pid }
+
+func (e *Exec) read(ctx context.Context, stdout, stderr io.Writer) {
+	defer close(e.done)
+	defer e.st.Close()
+	defer e.stop()
+	for {
+		f, err := ReadFrame(e.st)
+		if err != nil {
+			e.err = fmt.Errorf("exec: %w", ctxErr(ctx, err))
+			return
+		}
+		switch f.Channel {
+		case ChannelStdout:
+			// A consumer that fails stops getting output; the command goes on.
+			if stdout != nil {
+				if _, err := stdout.Write(f.Data); err != nil {
+					stdout = nil
+				}
+			}
+		case ChannelStderr:
+			if stderr != nil {
+				if _, err := stderr.Write(f.Data); err != nil {
+					stderr = nil
+				}
+			}
+		case ChannelExit:
+			if err := json.Unmarshal(f.Data, &e.status); err != nil {
+				e.err = fmt.Errorf("exec: exit status: %w (%w)", ErrProtocol, err)
+			}
+			return
+		case ChannelError:
+			var we Error
+			if err := json.Unmarshal(f.Data, &we); err != nil {
+				e.err = fmt.Errorf("exec: error frame: %w (%w)", ErrProtocol, err)
+				return
+			}
+			e.err = &RemoteError{Op: OpExec, Err: we}
+			return
+		default:
+			e.err = fmt.Errorf("exec: frame on channel %d: %w", f.Channel, ErrProtocol)
+			return
+		}
+	}
+}
+
+func (e *Exec) send(ch Channel, data []byte) error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return WriteFrame(e.st, ch, data)
+}
+
+// Write sends p to the command's stdin.
+func (e *Exec) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), chunkSize)
+		if err := e.send(ChannelStdin, p[:k]); err != nil {
+			return n, fmt.Errorf("exec stdin: %w", err)
+		}
+		n += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// CloseStdin closes the command's stdin (EOF, or ^D on a terminal).
+func (e *Exec) CloseStdin() error {
+	if err := e.send(ChannelStdin, nil); err != nil {
+		return fmt.Errorf("exec close stdin: %w", err)
+	}
+	return nil
+}
+
+// Resize sets the terminal's size.
+func (e *Exec) Resize(ws Winsize) error {
+	b, _ := json.Marshal(ws)
+	if err := e.send(ChannelResize, b); err != nil {
+		return fmt.Errorf("exec resize: %w", err)
+	}
+	return nil
+}
+
+// Signal sends a signal ("TERM", "INT", "KILL", ...) to the command's
+// process group.
+func (e *Exec) Signal(name string) error {
+	if err := e.send(ChannelSignal, []byte(name)); err != nil {
+		return fmt.Errorf("exec signal: %w", err)
+	}
+	return nil
+}
+
+// Done is closed when the command has exited (or the stream failed).
+func (e *Exec) Done() <-chan struct{} { return e.done }
+
+// Wait waits for the command to end and returns how it ended.
+func (e *Exec) Wait() (ExitStatus, error) {
+	<-e.done
+	return e.status, e.err
+}
+
+// Close kills the command if it still runs and releases the stream.
+func (e *Exec) Close() error {
+	select {
+	case <-e.done:
+		return nil
+	default:
+	}
+	e.Signal("KILL")
+	e.st.Close()
+	<-e.done
+	return nil
+}
+
+// Exec runs req's command to the end: stdin (nil: none) is copied to it and
+// closed at EOF, its output copied to stdout and stderr.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExitStatus, error) {
+	req.Stdin = req.Stdin || stdin != nil
+	e, err := c.StartExec(ctx, req, stdout, stderr)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	if stdin != nil {
+		go func() {
+			if _, err := io.Copy(e, stdin); err == nil {
+				e.CloseStdin()
+			}
+		}()
+	}
+	return e.Wait()
+}
+
+// ReadFile copies a file of a sandbox to w. It never accepts more bytes than
+// the agent announced (or req.Limit).
+func (c *Client) ReadFile(ctx context.Context, req FileReadRequest, w io.Writer) (FileInfo, error) {
+	st, resp, err := c.open(ctx, Request{V: Version, Op: OpFileRead, FileRead: &req})
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("read %s in %s: %w", req.Path, req.Sandbox, err)
+	}
+	defer st.Close()
+	if resp.File == nil {
+		return FileInfo{}, fmt.Errorf("read %s: no file info: %w", req.Path, ErrProtocol)
+	}
+	info := *resp.File
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	bound := max(info.Size-req.Offset, 0)
+	if req.Limit > 0 {
+		bound = min(bound, req.Limit)
+	}
+	var got int64
+	for {
+		f, err := ReadFrame(st)
+		if err != nil {
+			return info, fmt.Errorf("read %s: %w", req.Path, ctxErr(ctx, err))
+		}
+		switch f.Channel {
+		case ChannelData:
+			if len(f.Data) == 0 {
+				return info, nil
+			}
+			got += int64(len(f.Data))
+			if got > bound {
+				return info, fmt.Errorf("read %s: agent sent over %d bytes: %w", req.Path, bound, ErrProtocol)
+			}
+			if _, err := w.Write(f.Data); err != nil {
+				return info, fmt.Errorf("read %s: %w", req.Path, err)
+			}
+		case ChannelError:
+			var we Error
+			if err := json.Unmarshal(f.Data, &we); err != nil {
+				return info, fmt.Errorf("read %s: error frame: %w", req.Path, ErrProtocol)
+			}
+			return info, fmt.Errorf("read %s: %w", req.Path, &RemoteError{Op: OpFileRead, Err: we})
+		default:
+			return info, fmt.Errorf("read %s: frame on channel %d: %w", req.Path, f.Channel, ErrProtocol)
+		}
+	}
+}
+
+// WriteFile writes r into a file of a sandbox and returns what the agent
+// wrote. The file appears whole or not at all (unless req.Append).
+func (c *Client) WriteFile(ctx context.Context, req FileWriteRequest, r io.Reader) (FileInfo, error) {
+	st, _, err := c.open(ctx, Request{V: Version, Op: OpFileWrite, FileWrite: &req})
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("write %s in %s: %w", req.Path, req.Sandbox, err)
+	}
+	defer st.Close()
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	// The agent may answer early (too large, disk full): then stop sending.
+	type result struct {
+		resp Response
+		err  error
+	}
+	final := make(chan result, 1)
+	go func() {
+		var resp Response
+		err := ReadMessage(st, &resp)
+		if err == nil {
+			st.SetWriteDeadline(time.Unix(1, 0))
+		}
+		final <- result{resp, err}
+	}()
+	werr := func() error {
+		buf := make([]byte, chunkSize)
+		for {
+			n, rerr := r.Read(buf)
+			if n > 0 {
+				if err := WriteFrame(st, ChannelData, buf[:n]); err != nil {
+					return err
+				}
+			}
+			if errors.Is(rerr, io.EOF) {
+				return WriteFrame(st, ChannelData, nil)
+			}
+			if rerr != nil {
+				return fmt.Errorf("read source: %w", rerr)
+			}
+		}
+	}()
+	var res result
+	if werr != nil {
+		select {
+		case res = <-final:
+		case <-time.After(5 * time.Second):
+			return FileInfo{}, fmt.Errorf("write %s: %w", req.Path, ctxErr(ctx, werr))
+		}
+		if res.err != nil || res.resp.Error == nil {
+			return FileInfo{}, fmt.Errorf("write %s: %w", req.Path, ctxErr(ctx, werr))
+		}
+	} else {
+		res = <-final
+	}
+	if res.err != nil {
+		return FileInfo{}, fmt.Errorf("write %s: %w", req.Path, ctxErr(ctx, res.err))
+	}
+	if res.resp.Error != nil {
+		return FileInfo{}, fmt.Errorf("write %s: %w", req.Path, &RemoteError{Op: OpFileWrite, Err: *res.resp.Error})
+	}
+	if res.resp.File == nil {
+		return FileInfo{}, fmt.Errorf("write %s: no file info: %w", req.Path, ErrProtocol)
+	}
+	return *res.resp.File, nil
+}
