@@ -13,6 +13,8 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -36,6 +38,9 @@ type Config struct {
 	OperatorEmails  map[string]bool // lowercased
 	AssetVersion    string
 	FlashKey        []byte
+	// PublicURL is where people reach the server; browsers' WebSocket
+	// Origins must match it.
+	PublicURL string
 }
 
 // Handlers carries the dependencies of every handler.
@@ -48,6 +53,8 @@ type Handlers struct {
 	ready func(ctx context.Context) error
 	clock func() time.Time
 	vms   *vmpool.Service // nil: VM pages and API answer "unavailable"
+	sbx   *sandbox.Service
+	terms *terminal.Service // nil: terminals answer "unavailable"
 }
 
 // Deps are the services handlers call.
@@ -61,6 +68,10 @@ type Deps struct {
 	Clock func() time.Time
 	// VMs runs the tenant VM pools; nil when the server runs without them.
 	VMs *vmpool.Service
+	// Sandboxes runs the sandboxes; nil answers "unavailable" for them.
+	Sandboxes *sandbox.Service
+	// Terminals runs the sandboxes' terminals; nil answers "unavailable".
+	Terminals *terminal.Service
 }
 
 // New returns the handlers.
@@ -77,7 +88,8 @@ func New(cfg Config, d Deps) *Handlers {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs}
+	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
+		terms: d.Terminals}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -21,16 +21,32 @@ const (
 	PermAuditRead    Permission = "audit.read"    // audit log and its exports
 	PermVMsRead      Permission = "vms.read"      // the tenant's VMs and pool settings
 	PermVMsWrite     Permission = "vms.write"     // start, stop, destroy, recycle VMs; pool settings
+	// PermSandboxesRead: the tenant's sandboxes, their timelines and the
+	// commands run in them (with their output).
+	PermSandboxesRead Permission = "sandboxes.read"
+	// PermSandboxesWrite: create and destroy sandboxes, run commands, read
+	// and write their files.
+	PermSandboxesWrite Permission = "sandboxes.write"
+	// PermTerminalsDrive: open a sandbox's terminal and type into it, or
+	// take control of one after asking.
+	PermTerminalsDrive Permission = "terminals.drive"
+	// PermTerminalsWatch: watch live terminals read-only, replay and
+	// download their recordings.
+	PermTerminalsWatch Permission = "terminals.watch"
 )
 
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
 // the platform ones are decided by the caller's kind, not a role.
 var grants = map[Role][]Permission{
-	RoleAdmin:     {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite},
-	RoleManager:   {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite},
-	RoleDeveloper: {PermTenantView, PermVMsRead}, // sees the VMs their sandboxes run in
-	RoleAuditor:   {PermTenantView, PermMembersRead, PermAuditRead},
-	RoleBilling:   {PermTenantView},
+	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
+		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch},
+	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
+		PermTerminalsWatch},
+	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
+		PermTerminalsDrive, PermTerminalsWatch},
+	// Auditors read what ran in sandboxes (commands and output) but start nothing.
+	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch},
+	RoleBilling: {PermTenantView},
 }
 
 // Can reports whether role grants p. Platform permissions (public, signed

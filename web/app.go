@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
@@ -45,6 +47,12 @@ type AppConfig struct {
 	Clock              func() time.Time
 	// VMs runs the tenant VM pools; nil serves VM pages and API as unavailable.
 	VMs *vmpool.Service
+	// Sandboxes runs the sandboxes; nil serves their pages and API as
+	// unavailable.
+	Sandboxes *sandbox.Service
+	// Terminals runs the sandboxes' terminals; nil serves them as
+	// unavailable.
+	Terminals *terminal.Service
 }
 
 // App is the assembled web app: the server and its relying party.
@@ -110,9 +118,9 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 	h := handlers.New(handlers.Config{
 		ProviderName: providerName, DevIdP: a.dev, SecureCookies: secure,
 		OperatorEmails: cfg.OperatorEmails, AssetVersion: assets, FlashKey: Derive(cfg.RootKey, "flash"),
-		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute,
+		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
 	}, handlers.Deps{
-		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs,
+		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs, Sandboxes: cfg.Sandboxes, Terminals: cfg.Terminals,
 		Ready: func(ctx context.Context) error {
 			if !a.rp.ready() {
 				return errors.New("identity provider not ready")

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/views"
@@ -67,6 +68,10 @@ func problemFor(err error) Problem {
 			Errors: []ProblemField{{Field: qe.Quota, Rule: "quota", Detail: qe.Error()}}}
 	case errors.Is(err, tenants.ErrQuota):
 		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error()}
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return Problem{Type: problemBase + "too-large", Title: "Too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
+	case errors.Is(err, sandbox.ErrNoSpace):
+		return Problem{Type: problemBase + "no-space", Title: "No space left in the sandbox", Status: http.StatusInsufficientStorage, Detail: err.Error()}
 	case errors.Is(err, vmpool.ErrUnavailable):
 		return Problem{Type: problemBase + "hypervisor-unavailable", Title: "Hypervisor unavailable", Status: http.StatusServiceUnavailable,
 			Detail: err.Error()}
@@ -76,7 +81,7 @@ func problemFor(err error) Problem {
 	case errors.As(err, &fbe):
 		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden, Detail: fbe.detail}
 	case errors.Is(err, tenants.ErrForbidden):
-		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden}
+		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden, Detail: err.Error()}
 	case errors.As(err, &he):
 		p := Problem{Type: "about:blank", Title: http.StatusText(he.Code), Status: he.Code}
 		if m, ok := he.Message.(string); ok && m != http.StatusText(he.Code) {

@@ -3,12 +3,18 @@ package web_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gorilla/websocket"
+
+	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -58,6 +64,12 @@ func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
 	case strings.Contains(path, "/tokens/:id"):
 		_, tok := f.env.NewToken(t, f.tenant, fmt.Sprintf("object-%d", f.next()), tenants.RoleDeveloper)
 		return tok.ID, true
+	case strings.Contains(path, "/sandboxes/:id"):
+		return sandboxtest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug)).ID, true
+	case strings.Contains(path, "/terminals/:id"):
+		by := fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug)
+		sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, by)
+		return terminaltest.Record(t, f.env.DB, f.env.Terminals.Config().DataDir, f.tenant.ID, sb.ID, by).ID, true
 	}
 	return "", false
 }
@@ -126,6 +138,8 @@ func handlerStatus(r web.Route, c *caller) (int, string) {
 		return http.StatusUnauthorized, "no login in flight: the relying party refuses the callback"
 	case r.Path == "/tenant/switch" && c.tenant == nil:
 		return http.StatusNotFound, "the caller is a member of no tenant"
+	case terminalSocket(r) && !tenants.Can(c.role, tenants.PermTerminalsDrive):
+		return http.StatusForbidden, "the role may watch (?watch=1), not open a terminal: that needs terminals.drive"
 	}
 	return 0, ""
 }
@@ -135,6 +149,8 @@ func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in
 	t.Helper()
 	cl := c.client
 	switch {
+	case terminalSocket(r):
+		return wsHandshake(t, cl, path)
 	case r.Method == http.MethodGet:
 		return cl.Request(t, r.Method, path, "", nil)
 	case !r.API:
@@ -156,6 +172,35 @@ func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in
 		body = string(b)
 	}
 	return cl.Request(t, r.Method, path, "application/json", strings.NewReader(body), hdr...)
+}
+
+// terminalSocket is the terminal WebSocket route: it is called with a
+// real handshake.
+func terminalSocket(r web.Route) bool { return r.API && strings.HasSuffix(r.Path, "/terminal") }
+
+// wsHandshake opens a WebSocket to path as cl (its cookies and an Origin of
+// ours, or its token) and returns the handshake's status: 101 when it
+// opened, else the refusal's status and problem document.
+func wsHandshake(t *testing.T, cl *webtest.Client, path string) (int, string, http.Header) {
+	t.Helper()
+	hdr := http.Header{}
+	if cl.Bearer != "" {
+		hdr.Set("Authorization", "Bearer "+cl.Bearer)
+	} else {
+		hdr.Set("Origin", cl.Base)
+	}
+	d := websocket.Dialer{Jar: cl.Jar, HandshakeTimeout: 20 * time.Second}
+	conn, resp, err := d.Dial("ws"+strings.TrimPrefix(cl.Base, "http")+path, hdr)
+	if err == nil {
+		defer conn.Close()
+		return resp.StatusCode, "", resp.Header
+	}
+	if resp == nil {
+		t.Fatalf("WebSocket %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
 }
 
 // TestRoleTable checks every route of the route table against every kind

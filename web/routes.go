@@ -42,8 +42,16 @@ func Routes(h *handlers.Handlers) []Route {
 
 		// Tenant pages.
 		{get, "/", tenants.PermTenantView, false, h.Dashboard},
-		{get, "/sandboxes", tenants.PermTenantView, false, h.Area("sandboxes")},
-		{get, "/terminals", tenants.PermTenantView, false, h.Area("terminals")},
+		{get, "/sandboxes", tenants.PermSandboxesRead, false, h.SandboxesPage},
+		{get, "/sandboxes/table", tenants.PermSandboxesRead, false, h.SandboxesTable},
+		{post, "/sandboxes", tenants.PermSandboxesWrite, false, h.CreateSandbox},
+		{get, "/sandboxes/:id", tenants.PermSandboxesRead, false, h.SandboxPage},
+		{get, "/sandboxes/:id/live", tenants.PermSandboxesRead, false, h.SandboxLive},
+		{post, "/sandboxes/:id/destroy", tenants.PermSandboxesWrite, false, h.DestroySandbox},
+		{get, "/sandboxes/:id/terminal", tenants.PermTerminalsWatch, false, h.SandboxTerminalPage},
+		{get, "/terminals", tenants.PermTerminalsWatch, false, h.TerminalsPage},
+		{get, "/terminals/live", tenants.PermTerminalsWatch, false, h.TerminalsLive},
+		{get, "/terminals/:id", tenants.PermTerminalsWatch, false, h.TerminalPage},
 		{get, "/vms", tenants.PermVMsRead, false, h.VMsPage},
 		{get, "/vms/table", tenants.PermVMsRead, false, h.VMsTable},
 		{post, "/vms", tenants.PermVMsWrite, false, h.StartVM},
@@ -71,6 +79,7 @@ func Routes(h *handlers.Handlers) []Route {
 		{get, "/operator/hosts", tenants.PermOperator, false, h.OperatorHosts},
 
 		// JSON API.
+		{get, "/api/v1/openapi.json", P, true, openAPIHandler()},
 		{get, "/api/v1/me", tenants.PermSignedIn, true, h.Me},
 		{get, "/api/v1/members", tenants.PermMembersRead, true, h.APIMembers},
 		{post, "/api/v1/members", tenants.PermMembersWrite, true, h.APIInviteMember},
@@ -88,6 +97,19 @@ func Routes(h *handlers.Handlers) []Route {
 		{post, "/api/v1/vms/:id/recycle", tenants.PermVMsWrite, true, h.APIRecycleVM},
 		{get, "/api/v1/vm-pool", tenants.PermVMsRead, true, h.APIVMPool},
 		{put, "/api/v1/vm-pool", tenants.PermVMsWrite, true, h.APISetVMPool},
+		{get, "/api/v1/sandboxes", tenants.PermSandboxesRead, true, h.APISandboxes},
+		{post, "/api/v1/sandboxes", tenants.PermSandboxesWrite, true, h.APICreateSandbox},
+		{get, "/api/v1/sandboxes/:id", tenants.PermSandboxesRead, true, h.APISandbox},
+		{del, "/api/v1/sandboxes/:id", tenants.PermSandboxesWrite, true, h.APIDestroySandbox},
+		{post, "/api/v1/sandboxes/:id/exec", tenants.PermSandboxesWrite, true, h.APIExec},
+		{get, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIReadFile},
+		{put, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIWriteFile},
+		// WebSocket: watching needs the route's permission; driving (no
+		// ?watch=1) terminals.drive too, checked before the upgrade.
+		{get, "/api/v1/sandboxes/:id/terminal", tenants.PermTerminalsWatch, true, h.TerminalSocket},
+		{get, "/api/v1/terminals", tenants.PermTerminalsWatch, true, h.APITerminals},
+		{get, "/api/v1/terminals/:id", tenants.PermTerminalsWatch, true, h.APITerminal},
+		{get, "/api/v1/terminals/:id/cast", tenants.PermTerminalsWatch, true, h.TerminalCast},
 		{get, "/api/v1/hosts", tenants.PermOperator, true, h.APIHosts},
 		{get, "/api/v1/tenants", tenants.PermOperator, true, h.APITenants},
 		{post, "/api/v1/tenants", tenants.PermOperator, true, h.APICreateTenant},

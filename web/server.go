@@ -47,6 +47,10 @@ type Server struct {
 	routes   []Route
 }
 
+// FileUploadPath is the route whose request bodies are sandbox files: its
+// handler applies the file size limit instead of BodyLimit.
+const FileUploadPath = "/api/v1/sandboxes/:id/files"
+
 // New builds the server and its route table.
 func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logger, reg *prometheus.Registry) *Server {
 	if cfg.BodyLimit == "" {
@@ -71,7 +75,10 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog(m))
 	e.Use(s.securityHeaders)
-	e.Use(middleware.BodyLimit(cfg.BodyLimit))
+	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
+		// File uploads bound their bodies themselves, at their own limit.
+		return c.Request().Method == http.MethodPut && c.Path() == FileUploadPath
+	}}))
 
 	// Static files and the dev identity provider need no session.
 	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", staticHandler())))

@@ -1,5 +1,5 @@
 // Command stockade is the Stockade control plane: `serve`, admin commands
-// for scripting and first setup, and (later) the API client.
+// for scripting and first setup, and the API client.
 package main
 
 import (
@@ -42,6 +42,15 @@ Usage:
   stockade image build [--templates busybox,debian]
   stockade version
 
+API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
+  stockade sandbox create [--template T] [--vcpus N] [--memory MiB] [--timeout 10m] [--env K=V]...
+  stockade sandbox ls
+  stockade sandbox show ID
+  stockade sandbox exec [--cwd DIR] [--timeout 30s] [--env K=V]... [-i] ID -- CMD [ARG...]
+  stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout)
+  stockade sandbox rm ID...
+  stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
+
 Configuration comes from the environment (see README), flags override it.
 `
 
@@ -49,6 +58,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError(2)
+	}
+	if len(args) > 1 && (args[0] == "sandbox" || args[0] == "sandboxes") && args[1] == "attach" {
+		return attachCmd(ctx, args[2:], getenv, os.Stdin, stdout, stderr)
 	}
 	switch args[0] {
 	case "serve":
@@ -61,6 +73,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return tokenCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "image":
 		return imageCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "sandbox", "sandboxes":
+		return sandboxCmd(ctx, args[1:], getenv, os.Stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "stockade", version)
 		return nil

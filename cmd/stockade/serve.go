@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -55,10 +57,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer vms.Close() // leaves VMs running: the next start adopts them
+	// After the VM pools: it reconciles sandboxes with the agents of the VMs
+	// they adopted.
+	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log})
+	if err := sbx.Start(ctx); err != nil {
+		return err
+	}
+	defer sbx.Close() // leaves sandboxes running: the next start adopts them
+	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log})
+	if err := terms.Start(ctx); err != nil {
+		return err
+	}
+	defer terms.Close() // ends the live terminals, recorded with the reason
 	app, err := web.NewApp(ctx, web.AppConfig{
 		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
 		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,
-		Version: version, Log: log, VMs: vms,
+		Version: version, Log: log, VMs: vms, Sandboxes: sbx, Terminals: terms,
 	}, store, audit.NewLog(db, nil))
 	if err != nil {
 		return err

@@ -171,7 +171,7 @@ func (b *builder) run(ctx context.Context) (Manifest, error) {
 
 	// 5. initramfs -> guest
 	b.p.begin("guest image (initramfs)")
-	g, mods, err := b.guest(ctx, kernel, busybox, crun, dirs, vmlinux, modDir, release)
+	g, mods, err := b.guest(ctx, kernel, crun, dirs, vmlinux, modDir, release)
 	if err != nil {
 		b.p.end("failed")
 		return Manifest{}, fmt.Errorf("image build: %w", err)
@@ -286,7 +286,7 @@ type guestResult struct {
 	result string
 }
 
-func (b *builder) guest(ctx context.Context, kernel, busybox, crun debPackage, dirs []string,
+func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []string,
 	vmlinux, modDir, release string) (guestResult, []kmod, error) {
 	mods, err := resolveModules(modDir, channelModules(), laterModules())
 	if err != nil {
@@ -312,7 +312,6 @@ func (b *builder) guest(ctx context.Context, kernel, busybox, crun debPackage, d
 	inputs := map[string]string{
 		"recipe":  recipeVersion,
 		"kernel":  kernel.String() + " sha256:" + kernel.SHA256,
-		"busybox": busybox.String() + " sha256:" + busybox.SHA256,
 		"crun":    crun.String() + " sha256:" + crun.SHA256,
 		"agent":   "sha256:" + agentSum,
 		"modules": joinLines(modNames),
@@ -347,7 +346,7 @@ func (b *builder) guest(ctx context.Context, kernel, busybox, crun debPackage, d
 		return guestResult{}, nil, err
 	}
 	size, err := buildInitramfs(initramfsInputs{
-		Agent: b.o.AgentBinary, Busybox: filepath.Join(dirs[1], "bin/busybox"), Crun: crunBin,
+		Agent: b.o.AgentBinary, Crun: crunBin,
 		Libs: libs, ModDir: modDir, Release: release, Modules: mods,
 	}, filepath.Join(tmp, "initramfs.cpio"))
 	if err != nil {

@@ -98,7 +98,7 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("cpio -t initramfs = %v", err)
 	}
 	names := strings.Fields(string(out))
-	for _, want := range []string{"init", "bin/busybox", "usr/bin/crun", "lib64/ld-linux-x86-64.so.2",
+	for _, want := range []string{"init", "usr/bin/crun", "lib64/ld-linux-x86-64.so.2",
 		"lib/x86_64-linux-gnu/libseccomp.so.2", "dev/console",
 		"lib/modules/" + m.Guest.KernelVersion + "/" + moduleListName,
 		"lib/modules/" + m.Guest.KernelVersion + "/kernel/drivers/char/virtio_console.ko",

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -21,17 +19,20 @@ import (
 )
 
 const (
-	// newRoot is where the initramfs is copied before switching root.
+	// newRoot is where the initramfs is bound before it becomes the root.
 	newRoot = "/newroot"
 	// ModuleListName is the file under /lib/modules/<release>/ that lists the
 	// modules init loads, one path relative to that folder per line, in order.
 	// Those before a ModuleListLater line are loaded before the channel opens;
-	// the rest load while the agent already serves.
+	// the rest once the first host said hello.
 	ModuleListName = "modules.stockade"
 	// ModuleListLater separates the two parts of the module list.
 	ModuleListLater = "later:"
 	// hostPoll is how often the agent looks for a (re)connected host.
 	hostPoll = 100 * time.Millisecond
+	// laterModulesDelay bounds how long the later modules wait for a
+	// host's first hello.
+	laterModulesDelay = 2 * time.Second
 )
 
 // bootState is the boot timings, written by init while the server reads them.
@@ -66,9 +67,9 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 		return err
 	}
 	if onRootfs {
-		// pivot_root (crun) fails on the initramfs rootfs: move it to a tmpfs.
-		// No re-exec: chroot holds for every thread, and under TCG a new
-		// process image costs ~0.3 s of translation.
+		// pivot_root (crun) fails on the initramfs rootfs: make a bind
+		// mount of it the root. No re-exec: chroot holds for every thread,
+		// and under TCG a new process image costs ~0.3 s of translation.
 		if err := unix.Unmount("/proc", 0); err != nil {
 			return fmt.Errorf("unmount /proc: %w", err)
 		}
@@ -91,26 +92,15 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := loadModules(now); err != nil {
-		return err
-	}
-	bs.set(func(b *agentproto.Boot) { b.ChannelModules = uptime(); b.Modules = len(now) })
-	// The rest (block, file systems) load while the host already talks to us;
-	// nothing served yet needs them.
-	disksReady := make(chan struct{})
-	go func() {
-		defer close(disksReady)
-		if err := loadModules(later); err != nil {
-			log.Error("load modules", "err", err)
-			return
-		}
-		bs.set(func(b *agentproto.Boot) { b.ModulesLoaded = uptime(); b.Modules += len(later) })
-	}()
 
 	r := newReaper(log)
 	go r.loop(ctx)
 	go handleSignals(ctx, log)
 
+	if err := loadModules(now); err != nil {
+		return err
+	}
+	bs.set(func(b *agentproto.Boot) { b.ChannelModules = uptime(); b.Modules = len(now) })
 	port, err := findPort(ctx, "/sys/class/virtio-ports", agentproto.ChannelName, log)
 	if err != nil {
 		return err
@@ -120,13 +110,11 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 		return err
 	}
 	bs.set(func(b *agentproto.Boot) { b.ChannelOpen = uptime() })
-	b := bs.get()
-	log.Info("agent ready", "version", version, "kernel", release, "port", port,
-		"init_start", b.InitStart, "switch_root", b.SwitchRoot, "channel_modules", b.ChannelModules, "channel", b.ChannelOpen)
 
-	// The initramfs's /init (copied by switchRoot) is this binary: it
-	// becomes every sandbox's init. A guest without working cgroups still
-	// serves the host, without the sandbox ops.
+	// The initramfs's /init is this binary: it becomes every sandbox's
+	// init. A guest without working cgroups still serves the host, without
+	// the sandbox ops.
+	disksReady := make(chan struct{})
 	sandboxes, err := NewManager(ManagerConfig{
 		Logger: log, InitPath: "/init", DisksReady: disksReady, start: r.start,
 	})
@@ -134,13 +122,39 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 		log.Error("sandboxes unavailable", "err", err)
 		sandboxes = nil
 	}
+	helloed := make(chan struct{})
+	var helloOnce sync.Once
 	srv, err := NewServer(Config{
 		Version: version, Logger: log, PowerOff: PowerOff, PID1: true, Boot: bs.get, Run: r.Run,
-		Sandboxes: sandboxes,
+		Sandboxes: sandboxes, OnHello: func() { helloOnce.Do(func() { close(helloed) }) },
 	})
 	if err != nil {
 		return err
 	}
+
+	// The log line and the rest of the modules (block, file systems) wait
+	// for the first host's hello, or laterModulesDelay: nothing served
+	// before needs them, and on one emulated CPU loading them (ext4 alone is
+	// 2 MiB) while the handshake ran delayed it by ~70 ms.
+	go func() {
+		defer close(disksReady)
+		t := time.NewTimer(laterModulesDelay)
+		defer t.Stop()
+		select {
+		case <-helloed:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		b := bs.get()
+		log.Info("agent ready", "version", version, "kernel", release, "port", port,
+			"init_start", b.InitStart, "switch_root", b.SwitchRoot, "channel_modules", b.ChannelModules, "channel", b.ChannelOpen)
+		if err := loadModules(later); err != nil {
+			log.Error("load modules", "err", err)
+			return
+		}
+		bs.set(func(b *agentproto.Boot) { b.ModulesLoaded = uptime(); b.Modules += len(later) })
+	}()
 	return serveChannel(ctx, srv, port, f, log)
 }
 
@@ -209,14 +223,16 @@ func rootIsRootfs(mountinfo string) (bool, error) {
 	return false, errors.New("read mountinfo: no mount on /")
 }
 
-// switchRoot copies the initramfs into a tmpfs, deleting as it goes so the
-// memory is not held twice, and makes the tmpfs the root of this process.
+// switchRoot makes a bind mount of the initramfs the root of this process.
+// crun's pivot_root needs a root mount that has a parent, which the rootfs
+// itself never has; a bind mount of it does. Nothing is copied: under TCG
+// copying the initramfs into a tmpfs cost ~160 ms of boot.
 func switchRoot() error {
-	if err := mount("tmpfs", newRoot, "tmpfs", 0, "mode=0755"); err != nil {
-		return err
-	}
-	if err := moveTree("/", newRoot); err != nil {
+	if err := os.MkdirAll(newRoot, 0o755); err != nil {
 		return fmt.Errorf("switch root: %w", err)
+	}
+	if err := unix.Mount("/", newRoot, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("switch root: bind /: %w", err)
 	}
 	if err := unix.Chdir(newRoot); err != nil {
 		return fmt.Errorf("switch root: chdir: %w", err)
@@ -230,85 +246,9 @@ func switchRoot() error {
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("switch root: chdir /: %w", err)
 	}
+	// The folder the bind sat on is an empty one of the rootfs now.
+	os.Remove(newRoot)
 	return nil
-}
-
-// moveTree copies every file, link, folder and device node under src into
-// dst, removing the source files it copied. dst itself is skipped.
-func moveTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if path == dst {
-			return filepath.SkipDir
-		}
-		if path == src {
-			return nil
-		}
-		target := filepath.Join(dst, strings.TrimPrefix(path, src))
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			return fmt.Errorf("stat %s: %w", path, err)
-		}
-		mode := info.Mode()
-		switch {
-		case mode.IsDir():
-			if err := os.Mkdir(target, mode.Perm()); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-		case mode&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, target); err != nil {
-				return err
-			}
-		case mode.IsRegular():
-			if err := copyFile(path, target, mode.Perm()); err != nil {
-				return err
-			}
-		default: // device nodes, fifos
-			if err := unix.Mknod(target, st.Mode, int(st.Rdev)); err != nil {
-				return fmt.Errorf("mknod %s: %w", target, err)
-			}
-		}
-		// Keep owners and the exact mode (setuid, sticky) the archive had.
-		if err := unix.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
-			return fmt.Errorf("chown %s: %w", target, err)
-		}
-		if mode&fs.ModeSymlink == 0 {
-			if err := unix.Chmod(target, st.Mode&07777); err != nil {
-				return fmt.Errorf("chmod %s: %w", target, err)
-			}
-		}
-		if !mode.IsDir() {
-			os.Remove(path)
-		}
-		return nil
-	})
-}
-
-func copyFile(src, dst string, perm fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	return out.Close()
 }
 
 // readModuleList reads dir/ModuleListName: the modules to load before the

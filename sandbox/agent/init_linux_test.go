@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,81 +50,80 @@ func TestRootIsRootfs(t *testing.T) {
 	}
 }
 
-func TestMoveTree(t *testing.T) {
+// TestSwitchRoot checks, in a child process with its own mount namespace
+// chrooted into a folder that is no mount point (pivot_root refuses such a
+// root, as it refuses the initramfs rootfs), that after switchRoot the root
+// is a mount pivot_root accepts, still holding the same files.
+func TestSwitchRoot(t *testing.T) {
+	if os.Getenv("STOCKADE_TEST_SWITCH_ROOT") == "child" {
+		switchRootChild()
+		return
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("moveTree keeps owners and makes device nodes: needs root")
+		t.Skip("switchRoot mounts and chroots: needs root")
 	}
-	src := t.TempDir()
-	mustWrite := func(p string, data string, mode os.FileMode) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "init"), []byte("agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSwitchRoot$")
+	cmd.Env = append(os.Environ(), "STOCKADE_TEST_SWITCH_ROOT=child", "STOCKADE_TEST_ROOT="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("switch root child: %v\n%s", err, out)
+	}
+	t.Logf("child:\n%s", out)
+	for _, want := range []string{"before: pivot_root: invalid argument", "after: pivot_root ok", "init: agent"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("Got(child output) = %q; want %q", out, want)
 		}
-		if err := os.WriteFile(p, []byte(data), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
 	}
-	mustWrite(filepath.Join(src, "init"), "agent", 0o755)
-	mustWrite(filepath.Join(src, "lib/x/libc.so.6"), "libc", 0o644)
-	mustWrite(filepath.Join(src, "etc/owned"), "1000", 0o600)
-	if err := os.Chown(filepath.Join(src, "etc/owned"), 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("busybox", filepath.Join(src, "lib/sh")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(src, "tmp"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(filepath.Join(src, "tmp"), 0o777|os.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mknod(filepath.Join(src, "console"), unix.S_IFCHR|0o600, int(unix.Mkdev(5, 1))); err != nil {
-		t.Fatal(err)
-	}
-	// dst inside src is skipped, as /newroot is.
-	inner := filepath.Join(src, "newroot")
-	if err := os.Mkdir(inner, 0o755); err != nil {
-		t.Fatal(err)
-	}
+}
 
-	if err := moveTree(src, inner); err != nil {
-		t.Fatalf("moveTree() = %v", err)
+// switchRootChild prints what pivot_root says before and after switchRoot.
+func switchRootChild() {
+	fail := func(what string, err error) {
+		fmt.Println(what+":", err)
+		os.Exit(1)
 	}
-	for _, c := range []struct {
-		rel, data string
-		mode      os.FileMode
-	}{{"init", "agent", 0o755}, {"lib/x/libc.so.6", "libc", 0o644}, {"etc/owned", "1000", 0o600}} {
-		b, err := os.ReadFile(filepath.Join(inner, c.rel))
-		if err != nil || string(b) != c.data {
-			t.Errorf("Got(%s) = %q, %v; want %q", c.rel, b, err, c.data)
+	// Nothing of this test may reach the host's mounts.
+	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		fail("make mounts private", err)
+	}
+	if err := unix.Chroot(os.Getenv("STOCKADE_TEST_ROOT")); err != nil {
+		fail("chroot", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		fail("chdir", err)
+	}
+	pivot := func() error {
+		if err := os.MkdirAll("/next", 0o755); err != nil {
+			return err
 		}
-		if fi, err := os.Stat(filepath.Join(inner, c.rel)); err == nil && fi.Mode().Perm() != c.mode {
-			t.Errorf("Got(%s mode) = %v; want %v", c.rel, fi.Mode().Perm(), c.mode)
+		if err := unix.Mount("tmpfs", "/next", "tmpfs", 0, ""); err != nil {
+			return err
 		}
-		if _, err := os.Stat(filepath.Join(src, c.rel)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("Got(source %s after move) = %v; want removed", c.rel, err)
+		defer unix.Unmount("/next", unix.MNT_DETACH)
+		if err := os.Mkdir("/next/old", 0o755); err != nil {
+			return err
 		}
+		return unix.PivotRoot("/next", "/next/old")
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(inner, "etc/owned"), &st); err != nil || st.Uid != 1000 || st.Gid != 1000 {
-		t.Errorf("Got(etc/owned owner) = %d:%d, %v; want 1000:1000", st.Uid, st.Gid, err)
+	fmt.Println("before: pivot_root:", pivot())
+	if err := switchRoot(); err != nil {
+		fail("switchRoot", err)
 	}
-	if l, err := os.Readlink(filepath.Join(inner, "lib/sh")); err != nil || l != "busybox" {
-		t.Errorf("Got(lib/sh link) = %q, %v; want busybox", l, err)
+	b, err := os.ReadFile("/init")
+	if err != nil {
+		fail("read /init", err)
 	}
-	if fi, err := os.Stat(filepath.Join(inner, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 {
-		t.Errorf("Got(tmp mode) = %v, %v; want sticky", fi.Mode(), err)
+	fmt.Println("init:", string(b))
+	if err := pivot(); err != nil {
+		fail("after: pivot_root", err)
 	}
-	if err := unix.Stat(filepath.Join(inner, "console"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(5, 1) {
-		t.Errorf("Got(console) = mode %o rdev %d, %v; want char 5:1", st.Mode, st.Rdev, err)
-	}
-	if _, err := os.Stat(filepath.Join(inner, "newroot")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Got(newroot copied into itself) = %v; want not there", err)
-	}
+	fmt.Println("after: pivot_root ok")
+	os.Exit(0)
 }
 
 func TestReadModuleList(t *testing.T) {

@@ -32,6 +32,9 @@ type Config struct {
 	// reported in hello.
 	PID1 bool
 	Boot func() agentproto.Boot
+	// OnHello, when set, runs after each hello was answered (init starts
+	// its background boot work after the first).
+	OnHello func()
 	// ProcDir and CgroupDir are where proc and the cgroup v2 hierarchy are
 	// mounted: /proc and /sys/fs/cgroup by default.
 	ProcDir   string
@@ -268,6 +271,9 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 	// this agent speaks, and must come after hello.
 	if req.Op == agentproto.OpHello {
 		s.reply(st, s.hello(ss, req))
+		if s.cfg.OnHello != nil {
+			s.cfg.OnHello()
+		}
 		return
 	}
 	if req.V < agentproto.MinVersion || req.V > agentproto.Version {

@@ -201,7 +201,7 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	spec := hypervisor.DomainSpec{
 		ID: vm.ID, TenantID: vm.TenantID, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName,
+		ChannelName: agentproto.ChannelName, Disks: s.templateDisks(),
 	}
 	start := time.Now()
 	dom, err := hv.Create(ctx, spec)
@@ -243,6 +243,25 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	s.clearBackoff(vm.TenantID)
 	s.log.Info("vm running", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "boot", took.Round(time.Millisecond),
 		"agent", hello.Agent, "kernel", hello.Kernel)
+}
+
+// templateDisks are the sandbox templates of the built image, attached
+// read-only to every VM: the agent finds each one by its ext4 label, in
+// whatever slot it sits (sandbox/agent templates.go).
+func (s *Service) templateDisks() []hypervisor.Disk {
+	m, err := image.Load(s.cfg.DataDir)
+	if err != nil {
+		s.log.Warn("no sandbox templates for the vm", "err", err)
+		return nil
+	}
+	var out []hypervisor.Disk
+	for i, t := range m.Templates {
+		if i >= 'z'-'b' {
+			break
+		}
+		out = append(out, hypervisor.Disk{Path: t.Path, Target: "vd" + string(rune('b'+i)), ReadOnly: true})
+	}
+	return out
 }
 
 // bootCancelled handles a boot whose context ended: a destroy or a lost VM

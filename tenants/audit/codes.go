@@ -36,6 +36,19 @@ const (
 	TypeVMPoolUpdated = "vm.pool_updated"
 	TypeVMStopped     = "vm.stopped"
 	TypeVMFailed      = "vm.failed"
+
+	TypeSandboxCreated     = "sandbox.created"
+	TypeSandboxExec        = "sandbox.exec"
+	TypeSandboxDestroyed   = "sandbox.destroyed"
+	TypeSandboxFailed      = "sandbox.failed"
+	TypeSandboxStopped     = "sandbox.stopped"
+	TypeSandboxFileWritten = "sandbox.file_written"
+	TypeSandboxFileRead    = "sandbox.file_read"
+
+	TypeTerminalOpened       = "terminal.opened"
+	TypeTerminalJoined       = "terminal.joined"
+	TypeTerminalControlTaken = "terminal.control_taken"
+	TypeTerminalClosed       = "terminal.closed"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -73,6 +86,19 @@ var codes = map[string]string{
 	TypeVMPoolUpdated: "SV7004I",
 	TypeVMStopped:     "SV7005I",
 	TypeVMFailed:      "SV7006E",
+
+	TypeSandboxCreated:     "SS8000I",
+	TypeSandboxExec:        "SS8001I",
+	TypeSandboxDestroyed:   "SS8002I",
+	TypeSandboxFailed:      "SS8003E",
+	TypeSandboxStopped:     "SS8004W",
+	TypeSandboxFileWritten: "SS8005I",
+	TypeSandboxFileRead:    "SS8006I",
+
+	TypeTerminalOpened:       "SP9000I",
+	TypeTerminalJoined:       "SP9001I",
+	TypeTerminalControlTaken: "SP9002I",
+	TypeTerminalClosed:       "SP9003I",
 }
 
 // Code returns the stable code of an event type.

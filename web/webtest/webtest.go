@@ -20,6 +20,8 @@ import (
 	"golang.org/x/net/html"
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -38,15 +40,23 @@ type Options struct {
 	// VMs runs the tenant VM pools; nil serves the VM pages and API as
 	// unavailable (503).
 	VMs *vmpool.Service
+	// Sandboxes runs the sandboxes; nil serves the stored ones only (every
+	// change, exec and file answers 503).
+	Sandboxes *sandbox.Service
+	// Terminals runs the terminals; nil runs them in Sandboxes (so with
+	// no VMs every new terminal answers 503), recordings in a temporary
+	// data dir.
+	Terminals *terminal.Service
 }
 
 // Env is a running app.
 type Env struct {
-	URL   string
-	DB    *gorm.DB
-	Store *tenants.Store
-	Audit *audit.Log
-	App   *web.App
+	URL       string
+	DB        *gorm.DB
+	Store     *tenants.Store
+	Audit     *audit.Log
+	App       *web.App
+	Terminals *terminal.Service
 }
 
 // New starts the app; it stops at the end of the test.
@@ -62,6 +72,15 @@ func New(t testing.TB, o Options) *Env {
 	for _, e := range o.Operators {
 		ops[strings.ToLower(e)] = true
 	}
+	sbx := o.Sandboxes
+	if sbx == nil {
+		sbx = sandbox.New(db, nil, sandbox.Config{DataDir: t.TempDir(), Clock: o.Clock, Logger: slog.New(slog.DiscardHandler)})
+	}
+	terms := o.Terminals
+	if terms == nil {
+		terms = terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: t.TempDir(), Clock: o.Clock,
+			Logger: slog.New(slog.DiscardHandler)})
+	}
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -69,7 +88,7 @@ func New(t testing.TB, o Options) *Env {
 		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
 		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
-		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs,
+		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
 	}, store, al)
 	if err != nil {
 		cancel()
@@ -78,10 +97,12 @@ func New(t testing.TB, o Options) *Env {
 	srv.Config.Handler = app.Handler()
 	srv.Start()
 	t.Cleanup(func() { cancel(); srv.Close() })
+	// Before the server closes: live terminals end, their connections close.
+	t.Cleanup(func() { terms.Close() })
 	if err := app.ConnectDevIdP(ctx); err != nil {
 		t.Fatalf("ConnectDevIdP: %v", err)
 	}
-	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app}
+	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms}
 }
 
 var system = audit.Actor{Kind: "system", ID: "test"}

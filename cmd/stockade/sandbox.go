@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// sandboxCmd is the API client for sandboxes: create, ls, show, exec, cp, rm.
+func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError(2)
+	}
+	c, err := newAPIClient(getenv)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "create":
+		return sandboxCreate(ctx, c, args[1:], stdout, stderr)
+	case "ls", "list":
+		return sandboxList(ctx, c, stdout)
+	case "show", "get":
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: stockade sandbox show ID")
+			return exitError(2)
+		}
+		var out json.RawMessage
+		if err := c.json(ctx, "GET", "/api/v1/sandboxes/"+url.PathEscape(args[1]), nil, &out); err != nil {
+			return err
+		}
+		return writeIndented(stdout, out)
+	case "exec":
+		return sandboxExec(ctx, c, args[1:], stdin, stdout, stderr)
+	case "cp":
+		return sandboxCopy(ctx, c, args[1:], stdin, stdout, stderr)
+	case "rm", "destroy":
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, "usage: stockade sandbox rm ID...")
+			return exitError(2)
+		}
+		var errs []error
+		for _, id := range args[1:] {
+			if err := c.json(ctx, "DELETE", "/api/v1/sandboxes/"+url.PathEscape(id), nil, nil); err != nil {
+				errs = append(errs, fmt.Errorf("rm %s: %w", id, err))
+				continue
+			}
+			fmt.Fprintln(stdout, id)
+		}
+		return errors.Join(errs...)
+	}
+	fmt.Fprintf(stderr, "stockade sandbox: unknown command %q\n\n%s", args[0], usage)
+	return exitError(2)
+}
+
+// listFlag collects repeated KEY=VALUE flags.
+type listFlag map[string]string
+
+func (l listFlag) String() string { return "" }
+
+func (l listFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sandbox create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	template := fs.String("template", "", "template name (default: the server's)")
+	vcpus := fs.Int("vcpus", 0, "vCPUs (default 1)")
+	memory := fs.Int("memory", 0, "memory in MiB (default: the server's)")
+	timeout := fs.Duration("timeout", 0, "lifetime, e.g. 10m or 2h (default: the server's, 1h)")
+	idle := fs.Duration("idle-timeout", 0, "stop after this long without a command or file (default none)")
+	env, meta := listFlag{}, listFlag{}
+	fs.Var(env, "env", "KEY=VALUE added to every command (repeatable)")
+	fs.Var(meta, "meta", "KEY=VALUE label (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "stockade sandbox create: unexpected %q\n", fs.Arg(0))
+		return exitError(2)
+	}
+	in := map[string]any{}
+	if *template != "" {
+		in["template"] = *template
+	}
+	if *vcpus != 0 {
+		in["vcpus"] = *vcpus
+	}
+	if *memory != 0 {
+		in["memory_mib"] = *memory
+	}
+	if *timeout != 0 {
+		in["timeout_seconds"] = int((*timeout + time.Second - 1) / time.Second)
+	}
+	if *idle != 0 {
+		in["idle_timeout_seconds"] = int((*idle + time.Second - 1) / time.Second)
+	}
+	if len(env) > 0 {
+		in["env"] = map[string]string(env)
+	}
+	if len(meta) > 0 {
+		in["metadata"] = map[string]string(meta)
+	}
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := c.json(ctx, "POST", "/api/v1/sandboxes", in, &out); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, out.ID)
+	return nil
+}
+
+func sandboxList(ctx context.Context, c *apiClient, stdout io.Writer) error {
+	var out struct {
+		Sandboxes []struct {
+			ID          string `json:"id"`
+			State       string `json:"state"`
+			StateReason string `json:"state_reason"`
+			Template    string `json:"template"`
+			VCPUs       int    `json:"vcpus"`
+			MemoryMiB   int    `json:"memory_mib"`
+			CreatedAt   string `json:"created_at"`
+			ExpiresAt   string `json:"expires_at"`
+		} `json:"sandboxes"`
+	}
+	if err := c.json(ctx, "GET", "/api/v1/sandboxes", nil, &out); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTEMPLATE\tVCPUS\tMEMORY\tCREATED\tEXPIRES\tREASON")
+	for _, s := range out.Sandboxes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d MiB\t%s\t%s\t%s\n", s.ID, s.State, s.Template, s.VCPUs, s.MemoryMiB, s.CreatedAt, s.ExpiresAt, s.StateReason)
+	}
+	return tw.Flush()
+}
+
+func sandboxExec(ctx context.Context, c *apiClient, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sandbox exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cwd := fs.String("cwd", "", "working directory (default /workspace)")
+	timeout := fs.Duration("timeout", 0, "kill the command after this long (default: the server's, 10m)")
+	withStdin := fs.Bool("i", false, "send this command's stdin to the command (read to its end first)")
+	env := listFlag{}
+	fs.Var(env, "env", "KEY=VALUE for this command (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) < 2 {
+		fmt.Fprintln(stderr, "usage: stockade sandbox exec [flags] ID -- CMD [ARG...]")
+		return exitError(2)
+	}
+	id, cmd := rest[0], rest[1:]
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	in := map[string]any{"cmd": cmd}
+	if *cwd != "" {
+		in["cwd"] = *cwd
+	}
+	if *timeout != 0 {
+		in["timeout_seconds"] = int((*timeout + time.Second - 1) / time.Second)
+	}
+	if len(env) > 0 {
+		in["env"] = map[string]string(env)
+	}
+	if *withStdin {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		in["stdin"] = string(b)
+	}
+	b, _ := json.Marshal(in)
+	resp, err := c.do(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(id)+"/exec?stream=1", strings.NewReader(string(b)), "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		var ev struct {
+			Type       string `json:"type"`
+			Data       string `json:"data"`
+			DataBase64 string `json:"data_base64"`
+			ExitCode   *int   `json:"exit_code"`
+			Reason     string `json:"reason"`
+			Signal     string `json:"signal"`
+			Detail     string `json:"detail"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("exec: bad event from the server: %w", err)
+		}
+		data := []byte(ev.Data)
+		if ev.DataBase64 != "" {
+			if data, err = base64.StdEncoding.DecodeString(ev.DataBase64); err != nil {
+				return fmt.Errorf("exec: bad output from the server: %w", err)
+			}
+		}
+		switch ev.Type {
+		case "stdout":
+			stdout.Write(data)
+		case "stderr":
+			stderr.Write(data)
+		case "exit":
+			if ev.Reason != "" && ev.Reason != "exited" {
+				fmt.Fprintf(stderr, "stockade: command ended: %s", ev.Reason)
+				if ev.Signal != "" {
+					fmt.Fprintf(stderr, " (signal %s)", ev.Signal)
+				}
+				fmt.Fprintln(stderr)
+			}
+			if ev.ExitCode != nil && *ev.ExitCode != 0 {
+				return exitError(*ev.ExitCode)
+			}
+			return nil
+		case "error":
+			return fmt.Errorf("exec: %s", ev.Detail)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	return errors.New("exec: the server ended the stream before the command's exit")
+}
+
+// sandboxCopy copies a file into or out of a sandbox: cp LOCAL ID:PATH or
+// cp ID:PATH LOCAL, "-" meaning stdin or stdout.
+func sandboxCopy(ctx context.Context, c *apiClient, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sandbox cp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("mode", "", "permission bits of a file written into the sandbox, octal (default: the local file's, or 0644)")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if fs.NArg() != 2 {
+		fmt.Fprintln(stderr, "usage: stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL")
+		return exitError(2)
+	}
+	src, dst := fs.Arg(0), fs.Arg(1)
+	remote := func(s string) (id, path string, ok bool) {
+		id, path, ok = strings.Cut(s, ":")
+		return id, path, ok && id != "" && path != "" && !strings.Contains(id, "/")
+	}
+	if id, path, ok := remote(dst); ok {
+		var r io.Reader = stdin
+		size := int64(-1)
+		m := *mode
+		if src != "-" {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() {
+				return fmt.Errorf("cp: %s is a folder; copy files one by one", src)
+			}
+			r, size = f, fi.Size()
+			if m == "" {
+				m = fmt.Sprintf("%o", fi.Mode().Perm())
+			}
+		}
+		q := url.Values{"path": {path}}
+		if m != "" {
+			q.Set("mode", m)
+		}
+		var out struct {
+			Size int64 `json:"size"`
+		}
+		resp, err := c.do(ctx, "PUT", "/api/v1/sandboxes/"+url.PathEscape(id)+"/files?"+q.Encode(), sizedReader{r, size}, "application/octet-stream")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return fmt.Errorf("cp: decode the answer: %w", err)
+		}
+		return nil
+	}
+	if id, path, ok := remote(src); ok {
+		resp, err := c.do(ctx, "GET", "/api/v1/sandboxes/"+url.PathEscape(id)+"/files?"+url.Values{"path": {path}}.Encode(), nil, "")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if dst == "-" {
+			_, err := io.Copy(stdout, resp.Body)
+			return err
+		}
+		if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+			dst = filepath.Join(dst, filepath.Base(path))
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".part-")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(tmp.Name())
+		n, err := io.Copy(tmp, resp.Body)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		if resp.ContentLength >= 0 && n != resp.ContentLength {
+			return fmt.Errorf("cp: got %d of %d bytes: the transfer was cut short", n, resp.ContentLength)
+		}
+		return os.Rename(tmp.Name(), dst)
+	}
+	fmt.Fprintln(stderr, "stockade sandbox cp: one side must be ID:PATH")
+	return exitError(2)
+}
+
+// sizedReader tells net/http the body's length when it is known (so the
+// server can refuse a file over its limit before it is sent).
+type sizedReader struct {
+	io.Reader
+	size int64
+}
+
+func writeIndented(w io.Writer, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

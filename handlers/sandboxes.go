@@ -1,0 +1,707 @@
+package handlers
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+// sandboxService returns the sandbox service, or an error wrapping
+// vmpool.ErrUnavailable when this server runs without one.
+func (h *Handlers) sandboxService() (*sandbox.Service, error) {
+	if h.sbx == nil {
+		return nil, fmt.Errorf("%w: this server runs without sandboxes", vmpool.ErrUnavailable)
+	}
+	return h.sbx, nil
+}
+
+// SandboxJSON is a sandbox in the API.
+type SandboxJSON struct {
+	ID                 string             `json:"id"`
+	State              string             `json:"state"`
+	StateReason        string             `json:"state_reason,omitempty"`
+	Template           string             `json:"template"`
+	TemplateVersion    string             `json:"template_version,omitempty"`
+	VCPUs              int                `json:"vcpus"`
+	MemoryMiB          int                `json:"memory_mib"`
+	TimeoutSeconds     int                `json:"timeout_seconds"`
+	IdleTimeoutSeconds int                `json:"idle_timeout_seconds"`
+	VMID               string             `json:"vm_id,omitempty"`
+	EnvKeys            []string           `json:"env_keys"`
+	Metadata           map[string]string  `json:"metadata"`
+	CreatedBy          string             `json:"created_by"`
+	CreatedAt          string             `json:"created_at"`
+	StartedAt          *string            `json:"started_at,omitempty"`
+	ExpiresAt          string             `json:"expires_at"`
+	EndedAt            *string            `json:"ended_at,omitempty"`
+	LastActiveAt       *string            `json:"last_active_at,omitempty"`
+	CreateMS           int64              `json:"create_ms,omitempty"`
+	GuestReadyMS       int64              `json:"guest_ready_ms,omitempty"`
+	Execs              int                `json:"execs"`
+	Stats              *SandboxStatsJSON  `json:"stats,omitempty"`
+	Events             []SandboxEventJSON `json:"events,omitempty"`
+}
+
+// SandboxStatsJSON is a running sandbox's usage, sampled by its agent.
+type SandboxStatsJSON struct {
+	CPUUsageMS         int64  `json:"cpu_usage_ms"`
+	MemoryCurrentBytes uint64 `json:"memory_current_bytes"`
+	MemoryPeakBytes    uint64 `json:"memory_peak_bytes"`
+	MemoryMaxBytes     uint64 `json:"memory_max_bytes"`
+	OOMKills           uint64 `json:"oom_kills"`
+	Pids               uint64 `json:"pids"`
+	PidsMax            uint64 `json:"pids_max"`
+	DiskUsedBytes      uint64 `json:"disk_used_bytes"`
+	DiskSizeBytes      uint64 `json:"disk_size_bytes"`
+	WorkspaceUsedBytes uint64 `json:"workspace_used_bytes"`
+	WorkspaceSizeBytes uint64 `json:"workspace_size_bytes"`
+}
+
+// SandboxEventJSON is one state change of a sandbox.
+type SandboxEventJSON struct {
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+	At     string `json:"at"`
+}
+
+func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
+	keys := sb.EnvKeys()
+	if keys == nil {
+		keys = []string{}
+	}
+	return SandboxJSON{
+		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, TemplateVersion: sb.TemplateVersion,
+		VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, TimeoutSeconds: sb.TimeoutSeconds, IdleTimeoutSeconds: sb.IdleTimeoutSeconds,
+		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
+		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
+		EndedAt: timePtr(sb.EndedAt), LastActiveAt: timePtr(sb.LastActiveAt), CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
+		Execs: sb.Execs,
+	}
+}
+
+// sandboxIn is the body of POST /api/v1/sandboxes; every field is optional.
+type sandboxIn struct {
+	Template           string            `json:"template"`
+	VCPUs              int               `json:"vcpus"`
+	MemoryMiB          int               `json:"memory_mib"`
+	TimeoutSeconds     int               `json:"timeout_seconds"`
+	IdleTimeoutSeconds int               `json:"idle_timeout_seconds"`
+	Env                map[string]string `json:"env"`
+	Metadata           map[string]string `json:"metadata"`
+}
+
+// APISandboxes lists the tenant's sandboxes: GET /api/v1/sandboxes.
+func (h *Handlers) APISandboxes(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	sbs, err := svc.List(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]SandboxJSON, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, sandboxJSON(sb))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out})
+}
+
+// APICreateSandbox creates a sandbox and answers once it runs:
+// POST /api/v1/sandboxes -> 201.
+func (h *Handlers) APICreateSandbox(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	var in sandboxIn
+	if c.Request().ContentLength != 0 {
+		if err := decodeJSON(c, &in); err != nil {
+			return err
+		}
+	}
+	cl := CallerOf(c)
+	sb, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, sandbox.Spec{
+		Template: in.Template, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, TimeoutSeconds: in.TimeoutSeconds,
+		IdleTimeoutSeconds: in.IdleTimeoutSeconds, Env: in.Env, Metadata: in.Metadata,
+	})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/sandboxes/"+sb.ID)
+	return c.JSON(http.StatusCreated, sandboxJSON(sb))
+}
+
+// APISandbox shows one sandbox with its timeline and, while it runs, its
+// usage: GET /api/v1/sandboxes/:id.
+func (h *Handlers) APISandbox(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	ctx, tenantID := c.Request().Context(), CallerOf(c).Tenant.ID
+	st, err := svc.Get(ctx, tenantID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	evs, err := svc.Events(ctx, tenantID, st.ID)
+	if err != nil {
+		return err
+	}
+	out := sandboxJSON(st.Sandbox)
+	for _, e := range evs {
+		out.Events = append(out.Events, SandboxEventJSON{State: string(e.State), Reason: e.Reason, Actor: e.Actor, At: e.At.UTC().Format(timeJSON)})
+	}
+	if s := st.Stats; s != nil {
+		out.Stats = &SandboxStatsJSON{CPUUsageMS: s.CPUUsage.Milliseconds(), MemoryCurrentBytes: s.MemoryCurrent, MemoryPeakBytes: s.MemoryPeak,
+			MemoryMaxBytes: s.MemoryMax, OOMKills: s.OOMKills, Pids: s.Pids, PidsMax: s.PidsMax, DiskUsedBytes: s.DiskUsed,
+			DiskSizeBytes: s.DiskSize, WorkspaceUsedBytes: s.WorkspaceUsed, WorkspaceSizeBytes: s.WorkspaceSize}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// APIDestroySandbox destroys a sandbox: DELETE /api/v1/sandboxes/:id.
+func (h *Handlers) APIDestroySandbox(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	sb, err := svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, sandboxJSON(sb))
+}
+
+// execIn is the body of POST /api/v1/sandboxes/:id/exec.
+type execIn struct {
+	Cmd            []string          `json:"cmd"`
+	Cwd            string            `json:"cwd"`
+	Env            map[string]string `json:"env"`
+	Stdin          string            `json:"stdin"`
+	TimeoutSeconds int               `json:"timeout_seconds"`
+}
+
+// ExecJSON answers a command run to its end.
+type ExecJSON struct {
+	ExecID          string `json:"exec_id"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	Reason          string `json:"reason"`
+	DurationMS      int64  `json:"duration_ms"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+// maxExecOutput bounds each output stream the buffered exec answer holds;
+// the streaming variant has no bound.
+const maxExecOutput = 4 << 20
+
+// APIExec runs a command in a sandbox: POST /api/v1/sandboxes/:id/exec.
+// Without ?stream=1 it answers once the command ended, with its output;
+// with it, newline-delimited JSON events as the command runs (see the
+// OpenAPI document).
+func (h *Handlers) APIExec(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	var in execIn
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	req := sandbox.ExecRequest{Cmd: in.Cmd, Cwd: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin), TimeoutSeconds: in.TimeoutSeconds}
+	if s := c.QueryParam("stream"); s == "1" || s == "true" {
+		return h.streamExec(c, svc, req)
+	}
+	stdout, stderr := &boundedBuffer{max: maxExecOutput}, &boundedBuffer{max: maxExecOutput}
+	res, err := svc.Exec(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ExecJSON{
+		ExecID: res.ExecID, ExitCode: res.ExitCode, Signal: res.Signal, Reason: res.Reason, DurationMS: res.Duration.Milliseconds(),
+		Stdout: stdout.text(), Stderr: stderr.text(), StdoutTruncated: stdout.cut, StderrTruncated: stderr.cut,
+	})
+}
+
+// ExecEvent is one line of a streamed exec.
+type ExecEvent struct {
+	Type string `json:"type"` // started, stdout, stderr, exit, error
+	// Data is output as text; DataBase64 holds output that is not valid
+	// UTF-8 (exactly one of them is set on stdout and stderr events).
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"data_base64,omitempty"`
+	ExecID     string `json:"exec_id,omitempty"`
+	PID        int    `json:"pid,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	Signal     string `json:"signal,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	DurationMS *int64 `json:"duration_ms,omitempty"`
+	Status     int    `json:"status,omitempty"` // error events: the HTTP status the error would have had
+	Detail     string `json:"detail,omitempty"`
+}
+
+// eventStream writes ExecEvents as NDJSON, one flushed line each. The
+// response is committed at the first event, so a command refused before it
+// starts still gets a problem document.
+type eventStream struct {
+	c       echo.Context
+	mu      sync.Mutex
+	started bool
+	pending []ExecEvent // output that raced ahead of the started event
+	failed  bool
+}
+
+func (s *eventStream) write(e ExecEvent) {
+	if s.failed {
+		return
+	}
+	w := s.c.Response()
+	if !w.Committed {
+		w.Header().Set(echo.HeaderContentType, "application/x-ndjson")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+	}
+	b, _ := json.Marshal(e)
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		s.failed = true
+		return
+	}
+	w.Flush()
+}
+
+func (s *eventStream) emit(e ExecEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started && e.Type != "started" && e.Type != "exit" && e.Type != "error" {
+		s.pending = append(s.pending, e)
+		return
+	}
+	if e.Type == "started" {
+		s.started = true
+		s.write(e)
+		for _, p := range s.pending {
+			s.write(p)
+		}
+		s.pending = nil
+		return
+	}
+	for _, p := range s.pending {
+		s.write(p)
+	}
+	s.pending = nil
+	s.write(e)
+}
+
+// output is an io.Writer turning a stream's bytes into events.
+type output struct {
+	s    *eventStream
+	kind string
+}
+
+func (o output) Write(p []byte) (int, error) {
+	e := ExecEvent{Type: o.kind}
+	if utf8.Valid(p) {
+		e.Data = string(p)
+	} else {
+		e.DataBase64 = base64.StdEncoding.EncodeToString(p)
+	}
+	o.s.emit(e)
+	return len(p), nil
+}
+
+func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.ExecRequest) error {
+	cl := CallerOf(c)
+	s := &eventStream{c: c}
+	req.Started = func(execID string, pid int) { s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid}) }
+	res, err := svc.Exec(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, output{s, "stdout"}, output{s, "stderr"})
+	if err != nil {
+		if !c.Response().Committed {
+			return err // refused before it started: a problem document
+		}
+		h.log.Warn("streamed exec failed", "sandbox", c.Param("id"), "err", err)
+		s.emit(ExecEvent{Type: "error", ExecID: res.ExecID, Detail: err.Error()})
+		return nil
+	}
+	code, ms := res.ExitCode, res.Duration.Milliseconds()
+	s.emit(ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
+	return nil
+}
+
+// boundedBuffer keeps up to max bytes and notes that more came.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	max int
+	cut bool
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.max - len(b.buf)
+	if len(p) > room {
+		b.cut = true
+		p = p[:max(room, 0)]
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *boundedBuffer) text() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.ToValidUTF8(string(b.buf), "\uFFFD")
+}
+
+// FileJSON describes a file written.
+type FileJSON struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	Mode string `json:"mode"`
+}
+
+// APIReadFile sends a file of a sandbox as raw bytes:
+// GET /api/v1/sandboxes/:id/files?path=...
+func (h *Handlers) APIReadFile(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	_, err = svc.ReadFile(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), c.QueryParam("path"),
+		func(size int64) (io.Writer, error) {
+			hdr := c.Response().Header()
+			hdr.Set(echo.HeaderContentType, "application/octet-stream")
+			hdr.Set(echo.HeaderContentLength, strconv.FormatInt(size, 10))
+			c.Response().WriteHeader(http.StatusOK)
+			return c.Response(), nil
+		})
+	if err != nil && c.Response().Committed {
+		// The bytes had started: all that is left is to cut the response
+		// short, so the client sees less than Content-Length.
+		h.log.Warn("file read cut short", "sandbox", c.Param("id"), "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return err
+}
+
+// APIWriteFile writes the raw request body into a file of a sandbox:
+// PUT /api/v1/sandboxes/:id/files?path=...[&mode=0644].
+func (h *Handlers) APIWriteFile(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	limit := svc.Config().MaxFileBytes
+	if c.Request().ContentLength > limit {
+		return fmt.Errorf("upload of %d bytes: %w: the limit is %d", c.Request().ContentLength, sandbox.ErrTooLarge, limit)
+	}
+	var mode uint64
+	if m := c.QueryParam("mode"); m != "" {
+		if mode, err = strconv.ParseUint(m, 8, 32); err != nil {
+			return tenants.Invalid("mode", "syntax", "must be octal permission bits, such as 0644 or 755")
+		}
+	}
+	cl := CallerOf(c)
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, limit+1)
+	fi, err := svc.WriteFile(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), c.QueryParam("path"), body, uint32(mode))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("upload: %w: the limit is %d", sandbox.ErrTooLarge, limit)
+		}
+		return err
+	}
+	return c.JSON(http.StatusOK, FileJSON{Path: fi.Path, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode&0o7777)})
+}
+
+// --- Pages ---
+
+func sandboxRow(sb sandbox.Sandbox) views.SandboxRow {
+	return views.SandboxRow{
+		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, VCPUs: sb.VCPUs,
+		MemoryMiB: sb.MemoryMiB, VMID: sb.VMID, CreatedBy: sb.CreatedByName, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
+		EndedAt: sb.EndedAt, Execs: sb.Execs,
+	}
+}
+
+func (h *Handlers) sandboxTable(c echo.Context) (views.SandboxTable, error) {
+	cl := CallerOf(c)
+	t := views.SandboxTable{CanEdit: tenants.Can(cl.Role, tenants.PermSandboxesWrite), PollURL: "/sandboxes/table", Now: h.clock()}
+	if tok, ok := c.Get(CSRFContextKey).(string); ok {
+		t.CSRF = tok
+	}
+	if h.sbx == nil {
+		return t, nil
+	}
+	sbs, err := h.sbx.List(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.SandboxTable{}, err
+	}
+	for _, sb := range sbs {
+		t.Rows = append(t.Rows, sandboxRow(sb))
+	}
+	return t, nil
+}
+
+// sandboxesView builds the sandboxes page; form, when not nil, is a rejected
+// create form to show again with its errors.
+func (h *Handlers) sandboxesView(c echo.Context, form *views.SandboxForm) (views.SandboxesView, error) {
+	ctx := c.Request().Context()
+	cl := CallerOf(c)
+	table, err := h.sandboxTable(c)
+	if err != nil {
+		return views.SandboxesView{}, err
+	}
+	v := views.SandboxesView{Table: table, CanEdit: table.CanEdit}
+	svc, err := h.sandboxService()
+	if err != nil {
+		v.Unavailable = err.Error()
+		return v, nil
+	}
+	cfg := svc.Config()
+	v.Form = views.SandboxForm{VCPUs: "1", MemoryMiB: strconv.Itoa(cfg.DefaultMemoryMiB),
+		TimeoutMinutes: strconv.Itoa(cfg.DefaultTimeoutSeconds / 60)}
+	for _, t := range svc.Templates() {
+		v.Templates = append(v.Templates, views.Choice{Value: t.Name, Label: t.Name})
+		if t.Name == cfg.DefaultTemplate || v.Form.Template == "" {
+			v.Form.Template = t.Name
+		}
+	}
+	if len(v.Templates) == 0 {
+		v.Unavailable = "no sandbox templates are built: run `stockade image build`"
+	}
+	if h.vms != nil {
+		if err := h.vms.Available(); err != nil {
+			v.Unavailable = err.Error()
+		}
+		p, err := h.vms.Pool(ctx, cl.Tenant.ID)
+		if err != nil {
+			return views.SandboxesView{}, err
+		}
+		v.VMVCPUs, v.MaxMemoryMiB = p.VCPUs, max(p.MemoryMiB-cfg.GuestReserveMiB, 0)
+		v.Form.MemoryMiB = strconv.Itoa(min(cfg.DefaultMemoryMiB, v.MaxMemoryMiB))
+		q, err := h.vms.Quota(ctx, cl.Tenant.ID)
+		if err != nil {
+			return views.SandboxesView{}, err
+		}
+		v.Quota = views.SandboxQuotaView{MaxSandboxes: q.MaxSandboxes, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB}
+	} else {
+		v.Unavailable = "this server runs without VM pools"
+	}
+	for _, r := range table.Rows {
+		if r.Active() {
+			v.Quota.UsedSandboxes++
+			v.Quota.UsedVCPUs += r.VCPUs
+			v.Quota.UsedMemoryMiB += r.MemoryMiB
+		}
+	}
+	if form != nil {
+		v.Form = *form
+	}
+	return v, nil
+}
+
+// SandboxesPage lists the tenant's sandboxes with a create form: GET /sandboxes.
+func (h *Handlers) SandboxesPage(c echo.Context) error {
+	v, err := h.sandboxesView(c, nil)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Sandboxes(h.page(c, "Sandboxes", views.NavSandboxes), v))
+}
+
+// SandboxesTable is the sandbox table alone, polled by the page:
+// GET /sandboxes/table.
+func (h *Handlers) SandboxesTable(c echo.Context) error {
+	t, err := h.sandboxTable(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.SandboxTableFragment(t))
+}
+
+// CreateSandbox creates a sandbox from the page's form: POST /sandboxes.
+// Errors are shown in place, next to the field (or above the form).
+func (h *Handlers) CreateSandbox(c echo.Context) error {
+	form := views.SandboxForm{
+		Template: strings.TrimSpace(c.FormValue("template")), VCPUs: strings.TrimSpace(c.FormValue("vcpus")),
+		MemoryMiB: strings.TrimSpace(c.FormValue("memory_mib")), TimeoutMinutes: strings.TrimSpace(c.FormValue("timeout_minutes")),
+	}
+	svc, err := h.sandboxService()
+	var sb sandbox.Sandbox
+	if err == nil {
+		var spec sandbox.Spec
+		spec, err = formSpec(form)
+		if err == nil {
+			cl := CallerOf(c)
+			sb, err = svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, spec)
+		}
+	}
+	if err == nil {
+		h.flash(c, views.FlashSuccess, "Sandbox "+shortID(sb.ID)+" is running.")
+		return redirect(c, "/sandboxes/"+sb.ID)
+	}
+	status := http.StatusUnprocessableEntity
+	var qe *tenants.QuotaError
+	switch {
+	case errors.As(err, &qe):
+		status = http.StatusTooManyRequests
+		form.Errors = map[string]string{views.FormError: "Over the tenant quota: " + qe.Error() +
+			". Destroy a sandbox, ask for smaller limits, or ask a platform operator to raise the quota."}
+	case errors.Is(err, vmpool.ErrUnavailable):
+		status = http.StatusServiceUnavailable
+		form.Errors = map[string]string{views.FormError: "Could not start the sandbox: " + err.Error()}
+	default:
+		if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+	}
+	v, err := h.sandboxesView(c, &form)
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.Sandboxes(h.page(c, "Sandboxes", views.NavSandboxes), v))
+}
+
+// formSpec reads the create form: whole numbers, timeout in minutes.
+func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
+	spec := sandbox.Spec{Template: f.Template}
+	for _, x := range []struct {
+		name, raw string
+		dst       *int
+	}{
+		{"vcpus", f.VCPUs, &spec.VCPUs}, {"memory_mib", f.MemoryMiB, &spec.MemoryMiB}, {"timeout_minutes", f.TimeoutMinutes, &spec.TimeoutSeconds},
+	} {
+		if x.raw == "" {
+			continue // the default
+		}
+		n, err := strconv.Atoi(x.raw)
+		if err != nil || n < 1 {
+			return sandbox.Spec{}, tenants.Invalid(x.name, "number", "must be a whole number of at least 1")
+		}
+		*x.dst = n
+	}
+	if spec.TimeoutSeconds > sandbox.MaxTimeoutSeconds/60 {
+		return sandbox.Spec{}, tenants.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60))
+	}
+	spec.TimeoutSeconds *= 60
+	return spec, nil
+}
+
+// sandboxView builds one sandbox's page.
+func (h *Handlers) sandboxView(c echo.Context) (views.SandboxView, error) {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return views.SandboxView{}, err
+	}
+	ctx, cl := c.Request().Context(), CallerOf(c)
+	st, err := svc.Get(ctx, cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return views.SandboxView{}, err
+	}
+	evs, err := svc.Events(ctx, cl.Tenant.ID, st.ID)
+	if err != nil {
+		return views.SandboxView{}, err
+	}
+	execs, err := svc.Execs(ctx, cl.Tenant.ID, st.ID)
+	if err != nil {
+		return views.SandboxView{}, err
+	}
+	sb := st.Sandbox
+	v := views.SandboxView{
+		Row: sandboxRow(sb), TemplateVersion: sb.TemplateVersion, TimeoutSeconds: sb.TimeoutSeconds,
+		IdleTimeoutSeconds: sb.IdleTimeoutSeconds, EnvKeys: sb.EnvKeys(), Metadata: sb.Metadata(), StartedAt: sb.StartedAt,
+		LastActiveAt: sb.LastActiveAt, CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
+		CanEdit: tenants.Can(cl.Role, tenants.PermSandboxesWrite), CanSeeVMs: tenants.Can(cl.Role, tenants.PermVMsRead), Now: h.clock(),
+	}
+	if sb.State.Active() {
+		v.PollURL = "/sandboxes/" + sb.ID + "/live"
+	}
+	if tok, ok := c.Get(CSRFContextKey).(string); ok {
+		v.CSRF = tok
+	}
+	if s := st.Stats; s != nil {
+		v.Stats = &views.SandboxStatsView{CPUTime: s.CPUUsage, MemoryCurrent: s.MemoryCurrent, MemoryMax: s.MemoryMax,
+			MemoryPeak: s.MemoryPeak, Pids: s.Pids, PidsMax: s.PidsMax, DiskUsed: s.DiskUsed, DiskSize: s.DiskSize,
+			WorkspaceUsed: s.WorkspaceUsed, WorkspaceSize: s.WorkspaceSize, OOMKills: s.OOMKills}
+	}
+	for _, e := range evs {
+		v.Events = append(v.Events, views.SandboxEventRow{State: string(e.State), Reason: e.Reason, Actor: e.Actor, At: e.At})
+	}
+	for _, x := range execs {
+		row := views.ExecRow{ID: x.ID, Argv: x.Argv(), Cwd: x.Cwd, Actor: x.Actor, StartedAt: x.StartedAt, Running: x.EndedAt == nil,
+			Reason: x.Reason, Duration: time.Duration(x.DurationMS) * time.Millisecond, Stdout: x.Stdout, Stderr: x.Stderr,
+			StdoutBytes: x.StdoutBytes, StderrBytes: x.StderrBytes, Truncated: x.Truncated}
+		if x.ExitCode != nil {
+			row.ExitCode = strconv.Itoa(*x.ExitCode)
+		}
+		v.Execs = append(v.Execs, row)
+	}
+	return v, nil
+}
+
+// SandboxPage shows one sandbox: its limits, VM, timeline and commands
+// with their output: GET /sandboxes/:id.
+func (h *Handlers) SandboxPage(c echo.Context) error {
+	v, err := h.sandboxView(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.SandboxPage(h.page(c, "Sandbox "+shortID(v.Row.ID), views.NavSandboxes), v))
+}
+
+// SandboxLive is the live part of a sandbox's page (state, usage,
+// timeline, commands), polled while the sandbox is active:
+// GET /sandboxes/:id/live.
+func (h *Handlers) SandboxLive(c echo.Context) error {
+	v, err := h.sandboxView(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.SandboxLive(v))
+}
+
+// DestroySandbox destroys a sandbox from its page or the list:
+// POST /sandboxes/:id/destroy.
+func (h *Handlers) DestroySandbox(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err == nil {
+		cl := CallerOf(c)
+		_, err = svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	}
+	back := "/sandboxes/" + c.Param("id")
+	switch {
+	case err == nil:
+		h.flash(c, views.FlashSuccess, "Sandbox "+shortID(c.Param("id"))+" destroyed.")
+	case errors.Is(err, tenants.ErrNotFound):
+		return err
+	case errors.Is(err, vmpool.ErrUnavailable), errors.Is(err, tenants.ErrConflict):
+		h.flash(c, views.FlashError, "Not destroyed: "+err.Error())
+	default:
+		return err
+	}
+	return redirect(c, back)
+}

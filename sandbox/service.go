@@ -1,0 +1,505 @@
+// Package sandbox runs sandboxes: crun containers nested inside a tenant's
+// VMs. The Service places each one on the tenant's VM pool (a running VM
+// with room, else a warm one, else one it boots within the quota), checks
+// the tenant quota in the transaction that records it, starts it through the
+// VM's agent, runs commands and moves files, records every state change
+// with its reason, audits create, exec and destroy, destroys sandboxes whose
+// lifetime passed, and at startup reconciles the database with the agents so
+// that nothing is orphaned.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+)
+
+// VMs is what the service needs of the tenant VM pools. *vmpool.Service
+// implements it.
+type VMs interface {
+	Pool(ctx context.Context, tenantID string) (vmpool.Pool, error)
+	List(ctx context.Context, tenantID string) ([]vmpool.Status, error)
+	ListAll(ctx context.Context) ([]vmpool.Status, error)
+	VM(ctx context.Context, tenantID, id string) (vmpool.VM, error)
+	Acquire(ctx context.Context, tenantID string) (vmpool.VM, error)
+	Release(ctx context.Context, tenantID, id string) error
+	Create(ctx context.Context, actor audit.Actor, tenantID string) (vmpool.VM, error)
+	Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error)
+}
+
+// Config configures a Service. Zero values take the defaults noted.
+type Config struct {
+	// DataDir holds the built image whose templates sandboxes start from.
+	DataDir string
+	Logger  *slog.Logger
+	Clock   func() time.Time
+	// DefaultTemplate is used when a spec names none; default "debian",
+	// or the first template built when that one is not.
+	DefaultTemplate string
+	// DefaultMemoryMiB is a sandbox's memory when the spec gives none;
+	// default 128 (less if the tenant's VMs are smaller).
+	DefaultMemoryMiB int
+	// DefaultTimeoutSeconds is a sandbox's lifetime when the spec gives
+	// none; default 3600.
+	DefaultTimeoutSeconds int
+	// DefaultExecTimeoutSeconds bounds a command that names no timeout;
+	// default 600.
+	DefaultExecTimeoutSeconds int
+	// GuestReserveMiB is the memory of each VM kept for its kernel and
+	// agent: sandboxes of a VM share the rest; default 128.
+	GuestReserveMiB int
+	// MaxPerVM bounds the sandboxes placed on one VM; default 32.
+	MaxPerVM int
+	// MaxFileBytes bounds a file read or written through the API; default 64 MiB.
+	MaxFileBytes int64
+	// MaxStdinBytes bounds a command's stdin; default 1 MiB.
+	MaxStdinBytes int64
+	// ExecRecordBytes is how much of each output stream of a command is
+	// stored with its record; default 16 KiB.
+	ExecRecordBytes int
+	// CreateTimeout bounds a create from its record to running, a VM boot
+	// included; default 4 min.
+	CreateTimeout time.Duration
+	// SyncInterval is how often sandboxes are checked against their agents
+	// and their lifetimes; default 2 s.
+	SyncInterval time.Duration
+}
+
+func (c *Config) checkAndSetDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = image.TemplateDebian
+	}
+	defInt := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	defInt(&c.DefaultMemoryMiB, 128)
+	defInt(&c.DefaultTimeoutSeconds, 3600)
+	defInt(&c.DefaultExecTimeoutSeconds, 600)
+	defInt(&c.GuestReserveMiB, 128)
+	defInt(&c.MaxPerVM, 32)
+	defInt(&c.ExecRecordBytes, 16<<10)
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = 64 << 20
+	}
+	if c.MaxStdinBytes <= 0 {
+		c.MaxStdinBytes = 1 << 20
+	}
+	if c.CreateTimeout <= 0 {
+		c.CreateTimeout = 4 * time.Minute
+	}
+	if c.SyncInterval <= 0 {
+		c.SyncInterval = 2 * time.Second
+	}
+}
+
+// Service runs the sandboxes of every tenant.
+type Service struct {
+	cfg   Config
+	store *Store
+	vms   VMs // nil: sandboxes can be read, not created or changed
+	log   *slog.Logger
+
+	// ctx ends at Close; it bounds creates and the background loop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[string]int         // sandboxes whose create this process runs
+	tenantMu map[string]*sync.Mutex // placement and release decisions
+	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
+	started  bool
+	once     sync.Once
+}
+
+// New returns a Service on db (opened and migrated) placing sandboxes on
+// vms. With vms nil the service only reads what is stored: every change
+// answers vmpool.ErrUnavailable. Start it to run the background loop.
+func New(db *gorm.DB, vms VMs, cfg Config) *Service {
+	cfg.checkAndSetDefaults()
+	s := &Service{
+		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, log: cfg.Logger.With("component", "sandbox"),
+		inflight: map[string]int{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Store is the service's store.
+func (s *Service) Store() *Store { return s.store }
+
+// Config is the service's configuration with its defaults filled in.
+func (s *Service) Config() Config { return s.cfg }
+
+// Start reconciles the stored sandboxes with the agents of their VMs (start
+// the VM pools first: they adopt the running VMs), then checks them in the
+// background every SyncInterval until Close. Sandboxes found running are
+// adopted; ones whose create was cut short are adopted if their agent
+// finished it and otherwise failed with the reason; vanished ones are failed;
+// ones an agent holds that no active record accounts for are destroyed.
+func (s *Service) Start(ctx context.Context) error {
+	if s.vms == nil {
+		return errors.New("sandbox service: no VM pools to run sandboxes on")
+	}
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("sandbox service: already started")
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.sync(ctx, true); err != nil {
+		s.log.Warn("reconcile sandboxes at startup", "err", err)
+	}
+	s.wg.Add(1)
+	go s.loop()
+	return nil
+}
+
+// Close stops the background loop and any create under way (the next Start
+// reconciles what they left). Sandboxes keep running in their VMs.
+func (s *Service) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+func (s *Service) unavailable(op string) error {
+	if s.vms == nil {
+		return fmt.Errorf("%s: %w: this server runs without VM pools", op, vmpool.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *Service) track(id string) {
+	s.mu.Lock()
+	s.inflight[id]++
+	s.mu.Unlock()
+}
+
+func (s *Service) untrack(id string) {
+	s.mu.Lock()
+	if s.inflight[id]--; s.inflight[id] <= 0 {
+		delete(s.inflight, id)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Service) isInflight(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight[id] > 0
+}
+
+func lockOf(mu *sync.Mutex, m map[string]*sync.Mutex, key string) *sync.Mutex {
+	mu.Lock()
+	defer mu.Unlock()
+	l := m[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		m[key] = l
+	}
+	return l
+}
+
+func (s *Service) tenantLock(tenantID string) *sync.Mutex { return lockOf(&s.mu, s.tenantMu, tenantID) }
+func (s *Service) bootLock(tenantID string) *sync.Mutex   { return lockOf(&s.mu, s.bootMu, tenantID) }
+
+// Templates returns the templates sandboxes can start from.
+func (s *Service) Templates() []image.Template {
+	m, err := image.Load(s.cfg.DataDir)
+	if err != nil {
+		return nil
+	}
+	return m.Templates
+}
+
+// Create validates spec (a *tenants.FieldError naming the field), records
+// the sandbox after checking the tenant quota in the same transaction (a
+// *tenants.QuotaError naming the quota; nothing is written), places it on
+// the tenant's VM pool and starts it through the VM's agent. It returns once
+// the sandbox runs. A sandbox that was recorded but could not start is
+// failed, with the reason, and the error says why.
+func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string, spec Spec) (Sandbox, error) {
+	if err := s.unavailable("create sandbox"); err != nil {
+		return Sandbox{}, err
+	}
+	begin := time.Now()
+	pool, err := s.vms.Pool(ctx, tenantID)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	lim, err := spec.resolve(s.cfg, s.Templates(), pool)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	id, err := newID()
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	envKeys, _ := json.Marshal(sortedKeys(lim.Env))
+	meta := lim.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	metaJSON, _ := json.Marshal(meta)
+	sb := Sandbox{
+		ID: id, TenantID: tenantID, Template: lim.Template, TemplateVersion: lim.TemplateVersion,
+		VCPUs: lim.VCPUs, MemoryMiB: lim.MemoryMiB, TimeoutSeconds: lim.TimeoutSeconds, IdleTimeoutSeconds: lim.IdleTimeoutSeconds,
+		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
+	}
+	// Tracked before it is written: the background loop never takes a
+	// create of this process for an abandoned one.
+	s.track(id)
+	defer s.untrack(id)
+	if err := s.store.create(ctx, actor, &sb); err != nil {
+		return Sandbox{}, err
+	}
+	// From here on the sandbox exists: it ends running or failed even if
+	// the caller goes away. Only Close cuts it short, and the next Start
+	// reconciles it.
+	cctx, cancel := context.WithTimeout(s.ctx, s.cfg.CreateTimeout)
+	defer cancel()
+
+	vm, client, err := s.place(cctx, actor, sb)
+	if err != nil {
+		return s.createFailed(sb, "placement: "+err.Error(), err)
+	}
+	sb.VMID = vm.ID
+	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
+		ID: sb.ID, Template: sb.Template, Env: envList(lim.Env), Hostname: "sandbox",
+		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB,
+			DiskMiB: max(sb.MemoryMiB/2, 8), WorkspaceMiB: max(sb.MemoryMiB/2, 8)},
+		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
+	})
+	if err != nil {
+		if s.ctx.Err() != nil {
+			return Sandbox{}, fmt.Errorf("create sandbox %s: the server is shutting down: %w", sb.ID, err)
+		}
+		// A create the agent finished after we gave up must not stay behind.
+		s.removeFromAgent(client, sb.ID)
+		// Whatever the agent said (its guest full, a template missing from
+		// an older VM), the VM could not take it: unavailable, not the
+		// caller's fault.
+		return s.createFailed(sb, "the agent could not start it: "+err.Error(),
+			fmt.Errorf("%w: the vm's agent could not start it: %w", vmpool.ErrUnavailable, err))
+	}
+	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
+		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system",
+		Set: map[string]any{"create_ms": time.Since(begin).Milliseconds(), "guest_ready_ms": info.Startup.Ready.Milliseconds()},
+	})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if !changed && out.State == StateRunning {
+		return out, nil // adopted meanwhile by a reconcile that saw it run
+	}
+	if !changed {
+		// It ended meanwhile (its VM was lost, say): its end is recorded.
+		s.removeFromAgent(client, sb.ID)
+		return out, fmt.Errorf("create sandbox %s: %w: it is %s (%s)", sb.ID, tenants.ErrConflict, out.State, out.StateReason)
+	}
+	s.log.Info("sandbox running", "sandbox", sb.ID, "tenant", tenantID, "vm", vm.ID, "template", sb.Template,
+		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond))
+	return out, nil
+}
+
+// createFailed records a create that cannot finish and returns cause.
+func (s *Service) createFailed(sb Sandbox, reason string, cause error) (Sandbox, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.ctx.Err() != nil {
+		// Closing: the next Start reconciles it.
+		return Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, cause)
+	}
+	if _, _, err := s.fail(ctx, sb, reason); err != nil {
+		s.log.Error("record failed sandbox", "sandbox", sb.ID, "err", err)
+	}
+	return Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, cause)
+}
+
+// fail records that a sandbox will never run (again), audited
+// sandbox.failed, and frees its place on its VM.
+func (s *Service) fail(ctx context.Context, sb Sandbox, reason string) (Sandbox, bool, error) {
+	ev := SystemActor().Event(sb.TenantID, audit.TypeSandboxFailed, "sandbox", sb.ID, map[string]any{"vm": sb.VMID})
+	out, changed, err := s.store.transition(ctx, sb.ID, change{
+		From: []State{StateCreating, StateRunning, StateStopped}, To: StateFailed, Reason: reason, Actor: "system", Audit: &ev,
+	})
+	if err != nil {
+		return Sandbox{}, false, err
+	}
+	if changed {
+		s.log.Warn("sandbox failed", "sandbox", sb.ID, "tenant", sb.TenantID, "vm", sb.VMID, "reason", reason)
+		s.releaseIfEmpty(ctx, sb.TenantID, sb.VMID)
+	}
+	return out, changed, nil
+}
+
+// removeFromAgent destroys a sandbox in the guest, if it is there.
+func (s *Service) removeFromAgent(c *agentproto.Client, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.DestroySandbox(ctx, id); err != nil && !errors.Is(err, agentproto.ErrNotFound) {
+		s.log.Warn("remove sandbox from its agent", "sandbox", id, "err", err)
+	}
+}
+
+// SystemActorID is the audit actor id of the service's own decisions.
+const SystemActorID = "sandboxes"
+
+// SystemActor is who the service's own decisions (timeouts, failures,
+// reconcile) are recorded as.
+func SystemActor() audit.Actor {
+	return audit.Actor{Kind: audit.ActorSystem, ID: SystemActorID, Name: "sandbox service"}
+}
+
+// Status is a sandbox with live numbers from its agent.
+type Status struct {
+	Sandbox
+	// Stats is the sandbox's cgroup and disk usage (Get only, when the
+	// agent answered; nil otherwise).
+	Stats *agentproto.SandboxStats
+}
+
+// Get returns the tenant's sandbox; a running one with its agent's numbers
+// when they come within 2 s.
+func (s *Service) Get(ctx context.Context, tenantID, id string) (Status, error) {
+	sb, err := s.store.Sandbox(ctx, tenantID, id)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Sandbox: sb}
+	if sb.State != StateRunning || s.vms == nil {
+		return st, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if c, err := s.vms.Agent(sctx, tenantID, sb.VMID); err == nil {
+		if stats, err := c.SandboxStats(sctx, sb.ID); err == nil {
+			st.Stats = &stats
+		}
+	}
+	return st, nil
+}
+
+// List returns the tenant's active sandboxes and its most recently ended
+// ones, newest first.
+func (s *Service) List(ctx context.Context, tenantID string) ([]Sandbox, error) {
+	return s.store.Sandboxes(ctx, tenantID)
+}
+
+// Events returns the state changes of the tenant's sandbox, oldest first.
+func (s *Service) Events(ctx context.Context, tenantID, id string) ([]Event, error) {
+	if _, err := s.store.Sandbox(ctx, tenantID, id); err != nil {
+		return nil, err
+	}
+	return s.store.Events(ctx, tenantID, id)
+}
+
+// Execs returns the commands run in the tenant's sandbox, newest first.
+func (s *Service) Execs(ctx context.Context, tenantID, id string) ([]ExecRecord, error) {
+	if _, err := s.store.Sandbox(ctx, tenantID, id); err != nil {
+		return nil, err
+	}
+	return s.store.Execs(ctx, tenantID, id)
+}
+
+// Destroy ends the tenant's sandbox and removes everything it had; it is
+// audited sandbox.destroyed. Another tenant's sandbox is ErrNotFound; one
+// already ended, or still being created, ErrConflict; with its agent out of
+// reach vmpool.ErrUnavailable, and nothing changes.
+func (s *Service) Destroy(ctx context.Context, actor audit.Actor, tenantID, id string) (Sandbox, error) {
+	sb, err := s.store.Sandbox(ctx, tenantID, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	switch {
+	case sb.State.Ended():
+		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is already %s", id, tenants.ErrConflict, sb.State)
+	case sb.State == StateCreating:
+		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is still being created; destroy it once it runs", id, tenants.ErrConflict)
+	}
+	if err := s.unavailable("destroy sandbox"); err != nil {
+		return Sandbox{}, err
+	}
+	return s.destroy(ctx, sb, actor, ReasonRequested)
+}
+
+// destroy removes a running or stopped sandbox from its agent and records
+// it destroyed with reason, audited as actor's.
+func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, reason string) (Sandbox, error) {
+	if sb.VMID != "" {
+		c, err := s.vms.Agent(ctx, sb.TenantID, sb.VMID)
+		switch {
+		case err == nil:
+			if _, err := c.DestroySandbox(ctx, sb.ID); err != nil && !errors.Is(err, agentproto.ErrNotFound) {
+				return Sandbox{}, agentErr("destroy sandbox "+sb.ID, err)
+			}
+		case errors.Is(err, tenants.ErrConflict), errors.Is(err, tenants.ErrNotFound):
+			// Its VM no longer runs: nothing of the sandbox is left anywhere.
+			reason += " (its vm had ended)"
+		default:
+			return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w", sb.ID, err)
+		}
+	}
+	ev := actor.Event(sb.TenantID, audit.TypeSandboxDestroyed, "sandbox", sb.ID, map[string]any{"vm": sb.VMID})
+	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
+		From: []State{StateRunning, StateStopped}, To: StateDestroyed, Reason: reason, Actor: actorName(actor), Audit: &ev,
+	})
+	if err != nil {
+		return Sandbox{}, err
+	}
+	s.releaseIfEmpty(context.WithoutCancel(ctx), sb.TenantID, sb.VMID)
+	if !changed && out.State != StateDestroyed {
+		return out, fmt.Errorf("destroy sandbox %s: %w: it is %s (%s)", sb.ID, tenants.ErrConflict, out.State, out.StateReason)
+	}
+	if changed {
+		s.log.Info("sandbox destroyed", "sandbox", sb.ID, "tenant", sb.TenantID, "reason", reason)
+	}
+	return out, nil
+}
+
+// runningAgent returns the tenant's running sandbox and its VM's agent.
+func (s *Service) runningAgent(ctx context.Context, tenantID, id string) (Sandbox, *agentproto.Client, error) {
+	sb, err := s.store.Sandbox(ctx, tenantID, id)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	if err := s.unavailable("sandbox " + id); err != nil {
+		return Sandbox{}, nil, err
+	}
+	if sb.State != StateRunning {
+		why := string(sb.State)
+		if sb.StateReason != "" {
+			why += " (" + sb.StateReason + ")"
+		}
+		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: it is %s", id, tenants.ErrConflict, why)
+	}
+	c, err := s.vms.Agent(ctx, tenantID, sb.VMID)
+	if err != nil {
+		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return sb, c, nil
+}

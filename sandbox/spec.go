@@ -1,0 +1,258 @@
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+)
+
+// Spec is what a sandbox is asked for. Zero values take the defaults of the
+// service's Config.
+type Spec struct {
+	Template  string
+	VCPUs     int
+	MemoryMiB int
+	// TimeoutSeconds is the wall-clock lifetime: the sandbox is destroyed
+	// (reason "timeout") when it passes.
+	TimeoutSeconds int
+	// IdleTimeoutSeconds stops the sandbox when no command ran and no file
+	// moved for that long; 0 means none.
+	IdleTimeoutSeconds int
+	// Env is added to every command's environment. Only the names are
+	// stored; the values go to the VM alone.
+	Env      map[string]string
+	Metadata map[string]string
+}
+
+// Bounds of a Spec.
+const (
+	MinMemoryMiB      = 16
+	MaxTimeoutSeconds = 7 * 24 * 3600
+	maxEnvVars        = 64
+	maxEnvBytes       = 64 << 10
+	maxMetadata       = 32
+	maxMetadataKey    = 64
+	maxMetadataValue  = 512
+)
+
+var (
+	envKeyRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	metadataKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]*$`)
+)
+
+// limits is a validated Spec with every default filled in.
+type limits struct {
+	Spec
+	TemplateVersion string
+}
+
+// resolve checks the spec against the templates that are built, the size of
+// the tenant's VMs and the bounds of cfg, and fills the defaults. Every
+// failure is a *tenants.FieldError naming the field.
+func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (limits, error) {
+	out := limits{Spec: sp}
+	if out.Template == "" {
+		out.Template = cfg.DefaultTemplate
+		if _, ok := findTemplate(tpls, out.Template); !ok && len(tpls) > 0 {
+			out.Template = tpls[0].Name
+		}
+	}
+	tpl, ok := findTemplate(tpls, out.Template)
+	if !ok {
+		names := make([]string, 0, len(tpls))
+		for _, t := range tpls {
+			names = append(names, t.Name)
+		}
+		detail := fmt.Sprintf("no template %q; available: %s", truncate(out.Template, 64), strings.Join(names, ", "))
+		if len(names) == 0 {
+			detail = fmt.Sprintf("no template %q: no templates are built (stockade image build)", truncate(out.Template, 64))
+		}
+		return limits{}, tenants.Invalid("template", "unknown", detail)
+	}
+	out.TemplateVersion = tpl.Version
+
+	maxMem := pool.MemoryMiB - cfg.GuestReserveMiB
+	if out.VCPUs == 0 {
+		out.VCPUs = 1
+	}
+	if out.MemoryMiB == 0 {
+		out.MemoryMiB = min(cfg.DefaultMemoryMiB, maxMem)
+	}
+	if out.TimeoutSeconds == 0 {
+		out.TimeoutSeconds = cfg.DefaultTimeoutSeconds
+	}
+	switch {
+	case out.VCPUs < 1:
+		return limits{}, tenants.Invalid("vcpus", "range", "must be at least 1")
+	case out.VCPUs > pool.VCPUs:
+		return limits{}, tenants.Invalid("vcpus", "vm_size",
+			fmt.Sprintf("must be at most %d: the tenant's VMs have %d vCPUs (VM pool settings)", pool.VCPUs, pool.VCPUs))
+	case out.MemoryMiB < MinMemoryMiB:
+		return limits{}, tenants.Invalid("memory_mib", "range", fmt.Sprintf("must be at least %d", MinMemoryMiB))
+	case out.MemoryMiB > maxMem:
+		return limits{}, tenants.Invalid("memory_mib", "vm_size",
+			fmt.Sprintf("must be at most %d: the tenant's VMs have %d MiB, %d of them for the guest itself (VM pool settings)",
+				max(maxMem, 0), pool.MemoryMiB, cfg.GuestReserveMiB))
+	case out.TimeoutSeconds < 1 || out.TimeoutSeconds > MaxTimeoutSeconds:
+		return limits{}, tenants.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d (a week)", MaxTimeoutSeconds))
+	case out.IdleTimeoutSeconds < 0 || out.IdleTimeoutSeconds > out.TimeoutSeconds:
+		return limits{}, tenants.Invalid("idle_timeout_seconds", "range", "must be between 0 (none) and timeout_seconds")
+	}
+	if err := checkEnv("env", out.Env); err != nil {
+		return limits{}, err
+	}
+	if len(out.Metadata) > maxMetadata {
+		return limits{}, tenants.Invalid("metadata", "size", fmt.Sprintf("at most %d keys", maxMetadata))
+	}
+	for k, v := range out.Metadata {
+		if len(k) > maxMetadataKey || !metadataKeyRE.MatchString(k) {
+			return limits{}, tenants.Invalid("metadata", "key", fmt.Sprintf("key %q: 1-%d of letters, digits and _.:/- starting with a letter or digit", truncate(k, 80), maxMetadataKey))
+		}
+		if len(v) > maxMetadataValue || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return limits{}, tenants.Invalid("metadata", "value", fmt.Sprintf("value of %q: at most %d bytes of text", k, maxMetadataValue))
+		}
+	}
+	return out, nil
+}
+
+// checkEnv checks environment variables given as a map under field.
+func checkEnv(field string, env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return tenants.Invalid(field, "size", fmt.Sprintf("at most %d variables", maxEnvVars))
+	}
+	size := 0
+	for k, v := range env {
+		if !envKeyRE.MatchString(k) {
+			return tenants.Invalid(field, "key", fmt.Sprintf("name %q: letters, digits and _, not starting with a digit", truncate(k, 80)))
+		}
+		if strings.ContainsRune(v, 0) {
+			return tenants.Invalid(field, "value", fmt.Sprintf("value of %s contains a NUL byte", k))
+		}
+		size += len(k) + len(v) + 2
+	}
+	if size > maxEnvBytes {
+		return tenants.Invalid(field, "size", fmt.Sprintf("at most %d bytes in all", maxEnvBytes))
+	}
+	return nil
+}
+
+// envList turns env into KEY=VALUE entries in a stable order.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, k := range sortedKeys(env) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func findTemplate(tpls []image.Template, name string) (image.Template, bool) {
+	for _, t := range tpls {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return image.Template{}, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the result stays valid text.
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// ExecRequest is one command to run in a sandbox.
+type ExecRequest struct {
+	Cmd []string
+	// Cwd is the working directory: absolute, or relative to /workspace.
+	Cwd string
+	Env map[string]string
+	// Stdin is sent to the command, then closed; empty means no input.
+	Stdin []byte
+	// TimeoutSeconds kills the command when it passes; 0 means the
+	// service's default.
+	TimeoutSeconds int
+	// Started, if set, is called once the command runs, with its record's
+	// id and its process id in the sandbox.
+	Started func(execID string, pid int)
+}
+
+// Bounds of an ExecRequest.
+const (
+	maxArgvBytes = 128 << 10
+	maxPathBytes = 4096
+)
+
+func (r *ExecRequest) check(cfg Config) error {
+	if len(r.Cmd) == 0 || r.Cmd[0] == "" {
+		return tenants.Invalid("cmd", "required", "must name a program: a non-empty list whose first item is the program")
+	}
+	size := 0
+	for i, a := range r.Cmd {
+		if strings.ContainsRune(a, 0) {
+			return tenants.Invalid("cmd", "nul", fmt.Sprintf("item %d contains a NUL byte", i))
+		}
+		size += len(a) + 1
+	}
+	if size > maxArgvBytes {
+		return tenants.Invalid("cmd", "size", fmt.Sprintf("at most %d bytes in all", maxArgvBytes))
+	}
+	if len(r.Cwd) > maxPathBytes || strings.ContainsRune(r.Cwd, 0) {
+		return tenants.Invalid("cwd", "path", fmt.Sprintf("must be a path of at most %d bytes without NUL", maxPathBytes))
+	}
+	if err := checkEnv("env", r.Env); err != nil {
+		return err
+	}
+	if r.TimeoutSeconds == 0 {
+		r.TimeoutSeconds = cfg.DefaultExecTimeoutSeconds
+	}
+	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > MaxTimeoutSeconds {
+		return tenants.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d", MaxTimeoutSeconds))
+	}
+	if int64(len(r.Stdin)) > cfg.MaxStdinBytes {
+		return tenants.Invalid("stdin", "size", fmt.Sprintf("at most %d bytes", cfg.MaxStdinBytes))
+	}
+	return nil
+}
+
+// checkPath refuses file paths that are empty, too long, hold NUL, or climb
+// with "..": the agent would confine them to the sandbox anyway, but a
+// request that tries is refused outright rather than quietly resolved.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return tenants.Invalid("path", "required", "is required: ?path=/workspace/file or a path relative to /workspace")
+	case len(p) > maxPathBytes:
+		return tenants.Invalid("path", "size", fmt.Sprintf("at most %d bytes", maxPathBytes))
+	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
+		return tenants.Invalid("path", "syntax", "must be text without NUL bytes")
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return tenants.Invalid("path", "traversal", "must not contain '..': paths stay inside the sandbox")
+		}
+	}
+	if strings.HasSuffix(p, "/") {
+		return tenants.Invalid("path", "syntax", "must name a file, not a folder")
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+package terminal
+
+import (
+	"context"
+	"io"
+)
+
+// PTY is a process on a terminal: reading gives what it prints, writing
+// types into it. Read returns io.EOF once the process and its terminal are
+// gone; Wait then says how the process ended.
+type PTY interface {
+	io.Reader
+	io.Writer
+	Resize(rows, cols uint16) error
+	// Close kills the process if it still runs and releases the terminal.
+	Close() error
+	Wait() (Exit, error)
+}
+
+// Exit is how a terminal's process ended.
+type Exit struct {
+	Code   int
+	Signal string // the signal that ended it, if one did
+	Reason string // how the sandbox's agent puts it: exited, killed, timeout, oom
+}
+
+// PTYRequest is the process to start on a new terminal.
+type PTYRequest struct {
+	Argv       []string
+	Rows, Cols uint16
+	Env        []string // KEY=VALUE added to the sandbox's environment
+}
+
+// Sandboxes is what the terminal service needs of the sandboxes.
+type Sandboxes interface {
+	// OpenPTY starts req's process on a new terminal in the tenant's
+	// running sandbox. Another tenant's sandbox is tenants.ErrNotFound; one
+	// that is not running tenants.ErrConflict.
+	OpenPTY(ctx context.Context, tenantID, sandboxID string, req PTYRequest) (PTY, error)
+	// SandboxEnded reports whether the tenant's sandbox has ended (stopped,
+	// failed or destroyed) and why. Another tenant's sandbox is
+	// tenants.ErrNotFound.
+	SandboxEnded(ctx context.Context, tenantID, sandboxID string) (ended bool, reason string, err error)
+}

@@ -1,0 +1,230 @@
+package terminal
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// CastHeader is the first line of an asciicast v2 recording.
+type CastHeader struct {
+	Version   int               `json:"version"`
+	Width     int               `json:"width"`
+	Height    int               `json:"height"`
+	Timestamp int64             `json:"timestamp,omitempty"`
+	Title     string            `json:"title,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+}
+
+// Event codes of asciicast v2.
+const (
+	CastOutput = "o"
+	CastInput  = "i"
+	CastResize = "r"
+	CastMarker = "m"
+)
+
+// RecorderStats is what a recorder did, once closed.
+type RecorderStats struct {
+	Events       int64 // events written
+	Dropped      int64 // events dropped because the spool was full
+	DroppedBytes int64 // terminal bytes in those events
+	Bytes        int64 // size of the recording
+}
+
+type castEvent struct {
+	at   float64 // seconds since the start
+	kind string
+	data []byte // never changed once queued
+	lost int64  // bytes dropped just before this event
+}
+
+// Recorder writes a terminal session as asciicast v2 through an
+// asynchronous spool: Write, Input and Resize never block (a full spool
+// drops the event, counts it, and the recording gets a marker saying how
+// much is missing where), a goroutine encodes and writes. It is an
+// io.Writer of the terminal's output, so it can sit next to any other.
+type Recorder struct {
+	w     io.WriteCloser
+	now   func() time.Time
+	start time.Time
+
+	mu     sync.Mutex // guards sends against Close
+	closed bool
+	ch     chan castEvent
+	lost   int64 // bytes dropped since the last queued event
+
+	dropped, droppedBytes int64 // under mu
+	done                  chan struct{}
+	stats                 RecorderStats // the writer's; read after done
+	err                   error
+}
+
+// NewRecorder writes h and then the events to w, with room for spool
+// events waiting to be written. Times count from start; now is the clock.
+func NewRecorder(w io.WriteCloser, h CastHeader, start time.Time, now func() time.Time, spool int) (*Recorder, error) {
+	if now == nil {
+		now = time.Now
+	}
+	if spool <= 0 {
+		spool = 4096
+	}
+	h.Version = 2
+	line, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("recording header: %w", err)
+	}
+	r := &Recorder{w: w, now: now, start: start, ch: make(chan castEvent, spool), done: make(chan struct{})}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	n, err := bw.Write(append(line, '\n'))
+	if err != nil {
+		return nil, fmt.Errorf("recording header: %w", err)
+	}
+	r.stats.Bytes = int64(n)
+	go r.run(bw)
+	return r, nil
+}
+
+// Write records p as terminal output. It never blocks and never fails:
+// the terminal must not wait for its recording.
+func (r *Recorder) Write(p []byte) (int, error) {
+	r.send(CastOutput, bytes.Clone(p))
+	return len(p), nil
+}
+
+// output records p, which the caller never changes again, as output.
+func (r *Recorder) output(p []byte) { r.send(CastOutput, p) }
+
+// Input records keystrokes (only when the session records input).
+func (r *Recorder) Input(p []byte) { r.send(CastInput, bytes.Clone(p)) }
+
+// Resize records a new terminal size.
+func (r *Recorder) Resize(cols, rows uint16) {
+	r.send(CastResize, []byte(strconv.Itoa(int(cols))+"x"+strconv.Itoa(int(rows))))
+}
+
+func (r *Recorder) send(kind string, p []byte) {
+	at := r.now().Sub(r.start).Seconds()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	select {
+	case r.ch <- castEvent{at: at, kind: kind, data: p, lost: r.lost}:
+		r.lost = 0
+	default:
+		r.dropped++
+		if kind != CastResize {
+			r.droppedBytes += int64(len(p))
+			r.lost += int64(len(p))
+		}
+	}
+}
+
+// Close writes what is queued, closes the recording and says what was
+// recorded. Events sent after Close are ignored.
+func (r *Recorder) Close() (RecorderStats, error) {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.ch)
+	}
+	r.mu.Unlock()
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stats
+	st.Dropped, st.DroppedBytes = r.dropped, r.droppedBytes
+	return st, r.err
+}
+
+func (r *Recorder) run(bw *bufio.Writer) {
+	defer close(r.done)
+	var (
+		line            bytes.Buffer
+		carry           = map[string][]byte{} // an incomplete UTF-8 sequence per stream
+		enc             = json.NewEncoder(&line)
+		failed          error
+		written, events int64
+	)
+	enc.SetEscapeHTML(false)
+	emit := func(at float64, kind string, data []byte) {
+		if failed != nil {
+			return
+		}
+		line.Reset()
+		line.WriteByte('[')
+		line.Write(strconv.AppendFloat(nil, at, 'f', 6, 64))
+		line.WriteString(`, "` + kind + `", `)
+		// asciicast is JSON text: invalid UTF-8 becomes U+FFFD here.
+		_ = enc.Encode(string(data))
+		line.Truncate(line.Len() - 1) // Encode's newline
+		line.WriteString("]\n")
+		n, err := bw.Write(line.Bytes())
+		written += int64(n)
+		events++
+		if err != nil {
+			failed = err
+		}
+	}
+	for ev := range r.ch {
+		if ev.lost > 0 {
+			emit(ev.at, CastMarker, []byte(fmt.Sprintf("recording dropped %d bytes here: the spool was full", ev.lost)))
+		}
+		data := ev.data
+		if ev.kind == CastOutput || ev.kind == CastInput {
+			// A multi-byte character split between two reads is written
+			// whole, with the second: JSON strings hold characters, not bytes.
+			if c := carry[ev.kind]; len(c) > 0 {
+				data = append(append([]byte(nil), c...), data...)
+			}
+			data, carry[ev.kind] = splitUTF8(data)
+			if len(data) == 0 {
+				continue
+			}
+		}
+		emit(ev.at, ev.kind, data)
+		if len(r.ch) == 0 && failed == nil {
+			failed = bw.Flush()
+		}
+	}
+	end := r.now().Sub(r.start).Seconds()
+	for _, kind := range []string{CastOutput, CastInput} {
+		if c := carry[kind]; len(c) > 0 {
+			emit(end, kind, c)
+		}
+	}
+	if failed == nil {
+		failed = bw.Flush()
+	}
+	if err := r.w.Close(); failed == nil {
+		failed = err
+	}
+	r.mu.Lock()
+	r.stats.Events, r.stats.Bytes = events, r.stats.Bytes+written
+	if failed != nil {
+		r.err = fmt.Errorf("write recording: %w", failed)
+	}
+	r.mu.Unlock()
+}
+
+// splitUTF8 cuts p before a multi-byte character its end holds only the
+// beginning of.
+func splitUTF8(p []byte) (whole, rest []byte) {
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax+1; i-- {
+		if utf8.RuneStart(p[i]) {
+			if !utf8.FullRune(p[i:]) {
+				return p[:i], append([]byte(nil), p[i:]...)
+			}
+			break
+		}
+	}
+	return p, nil
+}
