@@ -21,7 +21,7 @@ var areas = []struct {
 	{"sandboxes", views.AreaView{Title: "Sandboxes", Summary: "Disposable container sandboxes nested inside your tenant's VMs, created by agents through the API and CLI.",
 		WillHold: []string{"every sandbox with its state, template, limits and owner", "create and destroy from the browser", "each sandbox's timeline and the commands run in it"}}, "/sandboxes", true},
 	{"terminals", views.AreaView{Title: "Terminals", Summary: "Live terminals of agent sessions, watched in the browser and recorded.",
-		WillHold: []string{"sessions live now and who is watching", "join as a watcher, request and take control", "replays of every recorded session and .cast downloads"}}, "/terminals", false},
+		WillHold: []string{"sessions live now and who is watching", "join as a watcher, request and take control", "replays of every recorded session and .cast downloads"}}, "/terminals", true},
 	{"vms", views.AreaView{Title: "VMs", Summary: "Your tenant's virtual machines: the infrastructure boundary every sandbox runs inside.",
 		WillHold: []string{"each VM's state, uptime, vCPUs, memory and agent version", "start, stop and recycle actions", "the warm pool that keeps boot off the request path"}}, "/vms", true},
 	{"policy", views.AreaView{Title: "Policy", Summary: "What your agents may do: resources, lifetime, network egress, credentials, processes and cleanup.",

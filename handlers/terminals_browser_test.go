@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -185,5 +187,47 @@ func TestTerminalBrowser(t *testing.T) {
 		for _, p := range b.Problems() {
 			t.Errorf("Got(%s's console) %s; want no errors, exceptions or CSP violations", who, p)
 		}
+	}
+}
+
+// TestTerminalBrowserHandover: an agent drives a terminal over the API; a
+// developer finds it live, joins it as a watcher, requests control and
+// takes it in the browser, and then types into it: the agent sees the
+// keystrokes' output and that it lost control.
+func TestTerminalBrowserHandover(t *testing.T) {
+	te := newTermEnv(t)
+	env := te.env
+	env.Member(t, te.acme, "dev@acme-corp.test", tenants.RoleDeveloper)
+	agent, err := te.dial(t, env.WithToken(env.Token(t, te.acme, tenants.RoleDeveloper)), te.sb.ID, url.Values{"cols": {"100"}, "rows": {"28"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	session := agent.Hello(t).Session
+	agent.Type(t, "echo agent-$((20+1))\n")
+	agent.WaitOutput(t, "agent-21", wait)
+
+	dev := webtest.NewBrowser(t)
+	browserLogin(t, dev, env.URL, "dev@acme-corp.test")
+	dev.Do(t, "join from the live list", chromedp.Navigate(env.URL+"/terminals"),
+		chromedp.Click(css(`#terminal-live tr[data-session="`+session+`"] a.btn`)),
+		chromedp.WaitVisible(css(`[data-terminal="live"][data-state="live"][data-role="watcher"]`)),
+		chromedp.WaitVisible(css(`[data-terminal-action="request"]`)))
+	waitScreen(t, dev, "the developer", "agent-21")
+	if cols, _ := chromedp.Run(dev.Ctx, chromedp.Evaluate[int](`document.querySelectorAll(".xterm-rows > div").length`)); cols != 28 {
+		t.Errorf("Got(watcher's rows) = %d; want the driver's 28", cols)
+	}
+	dev.Do(t, "request control", chromedp.Click(css(`[data-terminal-action="request"]`)),
+		chromedp.WaitVisible(css(`[data-terminal-action="take"]`)))
+	agent.WaitControl(t, terminal.MsgRequested, func(c terminal.Control) bool { return c.By == "dev@acme-corp.test" }, wait)
+	dev.Do(t, "take control", chromedp.Click(css(`[data-terminal-action="take"]`)),
+		chromedp.WaitVisible(css(`[data-terminal="live"][data-role="driver"]`)),
+		chromedp.WaitVisible(css(`[data-terminal-action="release"]`)))
+	agent.WaitControl(t, terminal.MsgRole, func(c terminal.Control) bool { return c.Role == terminal.RoleWatcher }, wait)
+	typeKeys(t, dev, "echo took-$((1+2))\r")
+	agent.WaitOutput(t, "took-3", wait)
+	waitScreen(t, dev, "the developer", "took-3")
+	dev.Screenshot(t, artifacts, "terminal-handover.png")
+	for _, p := range dev.Problems() {
+		t.Errorf("Got(console) %s; want no errors, exceptions or CSP violations", p)
 	}
 }

@@ -125,7 +125,8 @@ type Service struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	inflight map[string]int         // sandboxes whose create this process runs
+	inflight map[string]int         // sandboxes whose create or destroy this process runs
+	missing  map[string]bool        // sandboxes the last sync found missing from their agent
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
@@ -139,7 +140,7 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, log: cfg.Logger.With("component", "sandbox"),
-		inflight: map[string]int{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
@@ -450,6 +451,10 @@ func (s *Service) Destroy(ctx context.Context, actor audit.Actor, tenantID, id s
 // destroy removes a running or stopped sandbox from its agent and records
 // it destroyed with reason, audited as actor's.
 func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, reason string) (Sandbox, error) {
+	// Between the agent's destroy and the record's, the background loop
+	// must not take the sandbox for one that vanished.
+	s.track(sb.ID)
+	defer s.untrack(sb.ID)
 	if sb.VMID != "" {
 		c, err := s.vms.Agent(ctx, sb.TenantID, sb.VMID)
 		switch {

@@ -57,6 +57,7 @@ func (s *Service) sync(ctx context.Context, startup bool) error {
 	abandoned := func(sb Sandbox) bool {
 		return sb.State == StateCreating && (startup || now.Sub(sb.CreatedAt) > s.cfg.CreateTimeout)
 	}
+	s.pruneMissing(sbs)
 	groups := map[vmKey][]Sandbox{}
 	for _, sb := range sbs {
 		if s.isInflight(sb.ID) {
@@ -131,6 +132,9 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 	for _, sb := range group {
 		known[sb.ID] = true
 		a, present := inGuest[sb.ID]
+		if present {
+			s.found(sb.ID)
+		}
 		switch {
 		case !present && sb.State == StateStopped:
 			s.stopped(ctx, c, sb, sb.StateReason)
@@ -139,7 +143,11 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 				s.fail(ctx, sb, "create interrupted: the agent never finished it")
 			}
 		case !present:
-			s.fail(ctx, sb, "vanished: its agent no longer has it")
+			// Missing twice in a row: another process may be between the
+			// agent's destroy and the record's.
+			if s.missedTwice(sb.ID) {
+				s.fail(ctx, sb, "vanished: its agent no longer has it")
+			}
 		case a.State == agentproto.SandboxCreating:
 			// The agent is still at it: look again next time.
 		case a.State == agentproto.SandboxRunning && sb.State == StateCreating:
@@ -178,6 +186,40 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 	if vm.AcquiredAt != nil && len(group) == 0 {
 		s.releaseIfEmpty(ctx, vm.TenantID, vm.ID)
 	}
+}
+
+// missedTwice notes that a sandbox is missing from its agent and reports
+// whether it was missing at the previous sync too.
+func (s *Service) missedTwice(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.missing[id] {
+		delete(s.missing, id)
+		return true
+	}
+	s.missing[id] = true
+	return false
+}
+
+// pruneMissing forgets sandboxes that are no longer active.
+func (s *Service) pruneMissing(active []Sandbox) {
+	ids := make(map[string]bool, len(active))
+	for _, sb := range active {
+		ids[sb.ID] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.missing {
+		if !ids[id] {
+			delete(s.missing, id)
+		}
+	}
+}
+
+func (s *Service) found(id string) {
+	s.mu.Lock()
+	delete(s.missing, id)
+	s.mu.Unlock()
 }
 
 // adopt takes over a sandbox whose create was cut short but which its agent

@@ -331,7 +331,7 @@ func schemas() obj {
 			"session": str(""), "sandbox": str(""), "role": obj{"type": "string", "enum": []string{"driver", "watcher"}}, "can_drive": boolean(""),
 			"offset": integer("hello: offset of the next output byte"), "missed": integer("hello: bytes no longer held between the offset asked and the one given"),
 			"cols": integer(""), "rows": integer(""), "driver": str(""), "watchers": arrayOf(str("")), "requests": arrayOf(str("")),
-			"by": str("who asked, or took control"), "reason": str("end: why"), "exit_code": integer(""), "message": str("error: why a message was refused"),
+			"by": str("who asked for, or took, control; hello: the client itself as the others see it"), "reason": str("end: why"), "exit_code": integer(""), "message": str("error: why a message was refused"),
 		}),
 	}
 }

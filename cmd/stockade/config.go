@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -26,6 +27,9 @@ type config struct {
 	LibvirtURIs  string
 	SecretKey    string
 	DomainType   string
+	// Terminal recordings: keystrokes too, and how long they are kept.
+	RecordInput   bool
+	RetentionDays int
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -45,6 +49,10 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
+	fs.BoolVar(&c.RecordInput, "record-input", getenv("STOCKADE_RECORD_INPUT") == "true" || getenv("STOCKADE_RECORD_INPUT") == "1",
+		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
+	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))
+	fs.IntVar(&c.RetentionDays, "recording-retention-days", retention, "days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 

@@ -64,7 +64,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer sbx.Close() // leaves sandboxes running: the next start adopts them
-	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log})
+	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log,
+		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays})
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}

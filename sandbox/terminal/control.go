@@ -42,8 +42,10 @@ type Control struct {
 	Watchers []string `json:"watchers,omitempty"`
 	// Requests names who asked for control and waits for it.
 	Requests []string `json:"requests,omitempty"`
-	By       string   `json:"by,omitempty"`
-	Reason   string   `json:"reason,omitempty"`
-	ExitCode *int     `json:"exit_code,omitempty"`
-	Message  string   `json:"message,omitempty"`
+	// By is who asked for or took control; in the hello, the client
+	// itself as the others see it.
+	By       string `json:"by,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Message  string `json:"message,omitempty"`
 }

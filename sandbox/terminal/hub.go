@@ -104,6 +104,7 @@ type Hub struct {
 	lastLeft    time.Time // when the last client left
 	// presencePending: a presence message is due (see broadcastPresence).
 	presencePending bool
+	claimed         bool // someone held control once
 	done            chan struct{}
 	end             End
 }
@@ -138,7 +139,7 @@ func NewHub(p PTY, cfg HubConfig) *Hub {
 	}
 	h.lastLeft = h.started
 	if cfg.Driver.ID != "" {
-		h.driverActor, h.driverName = cfg.Driver.ID, nameOf(cfg.Driver)
+		h.driverActor, h.driverName, h.claimed = cfg.Driver.ID, nameOf(cfg.Driver), true
 	}
 	go h.pump()
 	return h
@@ -374,9 +375,9 @@ type JoinOptions struct {
 	Actor audit.Actor
 	// CanDrive: the caller's role allows driving.
 	CanDrive bool
-	// Drive asks for control: granted when nobody holds it, or the caller
-	// does already (a resumed connection). Otherwise the client watches
-	// and may request control.
+	// Drive asks for control: granted when the caller holds it already (a
+	// resumed connection) or nobody ever held it. Otherwise the client
+	// watches and may request control, then take it.
 	Drive bool
 	// Offset is the offset of the first output byte wanted (the count of
 	// bytes seen, when resuming); -1 means everything still held: the
@@ -397,7 +398,10 @@ func (h *Hub) Join(o JoinOptions) (*Client, error) {
 		hub: h, id: h.nextID, Actor: o.Actor, name: nameOf(o.Actor), canDrive: o.CanDrive, role: RoleWatcher,
 		out: make(chan Message, h.cfg.QueueMessages), quit: make(chan struct{}), space: make(chan struct{}, 1),
 	}
-	if o.Drive && o.CanDrive && (h.driverActor == "" || h.driverActor == o.Actor.ID) {
+	// Control goes only to whoever holds it (resuming), or to the first to
+	// ask for it: once someone drove, it changes hands by request and
+	// take alone.
+	if o.Drive && o.CanDrive && (h.driverActor == o.Actor.ID || (h.driverActor == "" && !h.claimed)) {
 		if old := h.driver; old != nil {
 			// The same person again (a resumed or second connection): the
 			// newest one drives.
@@ -405,7 +409,7 @@ func (h *Hub) Join(o JoinOptions) (*Client, error) {
 			h.control(old, Control{Type: MsgRole, Role: RoleWatcher})
 			old.wake()
 		}
-		c.role, h.driver, h.driverActor, h.driverName = RoleDriver, c, o.Actor.ID, c.name
+		c.role, h.driver, h.driverActor, h.driverName, h.claimed = RoleDriver, c, o.Actor.ID, c.name, true
 	}
 	off := o.Offset
 	if off < 0 {
@@ -418,7 +422,7 @@ func (h *Hub) Join(o JoinOptions) (*Client, error) {
 	}
 	pres := h.presence()
 	hello := Control{Type: MsgHello, Session: h.cfg.ID, Sandbox: h.cfg.Sandbox, Role: c.role, CanDrive: c.canDrive,
-		Offset: &from, Missed: missed, Cols: h.cols, Rows: h.rows, Driver: pres.Driver, Requests: pres.Requests}
+		Offset: &from, Missed: missed, Cols: h.cols, Rows: h.rows, Driver: pres.Driver, Requests: pres.Requests, By: c.name}
 	hello.Watchers = pres.Watchers
 	if c.role != RoleDriver {
 		hello.Watchers = append(hello.Watchers, c.name)

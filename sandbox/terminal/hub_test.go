@@ -349,3 +349,29 @@ func TestHubEnd(t *testing.T) {
 		t.Errorf("Got(read after end) = %v; want EOF", err)
 	}
 }
+
+// TestHubReleasedControl: control released by its driver is not picked up
+// by whoever connects next: it is requested and taken, as any handover.
+func TestHubReleasedControl(t *testing.T) {
+	h := terminal.NewHub(startPTY(t, shell...), terminal.HubConfig{ID: "s9", Driver: person("ada@x.test")})
+	ada := join(t, h, terminal.JoinOptions{Actor: person("ada@x.test"), CanDrive: true, Drive: true})
+	if r := ada.hello(t).Role; r != terminal.RoleDriver {
+		t.Fatalf("Got(opener's role) = %q; want driver", r)
+	}
+	if err := ada.c.Control(terminal.Control{Type: terminal.MsgRelease}); err != nil {
+		t.Fatal(err)
+	}
+	bob := join(t, h, terminal.JoinOptions{Actor: person("bob@x.test"), CanDrive: true, Drive: true})
+	if r := bob.hello(t).Role; r != terminal.RoleWatcher {
+		t.Errorf("Got(role of a joiner after a release) = %q; want watcher", r)
+	}
+	for _, msg := range []string{terminal.MsgRequest, terminal.MsgTake} {
+		if err := bob.c.Control(terminal.Control{Type: msg}); err != nil {
+			t.Fatalf("%s: %v", msg, err)
+		}
+	}
+	if r := bob.c.Role(); r != terminal.RoleDriver {
+		t.Errorf("Got(role after request and take) = %q; want driver", r)
+	}
+	h.End("test over")
+}

@@ -271,7 +271,13 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		OnEnd:     func(e End) { s.ended(sess, e) },
 	})
 	s.live[id] = l
+	closing := s.closed
 	s.mu.Unlock()
+	if closing {
+		// Close ran meanwhile and did not see this one.
+		l.hub.End("the server is shutting down")
+		return Session{}, fmt.Errorf("open terminal: %w: the server is shutting down", tenants.ErrConflict)
+	}
 	s.log.Info("terminal opened", "session", id, "tenant", tenantID, "sandbox", sandboxID, "by", nameOf(actor))
 	return sess, nil
 }

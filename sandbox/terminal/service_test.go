@@ -159,7 +159,13 @@ func TestServiceSession(t *testing.T) {
 // TestServiceIsolation: another tenant's sandbox, session or recording is
 // not found, whatever the id.
 func TestServiceIsolation(t *testing.T) {
-	f := newFixture(t, dbtest.SQLite(t), terminal.Config{})
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) { testIsolation(t, d.DB) })
+	}
+}
+
+func testIsolation(t *testing.T, db *gorm.DB) {
+	f := newFixture(t, db, terminal.Config{})
 	ctx := context.Background()
 	ada := person("ada@alpha.test")
 	sess, err := f.svc.Open(ctx, ada, f.a.ID, f.sa.ID, terminal.OpenRequest{})
@@ -285,8 +291,14 @@ func (c *clock) add(d time.Duration) {
 // TestServiceRetention: a recording past its retention is removed, its row
 // stays and says so; younger ones stay.
 func TestServiceRetention(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) { testRetention(t, d.DB) })
+	}
+}
+
+func testRetention(t *testing.T, db *gorm.DB) {
 	clk := &clock{t: time.Now()}
-	f := newFixture(t, dbtest.SQLite(t), terminal.Config{Clock: clk.now, RetentionDays: 30})
+	f := newFixture(t, db, terminal.Config{Clock: clk.now, RetentionDays: 30})
 	ctx := context.Background()
 	ada := person("ada@alpha.test")
 	open := func() terminal.Session {
@@ -324,7 +336,12 @@ func TestServiceRetention(t *testing.T) {
 // TestServiceLostSessions: a session left live by a server that stopped is
 // recorded as ended when another (or the same, restarted) starts.
 func TestServiceLostSessions(t *testing.T) {
-	db := dbtest.SQLite(t)
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) { testLostSessions(t, d.DB) })
+	}
+}
+
+func testLostSessions(t *testing.T, db *gorm.DB) {
 	f := newFixture(t, db, terminal.Config{})
 	lost := terminaltest.Record(t, db, f.dataDir, f.a.ID, f.sa.ID, "ada@alpha.test")
 	old := time.Now().Add(-time.Hour).UTC()

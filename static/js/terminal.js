@@ -121,6 +121,7 @@
       if (roleEl) roleEl.className = role === "driver" ? "pill pill-good" : "pill";
       term.options.disableStdin = role !== "driver";
       if (role === "driver") {
+        if (s.requested) say("");
         s.requested = false;
         fitAndTell();
         term.focus();
@@ -160,6 +161,7 @@
         panel.setAttribute("data-session", m.session);
         s.offset = m.offset || 0;
         s.canDrive = !!m.can_drive;
+        s.me = m.by || "";
         s.retries = 0;
         if (fresh && window.history && window.history.replaceState) {
           // Reloading rejoins this session instead of opening another.
@@ -183,7 +185,7 @@
         presence(m);
         break;
       case "requested":
-        say(m.by + " asked for control" + (s.role === "driver" ? ": they can take it now, or release it to them." : "."));
+        if (m.by !== s.me) say(m.by + " asked for control" + (s.role === "driver" ? ": they can take it now." : "."));
         break;
       case "error":
         say(m.message);
