@@ -127,6 +127,7 @@ type Service struct {
 	mu       sync.Mutex
 	inflight map[string]int         // sandboxes whose create or destroy this process runs
 	missing  map[string]bool        // sandboxes the last sync found missing from their agent
+	ended    endObservers
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
@@ -354,6 +355,7 @@ func (s *Service) fail(ctx context.Context, sb Sandbox, reason string) (Sandbox,
 	if changed {
 		s.log.Warn("sandbox failed", "sandbox", sb.ID, "tenant", sb.TenantID, "vm", sb.VMID, "reason", reason)
 		s.releaseIfEmpty(ctx, sb.TenantID, sb.VMID)
+		s.ended.notify(sb.TenantID, sb.ID, "the sandbox failed ("+reason+")")
 	}
 	return out, changed, nil
 }
@@ -482,6 +484,7 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 	}
 	if changed {
 		s.log.Info("sandbox destroyed", "sandbox", sb.ID, "tenant", sb.TenantID, "reason", reason)
+		s.ended.notify(sb.TenantID, sb.ID, "the sandbox was destroyed ("+reason+")")
 	}
 	return out, nil
 }

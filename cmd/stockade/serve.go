@@ -70,6 +70,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer terms.Close() // ends the live terminals, recorded with the reason
+	sbx.OnEnd(terms.EndSandbox) // a destroyed sandbox ends its terminals at once, for everyone
 	app, err := web.NewApp(ctx, web.AppConfig{
 		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
 		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,

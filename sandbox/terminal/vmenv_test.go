@@ -103,6 +103,7 @@ func newVMEnv(tb testing.TB) *vmEnv {
 	if err := e.terms.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}
+	e.sbx.OnEnd(e.terms.EndSandbox) // as serve wires it
 	e.web = webtest.New(tb, webtest.Options{DB: db, VMs: e.vms, Sandboxes: e.sbx, Terminals: e.terms})
 	e.a = e.web.TenantNamed(tb, "term-a", "Terminal Tenant A")
 	e.dev, e.aud = e.web.Token(tb, e.a, tenants.RoleDeveloper), e.web.Token(tb, e.a, tenants.RoleAuditor)
