@@ -125,8 +125,8 @@ type Service struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	inflight map[string]int         // sandboxes whose create or destroy this process runs
-	missing  map[string]bool        // sandboxes the last sync found missing from their agent
+	inflight map[string]int  // sandboxes whose create or destroy this process runs
+	missing  map[string]bool // sandboxes the last sync found missing from their agent
 	ended    endObservers
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time

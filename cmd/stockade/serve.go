@@ -69,7 +69,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}
-	defer terms.Close() // ends the live terminals, recorded with the reason
+	defer terms.Close()         // ends the live terminals, recorded with the reason
 	sbx.OnEnd(terms.EndSandbox) // a destroyed sandbox ends its terminals at once, for everyone
 	app, err := web.NewApp(ctx, web.AppConfig{
 		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
