@@ -14,10 +14,13 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/authn"
 )
 
@@ -45,16 +48,19 @@ type Config struct {
 
 // Handlers carries the dependencies of every handler.
 type Handlers struct {
-	cfg   Config
-	store *tenants.Store
-	audit *audit.Log
-	idp   Identity
-	log   *slog.Logger
-	ready func(ctx context.Context) error
-	clock func() time.Time
-	vms   *vmpool.Service // nil: VM pages and API answer "unavailable"
-	sbx   *sandbox.Service
-	terms *terminal.Service // nil: terminals answer "unavailable"
+	cfg     Config
+	store   *tenants.Store
+	audit   *audit.Log
+	idp     Identity
+	log     *slog.Logger
+	ready   func(ctx context.Context) error
+	clock   func() time.Time
+	vms     *vmpool.Service // nil: VM pages and API answer "unavailable"
+	sbx     *sandbox.Service
+	terms   *terminal.Service // nil: terminals answer "unavailable"
+	secrets *secrets.Store    // nil: secrets answer "unavailable"
+	pol     *policy.Store     // nil: policy pages and API answer not found
+	egress  *egress.Store     // nil: egress events answer "unavailable"
 }
 
 // Deps are the services handlers call.
@@ -72,6 +78,12 @@ type Deps struct {
 	Sandboxes *sandbox.Service
 	// Terminals runs the sandboxes' terminals; nil answers "unavailable".
 	Terminals *terminal.Service
+	// Secrets keeps the tenants' secrets; nil answers "unavailable".
+	Secrets *secrets.Store
+	// Policies keeps the tenants' policy versions.
+	Policies *policy.Store
+	// Egress keeps the egress gateway's decisions; nil answers "unavailable".
+	Egress *egress.Store
 }
 
 // New returns the handlers.
@@ -89,7 +101,7 @@ func New(cfg Config, d Deps) *Handlers {
 		d.Log = slog.Default()
 	}
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
-		terms: d.Terminals}
+		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

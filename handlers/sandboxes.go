@@ -53,6 +53,7 @@ type SandboxJSON struct {
 	CreateMS           int64              `json:"create_ms,omitempty"`
 	GuestReadyMS       int64              `json:"guest_ready_ms,omitempty"`
 	Execs              int                `json:"execs"`
+	PolicyVersion      int                `json:"policy_version"`
 	Stats              *SandboxStatsJSON  `json:"stats,omitempty"`
 	Events             []SandboxEventJSON `json:"events,omitempty"`
 }
@@ -91,7 +92,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
 		EndedAt: timePtr(sb.EndedAt), LastActiveAt: timePtr(sb.LastActiveAt), CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
-		Execs: sb.Execs,
+		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion,
 	}
 }
 
@@ -632,7 +633,7 @@ func (h *Handlers) sandboxView(c echo.Context) (views.SandboxView, error) {
 	}
 	sb := st.Sandbox
 	v := views.SandboxView{
-		Row: sandboxRow(sb), TemplateVersion: sb.TemplateVersion, TimeoutSeconds: sb.TimeoutSeconds,
+		Row: sandboxRow(sb), TemplateVersion: sb.TemplateVersion, TimeoutSeconds: sb.TimeoutSeconds, PolicyVersion: sb.PolicyVersion,
 		IdleTimeoutSeconds: sb.IdleTimeoutSeconds, EnvKeys: sb.EnvKeys(), Metadata: sb.Metadata(), StartedAt: sb.StartedAt,
 		LastActiveAt: sb.LastActiveAt, CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
 		CanEdit: tenants.Can(cl.Role, tenants.PermSandboxesWrite), CanSeeVMs: tenants.Can(cl.Role, tenants.PermVMsRead), Now: h.clock(),

@@ -68,6 +68,9 @@ type Sandbox struct {
 	CreateMS           int64      `gorm:"column:create_ms"`      // request -> running, on the control plane
 	GuestReadyMS       int64      `gorm:"column:guest_ready_ms"` // the agent's own create time
 	Execs              int        `gorm:"column:execs"`
+	// PolicyVersion is the tenant policy version it started under (0: the
+	// defaults, or a service without policies).
+	PolicyVersion int `gorm:"column:policy_version"`
 }
 
 // TableName is the GORM table of Sandbox.

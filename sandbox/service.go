@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
 // VMs is what the service needs of the tenant VM pools. *vmpool.Service
@@ -75,6 +76,13 @@ type Config struct {
 	// SyncInterval is how often sandboxes are checked against their agents
 	// and their lifetimes; default 2 s.
 	SyncInterval time.Duration
+	// Policies gives each tenant's policy: its resource and lifetime
+	// limits bound a create, and the sandbox records its version. Nil:
+	// only the bounds above apply (version 0 is recorded).
+	Policies Policies
+	// Credentials gives sandboxes placeholders for the tenant's secrets and
+	// the CA the egress gateway terminates TLS with. Nil: neither.
+	Credentials Credentials
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -253,15 +261,31 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if err != nil {
 		return Sandbox{}, err
 	}
-	lim, err := spec.resolve(s.cfg, s.Templates(), pool)
+	cfg, pol := s.cfg, policy.Version{}
+	if s.cfg.Policies != nil {
+		if pol, err = s.cfg.Policies.Current(ctx, tenantID); err != nil {
+			return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+		}
+		cfg = cfg.withPolicy(pol.Doc)
+	}
+	lim, err := spec.resolve(cfg, s.Templates(), pool)
 	if err != nil {
 		return Sandbox{}, err
+	}
+	if s.cfg.Policies != nil {
+		if err := lim.checkPolicy(pol); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	id, err := newID()
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
-	envKeys, _ := json.Marshal(sortedKeys(lim.Env))
+	credEnv, caPEM, err := s.credentials(ctx, tenantID, id, lim.Env, grantedSecrets(s.cfg.Policies != nil, pol))
+	if err != nil {
+		return Sandbox{}, err
+	}
+	envKeys, _ := json.Marshal(withCredentialKeys(sortedKeys(lim.Env), credEnv))
 	meta := lim.Metadata
 	if meta == nil {
 		meta = map[string]string{}
@@ -271,6 +295,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		ID: id, TenantID: tenantID, Template: lim.Template, TemplateVersion: lim.TemplateVersion,
 		VCPUs: lim.VCPUs, MemoryMiB: lim.MemoryMiB, TimeoutSeconds: lim.TimeoutSeconds, IdleTimeoutSeconds: lim.IdleTimeoutSeconds,
 		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
+		PolicyVersion: pol.Version,
 	}
 	// Tracked before it is written: the background loop never takes a
 	// create of this process for an abandoned one.
@@ -291,8 +316,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	}
 	sb.VMID = vm.ID
 	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
-		ID: sb.ID, Template: sb.Template, Env: envList(lim.Env), Hostname: "sandbox",
-		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB,
+		ID: sb.ID, Template: sb.Template, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
+		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB, PidsMax: pol.Doc.Resources.MaxPids, // 0 (no policy): the agent's default
 			DiskMiB: max(sb.MemoryMiB/2, 8), WorkspaceMiB: max(sb.MemoryMiB/2, 8)},
 		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
 	})

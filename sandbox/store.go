@@ -103,7 +103,7 @@ func (s *Store) create(ctx context.Context, actor audit.Actor, sb *Sandbox) erro
 		return s.audit(tx, actor.Event(sb.TenantID, audit.TypeSandboxCreated, "sandbox", sb.ID, map[string]any{
 			"template": sb.Template, "template_version": sb.TemplateVersion, "vcpus": sb.VCPUs, "memory_mib": sb.MemoryMiB,
 			"timeout_seconds": sb.TimeoutSeconds, "idle_timeout_seconds": sb.IdleTimeoutSeconds,
-			"env_keys": sb.EnvKeys(), "metadata": sb.Metadata(),
+			"env_keys": sb.EnvKeys(), "metadata": sb.Metadata(), "policy_version": sb.PolicyVersion,
 		}))
 	})
 	if err != nil {

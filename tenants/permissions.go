@@ -33,20 +33,32 @@ const (
 	// PermTerminalsWatch: watch live terminals read-only, replay and
 	// download their recordings.
 	PermTerminalsWatch Permission = "terminals.watch"
+	// PermPolicyRead: the tenant policy, its versions and their diffs
+	// (every member: people should know the rules their agents run under).
+	PermPolicyRead Permission = "policy.read"
+	// PermPolicyWrite: save a new policy version, roll back.
+	PermPolicyWrite Permission = "policy.write"
+	// PermSecretsRead: the names, hosts and states of the tenant's secrets,
+	// never their values (every member but billing: they are what agents
+	// get as placeholders).
+	PermSecretsRead Permission = "secrets.read"
+	// PermSecretsWrite: create and revoke secrets.
+	PermSecretsWrite Permission = "secrets.write"
 )
 
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
 // the platform ones are decided by the caller's kind, not a role.
 var grants = map[Role][]Permission{
 	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
-		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch},
+		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
+		PermSecretsRead, PermSecretsWrite},
 	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
-		PermTerminalsWatch},
+		PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
 	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
-		PermTerminalsDrive, PermTerminalsWatch},
+		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
 	// Auditors read what ran in sandboxes (commands and output) but start nothing.
-	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch},
-	RoleBilling: {PermTenantView},
+	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
+	RoleBilling: {PermTenantView, PermPolicyRead},
 }
 
 // Can reports whether role grants p. Platform permissions (public, signed

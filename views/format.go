@@ -122,6 +122,7 @@ func settingsNav() []navItem {
 	return []navItem{
 		{NavMembers, "Members", "/settings/members"},
 		{NavTokens, "API tokens", "/settings/tokens"},
+		{NavSecrets, "Secrets", "/settings/secrets"},
 	}
 }
 

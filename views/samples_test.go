@@ -138,6 +138,18 @@ func samplePages() []samplePage {
 		{Name: "tokens-empty", Title: "API tokens", Page: samplePageModel("API tokens", NavTokens),
 			View: Tokens(samplePageModel("API tokens", NavTokens), TokensView{CanEdit: true, Roles: roles, TTLChoices: ttl,
 				Form: TokenForm{Name: "x", Errors: map[string]string{"name": "Name must be 3 to 64 characters.", FormError: "The token was not created."}}})},
+		{Name: "secrets", Title: "Secrets", Page: samplePageModel("Secrets", NavSecrets),
+			View: Secrets(samplePageModel("Secrets", NavSecrets), SecretsView{CanEdit: true, TTLChoices: ttl, Created: "NPM_TOKEN",
+				Form: SecretForm{Name: "gh token", Hosts: "https://api.github.com/", TTL: "30d", Errors: map[string]string{
+					"name": "must be 1-64 characters A-Z, 0-9 or '_'", "hosts": "must be a domain name like api.github.com"}},
+				Rows: []SecretRow{
+					{Name: "GITHUB_TOKEN", Hosts: []string{"api.github.com", "*.githubusercontent.com"}, State: "active", CreatedBy: "Ada Lovelace",
+						CreatedAt: sampleTime("2026-11-20T11:45:00Z"), ExpiresAt: new(sampleTime("2026-12-20T11:45:00Z"))},
+					{Name: "OLD_KEY", Hosts: []string{"api.example.com"}, State: "revoked", CreatedAt: sampleTime("2026-10-01T09:00:00Z"),
+						RevokedAt: new(sampleTime("2026-11-01T09:00:00Z"))},
+				}})},
+		{Name: "secrets-readonly", Title: "Secrets", Page: devMembers,
+			View: Secrets(devMembers, SecretsView{Rows: []SecretRow{{Name: "GITHUB_TOKEN", State: "active", CreatedAt: sampleTime("2026-11-20T11:45:00Z")}}})},
 		{Name: "tenants", Title: "Tenants", Page: samplePageModel("Tenants", NavTenants),
 			View: Tenants(samplePageModel("Tenants", NavTenants), TenantsView{Rows: []TenantRow{
 				{Slug: "acme", Name: "Acme Corp", Members: 3, CreatedAt: sampleTime("2026-11-01T09:00:00Z")},

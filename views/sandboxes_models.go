@@ -82,20 +82,22 @@ type SandboxView struct {
 	TemplateVersion    string
 	TimeoutSeconds     int
 	IdleTimeoutSeconds int
-	EnvKeys            []string
-	Metadata           map[string]string
-	StartedAt          *time.Time
-	LastActiveAt       *time.Time
-	CreateMS           int64
-	GuestReadyMS       int64
-	Stats              *SandboxStatsView // nil: not running, or the agent did not answer
-	Events             []SandboxEventRow
-	Execs              []ExecRow
-	CanEdit            bool
-	CanSeeVMs          bool
-	CSRF               string
-	PollURL            string // the live fragment, while the sandbox is active
-	Now                time.Time
+	// PolicyVersion is the tenant policy version it started under.
+	PolicyVersion int
+	EnvKeys       []string
+	Metadata      map[string]string
+	StartedAt     *time.Time
+	LastActiveAt  *time.Time
+	CreateMS      int64
+	GuestReadyMS  int64
+	Stats         *SandboxStatsView // nil: not running, or the agent did not answer
+	Events        []SandboxEventRow
+	Execs         []ExecRow
+	CanEdit       bool
+	CanSeeVMs     bool
+	CSRF          string
+	PollURL       string // the live fragment, while the sandbox is active
+	Now           time.Time
 }
 
 // SandboxStatsView is a running sandbox's usage.

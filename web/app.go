@@ -17,11 +17,14 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/authn"
 	"github.com/stockade-dev/stockade/web/devidp"
 )
@@ -53,6 +56,15 @@ type AppConfig struct {
 	// Terminals runs the sandboxes' terminals; nil serves them as
 	// unavailable.
 	Terminals *terminal.Service
+	// Secrets keeps the tenants' secrets and CAs; nil serves the secrets
+	// pages and API as unavailable.
+	Secrets *secrets.Store
+	// Policies keeps the tenants' policy versions; nil serves the policy
+	// pages and API as not found.
+	Policies *policy.Store
+	// Egress keeps the egress gateway's decisions; nil serves the egress
+	// page and API as unavailable.
+	Egress *egress.Store
 }
 
 // App is the assembled web app: the server and its relying party.
@@ -121,6 +133,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
 	}, handlers.Deps{
 		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs, Sandboxes: cfg.Sandboxes, Terminals: cfg.Terminals,
+		Secrets: cfg.Secrets, Policies: cfg.Policies, Egress: cfg.Egress,
 		Ready: func(ctx context.Context) error {
 			if !a.rp.ready() {
 				return errors.New("identity provider not ready")

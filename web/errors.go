@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -55,8 +56,17 @@ func problemFor(err error) Problem {
 		}
 		return p
 	case errors.As(err, &fe):
-		return Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity,
-			Detail: fe.Error(), Errors: []ProblemField{{Field: fe.Field, Rule: fe.Rule, Detail: fe.Detail}}}
+		p := Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity, Detail: fe.Error()}
+		// A document checked against a schema fails on many paths at once:
+		// every one is listed.
+		all := allFieldErrors(err, nil)
+		if len(all) > 1 {
+			p.Detail = fmt.Sprintf("%d fields are invalid; see errors", len(all))
+		}
+		for _, f := range all {
+			p.Errors = append(p.Errors, ProblemField{Field: f.Field, Rule: f.Rule, Detail: f.Detail})
+		}
+		return p
 	case errors.Is(err, tenants.ErrInvalid):
 		return Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity, Detail: err.Error()}
 	case errors.Is(err, tenants.ErrNotFound):
@@ -100,6 +110,24 @@ func problemFor(err error) Problem {
 	}
 	return Problem{Type: problemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError,
 		Detail: "something went wrong on our side; the request id helps the operator find it"}
+}
+
+// allFieldErrors appends every *tenants.FieldError in err's tree to out.
+func allFieldErrors(err error, out []*tenants.FieldError) []*tenants.FieldError {
+	if fe, ok := err.(*tenants.FieldError); ok {
+		return append(out, fe)
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			out = allFieldErrors(e, out)
+		}
+	case interface{ Unwrap() error }:
+		if e := u.Unwrap(); e != nil {
+			out = allFieldErrors(e, out)
+		}
+	}
+	return out
 }
 
 // handleError renders err as a problem document (API) or an error page.

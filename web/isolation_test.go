@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -8,16 +9,20 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -57,7 +62,25 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 		sb := sandboxtest.Record(t, env.DB, tn.ID, "admin@"+slug+".test")
 		// And a recorded terminal session in it, for its terminal lists.
 		ts := terminaltest.Record(t, env.DB, env.Terminals.Config().DataDir, tn.ID, sb.ID, "admin@"+slug+".test")
-		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID}
+		// And a secret, for its secret lists.
+		secretName := strings.ToUpper(strings.ReplaceAll(slug, "-", "_")) + "_TOKEN"
+		if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
+			secrets.NewSecret{Name: secretName, Value: "value-of-" + slug, Hosts: []string{"api." + slug + ".test"}}); err != nil {
+			t.Fatalf("create secret in %s: %v", slug, err)
+		}
+		// And a policy version, for its policy pages and versions.
+		doc := policy.Defaults()
+		doc.Network.Egress.Allow = []policy.Rule{{Domain: "api." + slug + ".test", Ports: []int{443}}}
+		if _, err := env.Policies.Save(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
+			policy.Edit{Doc: doc, Reason: "egress for " + slug}); err != nil {
+			t.Fatalf("save policy in %s: %v", slug, err)
+		}
+		// And an egress decision of its sandbox, for the egress lists.
+		if err := egress.NewStore(env.DB).Record(context.Background(), &egress.Event{TenantID: tn.ID, SandboxID: sb.ID, Method: "CONNECT",
+			Host: "egress." + slug + ".test", Port: 443, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: time.Now()}); err != nil {
+			t.Fatalf("record egress event in %s: %v", slug, err)
+		}
+		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID, secretName}
 		return it
 	}
 	a := setup("alpha-co", "Alpha Company")

@@ -1,12 +1,14 @@
 package web_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +118,36 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 		return url.Values{"role": {"manager"}}, nil
 	case "POST /settings/tokens":
 		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {"developer"}, "ttl": {"30d"}}, nil
+	case "POST /settings/secrets":
+		return url.Values{"name": {fmt.Sprintf("FORM_SECRET_%d", n)}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"7d"}}, nil
+	case "POST /api/v1/secrets":
+		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /policy", "POST /policy/raw", "PUT /api/v1/policy", "POST /api/v1/policy/preview":
+		// A document that differs from the current one, on the current
+		// version, so an allowed call saves a new version.
+		cur, err := f.env.Policies.Current(context.Background(), f.tenant.ID)
+		if err != nil {
+			return nil, nil // the call fails and says so
+		}
+		doc := cur.Doc
+		doc.Resources.MaxPids = 100 + n
+		base, reason := strconv.Itoa(cur.Version), fmt.Sprintf("role table %d", n)
+		switch r.Path {
+		case "/policy":
+			rs := doc.Resources
+			return url.Values{"section": {"resources"}, "base_version": {base}, "op": {"save"}, "reason": {reason},
+				"/resources/max_vcpus": {strconv.Itoa(rs.MaxVCPUs)}, "/resources/max_memory_mib": {strconv.Itoa(rs.MaxMemoryMiB)},
+				"/resources/default_memory_mib": {strconv.Itoa(rs.DefaultMemoryMiB)}, "/resources/max_pids": {strconv.Itoa(rs.MaxPids)},
+				"/resources/max_disk_mib": {strconv.Itoa(rs.MaxDiskMiB)}}, nil
+		case "/policy/raw":
+			raw, _ := json.Marshal(doc)
+			return url.Values{"doc": {string(raw)}, "base_version": {base}, "op": {"save"}, "reason": {reason}}, nil
+		}
+		return nil, map[string]any{"policy": doc, "reason": reason}
+	case "POST /policy/rollback":
+		return url.Values{"version": {"0"}, "reason": {"role table"}}, nil
+	case "POST /api/v1/policy/rollback":
+		return nil, map[string]any{"version": 0, "reason": "role table"}
 	case "POST /operator/tenants":
 		return url.Values{"slug": {fmt.Sprintf("form-tenant-%d", n)}, "name": {"Form tenant"}}, nil
 	case "POST /api/v1/members":

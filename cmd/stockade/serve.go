@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -47,9 +50,32 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	// Secrets, encrypted under a key derived from the root key; also each
+	// tenant's CA for the egress gateway's TLS termination.
+	sec, err := secrets.New(db, root, secrets.Config{})
+	if err != nil {
+		return err
+	}
+	// The egress gateway: every sandbox connection, decided by the tenant
+	// policy (read per connection, cached 2 s), logged in egress_events.
+	pol, err := policy.NewStore(db, nil)
+	if err != nil {
+		return err
+	}
+	allowCIDRs, err := egress.ParseCIDRs(cfg.EgressAllowCIDRs)
+	if err != nil {
+		return err
+	}
+	egressEvents := egress.NewStore(db)
+	gw, err := egress.New(egress.Config{Policies: egress.FromPolicy(pol), Store: egressEvents, Swapper: sec,
+		Sandboxes: egress.StoredSandboxes(sandbox.NewStore(db, nil)), AllowCIDRs: allowCIDRs, Logger: log})
+	if err != nil {
+		return err
+	}
 	// The VM pools start even with libvirtd down: they keep retrying, and
 	// until a host answers VM pages and API say the hypervisor is unavailable.
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log, DomainType: cfg.DomainType})
+	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log, DomainType: cfg.DomainType,
+		Egress: gw})
 	if err != nil {
 		return err
 	}
@@ -59,7 +85,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer vms.Close() // leaves VMs running: the next start adopts them
 	// After the VM pools: it reconciles sandboxes with the agents of the VMs
 	// they adopted.
-	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log})
+	// Each tenant's policy (pol, above) bounds its sandboxes at create.
+	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol})
 	if err := sbx.Start(ctx); err != nil {
 		return err
 	}
@@ -71,10 +98,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer terms.Close()         // ends the live terminals, recorded with the reason
 	sbx.OnEnd(terms.EndSandbox) // a destroyed sandbox ends its terminals at once, for everyone
+	// An ended sandbox's egress bytes stay in egress_events only.
+	sbx.OnEnd(func(_, id, _ string) { gw.Forget(id) })
 	app, err := web.NewApp(ctx, web.AppConfig{
 		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
 		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,
-		Version: version, Log: log, VMs: vms, Sandboxes: sbx, Terminals: terms,
+		Version: version, Log: log, VMs: vms, Sandboxes: sbx, Terminals: terms, Secrets: sec, Policies: pol,
+		Egress: egressEvents,
 	}, store, audit.NewLog(db, nil))
 	if err != nil {
 		return err

@@ -28,7 +28,8 @@ package agent
 // commands in place, passing their pipes or terminal master to the agent
 // with SCM_RIGHTS (initproto.go).
 //
-// Isolation: namespaces pid, network (only lo, which the agent brings up),
+// Isolation: namespaces pid, network (only lo, which the agent brings up,
+// with the egress proxy listener on it: egress.go),
 // ipc, uts, mount and cgroup (the sandbox sees its own memory.max); the
 // sandbox user uid 1000 with no capability at all, no_new_privs, the
 // seccomp deny list of bundle.go (mounts, modules, kexec, bpf, keyrings,

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +66,8 @@ type Manager struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	baselines int
+
+	link hostLink // egress.go
 }
 
 // NewManager checks cfg, fills its defaults and sets up the cgroups.
@@ -373,10 +374,14 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 	if err := m.mountRoot(sb); err != nil {
 		return err
 	}
+	caEnv, err := installCA(sb.rootfs, sb.spec.CAPEM)
+	if err != nil {
+		return err
+	}
 	cfg := ociConfig(bundleSpec{
 		Hostname:       sb.spec.Hostname,
 		InitPath:       m.cfg.InitPath,
-		Env:            sandboxEnv(sb.spec.Env),
+		Env:            sandboxEnv(append(egressEnv(caEnv), sb.spec.Env...)),
 		Limits:         sb.spec.Limits,
 		CgroupPath:     "/" + cgroupParent + "/" + sb.id,
 		TemplateDevice: tpl.dev,
@@ -407,6 +412,9 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 		return err
 	}
 	if err := loopbackUp(pid); err != nil {
+		return err
+	}
+	if err := m.startEgress(sb, pid); err != nil {
 		return err
 	}
 	watch, err := m.helloInit(ctx, sb)
@@ -540,63 +548,22 @@ func readPIDFile(path string) (int, error) {
 }
 
 // loopbackUp brings up lo in the network namespace of pid: the sandbox's
-// only interface, for its own servers and (later) the egress proxy. A
-// socket belongs to the namespace it was made in, so only its creation
-// happens there, on a thread that leaves with its goroutine if it cannot
-// switch back.
+// only interface, for its own servers and the egress proxy listener.
 func loopbackUp(pid int) error {
-	type result struct {
-		fd  int
-		err error
+	fd, err := socketInNetns(pid, unix.AF_INET, unix.SOCK_DGRAM)
+	if err != nil {
+		return fmt.Errorf("loopback up: %w", err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, fmt.Errorf("sandbox netns: %w", err)}
-			return
-		}
-		defer unix.Close(ns)
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, fmt.Errorf("own netns: %w", err)}
-			return
-		}
-		defer unix.Close(self)
-		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, fmt.Errorf("enter sandbox netns: %w", err)}
-			return
-		}
-		fd, serr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			// Stay locked: the thread ends with this goroutine.
-			ch <- result{fd, fmt.Errorf("leave sandbox netns: %w", err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- result{fd, serr}
-	}()
-	r := <-ch
-	if r.err != nil {
-		if r.fd >= 0 {
-			unix.Close(r.fd)
-		}
-		return fmt.Errorf("loopback up: %w", r.err)
-	}
-	defer unix.Close(r.fd)
+	defer unix.Close(fd)
 	ifr, err := unix.NewIfreq("lo")
 	if err != nil {
 		return fmt.Errorf("loopback up: %w", err)
 	}
-	if err := unix.IoctlIfreq(r.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("loopback up: %w", err)
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(r.fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil

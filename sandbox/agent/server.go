@@ -237,6 +237,10 @@ func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteClose
 
 	ss := &session{n: n}
 	s.log.Info("session started", "session", ss.n)
+	if m := s.cfg.Sandboxes; m != nil {
+		// Sandboxes' egress connections open streams on the newest session.
+		defer m.SetHostSession(func() (net.Conn, error) { return sess.OpenStream() })()
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {

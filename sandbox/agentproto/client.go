@@ -21,6 +21,9 @@ type ClientOptions struct {
 	// KeepAliveInterval is how often yamux pings the agent; 0 means 15 s.
 	// A missed ping closes the session (Done fires).
 	KeepAliveInterval time.Duration
+	// Egress serves the connections sandboxes make through the agent's
+	// proxy listener; nil refuses them.
+	Egress EgressHandler
 }
 
 // Client is the host end of one agent session.
@@ -61,7 +64,7 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 		return nil, fmt.Errorf("agent session: %w", err)
 	}
 	c := &Client{sess: sess, log: log}
-	go c.refuseIncoming()
+	go c.acceptIncoming(opts.Egress)
 
 	resp, err := c.call(ctx, Request{
 		V: Version, Op: OpHello,
@@ -157,20 +160,10 @@ func (c *Client) call(ctx context.Context, req Request) (Response, error) {
 	return resp, nil
 }
 
-// refuseIncoming answers every stream the agent opens: the host serves none yet
-// (egress comes later). One at a time, each time-bounded, so a guest opening
-// streams in a loop costs the host one goroutine.
-func (c *Client) refuseIncoming() {
-	for {
-		st, err := c.sess.AcceptStream()
-		if err != nil {
-			return
-		}
-		c.refuse(st)
-	}
-}
-
-func (c *Client) refuse(st net.Conn) {
+// refuse answers a stream the agent opened that the host does not serve:
+// time-bounded, so a guest opening streams in a loop costs the host little.
+// why nil means the op is not served at all.
+func (c *Client) refuse(st net.Conn, why error) {
 	defer st.Close()
 	st.SetDeadline(time.Now().Add(refuseTimeout))
 	var req Request
@@ -178,8 +171,11 @@ func (c *Client) refuse(st net.Conn) {
 		c.log.Debug("agent opened a stream without a valid request", "err", err)
 		return
 	}
-	c.log.Debug("agent opened a stream the host does not serve", "op", req.Op)
-	werr := fmt.Errorf("op %q from the agent: %w", req.Op, ErrNotImplemented)
+	c.log.Debug("agent opened a stream the host does not serve", "op", req.Op, "why", why)
+	werr := why
+	if werr == nil {
+		werr = fmt.Errorf("op %q from the agent: %w", req.Op, ErrNotImplemented)
+	}
 	if err := WriteMessage(st, Response{V: Version, Error: ErrorFor(werr)}); err != nil {
 		c.log.Warn("refuse agent stream", "err", err)
 	}

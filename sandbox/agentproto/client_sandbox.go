@@ -206,6 +206,13 @@ func (e *Exec) read(ctx context.Context, stdout, stderr io.Writer) {
 				}
 			}
 		case ChannelExit:
+			// ctx ending before the exit was read sent the kill: whether
+			// the stream close or the exit the kill caused arrives first is
+			// a race, and the answer must not depend on it.
+			if !e.stop() {
+				e.err = fmt.Errorf("exec: %w", ctx.Err())
+				return
+			}
 			if err := json.Unmarshal(f.Data, &e.status); err != nil {
 				e.err = fmt.Errorf("exec: exit status: %w (%w)", ErrProtocol, err)
 			}

@@ -8,8 +8,10 @@
 // to, because the port does not reliably tell the guest that one host left
 // and another arrived. Over one host session runs one hashicorp/yamux
 // session: the host is the yamux client, the agent the server. Either side
-// may open streams: the host opens one per request; the agent will open
-// streams towards the host for egress connections.
+// may open streams: the host opens one per request; the agent opens one
+// towards the host per connection a sandbox makes to its egress proxy
+// listener (OpEgress, egress.go), which the host serves with
+// ClientOptions.Egress.
 //
 // # Streams
 //

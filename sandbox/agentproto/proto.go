@@ -59,10 +59,13 @@ const (
 	// end; then guest->host one final Response message with File set (or
 	// Error). The file appears whole or not at all (unless Append).
 	OpFileWrite Op = "file.write"
-	// OpEgress is opened by the AGENT towards the host for one outbound
-	// connection from a sandbox (not implemented yet). Request.Egress; the host
-	// answers Response (error when policy denies); then ChannelData frames both
-	// ways, an empty frame half-closes that direction.
+	// OpEgress is opened by the AGENT towards the host for one connection a
+	// sandbox made to its proxy listener (EgressProxyAddr). Request.Egress
+	// names the sandbox; the host answers Response (an error when it takes
+	// no egress from that sandbox); then ChannelData frames both ways
+	// (EgressConn), an empty frame half-closes that direction. The bytes are
+	// the sandbox's own: the host speaks the HTTP proxy protocol on them and
+	// decides there; the agent is a byte pipe.
 	OpEgress Op = "egress"
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
@@ -185,11 +188,13 @@ type Stats struct {
 	Sandboxes      int `json:"sandboxes"`
 }
 
-// EgressRequest asks the host to connect a sandbox to host:port (OpEgress).
+// EgressRequest hands the host one connection of a sandbox (OpEgress).
 type EgressRequest struct {
 	Sandbox string `json:"sandbox"`
-	Host    string `json:"host"`
-	Port    int    `json:"port"`
+	// Host and Port are unused: the destination is in the proxy request the
+	// sandbox sends, which only the host reads.
+	Host string `json:"host,omitempty"`
+	Port int    `json:"port,omitempty"`
 }
 
 // Capabilities returns the op names as capability strings, in order.

@@ -25,6 +25,12 @@ type SandboxSpec struct {
 	// IdleSeconds stops the sandbox (reason "idle") when no command ran and
 	// no file moved for that long; 0 means no idle timeout.
 	IdleSeconds int `json:"idle_seconds,omitempty"`
+	// CAPEM is the tenant's CA certificate (PEM) the sandbox trusts for the
+	// egress gateway's TLS interception: the agent appends it to the
+	// template's system bundle in the sandbox's writable layer, writes
+	// /etc/stockade/ca.pem and points SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
+	// REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE at it. Empty means none.
+	CAPEM string `json:"ca_pem,omitempty"`
 }
 
 // Limits are a sandbox's cgroup v2 and disk limits. Zero means the agent's

@@ -218,7 +218,7 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 		return
 	}
 	s.phase(vm.ID, PhaseBooting)
-	client, err := s.handshake(ctx, hv, vm.ID, s.cfg.BootTimeout, func() { s.phase(vm.ID, PhaseHandshake) })
+	client, err := s.handshake(ctx, hv, vm, s.cfg.BootTimeout, func() { s.phase(vm.ID, PhaseHandshake) })
 	if err != nil {
 		if ctx.Err() != nil {
 			s.bootCancelled(ctx, vm, hv)
@@ -311,10 +311,10 @@ func (s *Service) phase(id string, p Phase) {
 
 // handshake opens the VM's agent channel through libvirt and says hello.
 // onFirstByte runs when the agent first answers.
-func (s *Service) handshake(ctx context.Context, hv Hypervisor, id string, timeout time.Duration, onFirstByte func()) (*agentproto.Client, error) {
+func (s *Service) handshake(ctx context.Context, hv Hypervisor, vm VM, timeout time.Duration, onFirstByte func()) (*agentproto.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ch, err := hv.OpenChannel(ctx, id, agentproto.ChannelName)
+	ch, err := hv.OpenChannel(ctx, vm.ID, agentproto.ChannelName)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +322,7 @@ func (s *Service) handshake(ctx context.Context, hv Hypervisor, id string, timeo
 	if onFirstByte != nil {
 		conn = &firstRead{ReadWriteCloser: ch, fn: onFirstByte}
 	}
-	c, err := agentproto.Dial(ctx, conn, s.agentOptions())
+	c, err := agentproto.Dial(ctx, conn, s.agentOptions(vm))
 	if err != nil {
 		return nil, err // Dial closed the channel
 	}

@@ -199,7 +199,7 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 // without rebooting it. A VM whose agent does not answer is destroyed.
 func (s *Service) adopt(ctx context.Context, rt *runtime, hv Hypervisor, vm VM, d hypervisor.DomainInfo, timeout time.Duration) {
 	start := time.Now()
-	client, err := s.handshake(ctx, hv, vm.ID, timeout, nil)
+	client, err := s.handshake(ctx, hv, vm, timeout, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -449,7 +449,7 @@ func (s *Service) redial(hv Hypervisor, vm VM, d hypervisor.DomainInfo) {
 	rt.nextRedial = time.Now().Add(10 * time.Second)
 	rt.mu.Unlock()
 	s.startTask(rt, func(ctx context.Context) {
-		client, err := s.handshake(ctx, hv, vm.ID, s.cfg.AdoptTimeout, nil)
+		client, err := s.handshake(ctx, hv, vm, s.cfg.AdoptTimeout, nil)
 		if err != nil {
 			s.log.Info("agent redial failed", "vm", vm.ID, "err", err)
 			return

@@ -97,6 +97,16 @@ type Config struct {
 	// HostRefresh is how often host capacity and VM last-seen times are
 	// written; default 15 s.
 	HostRefresh time.Duration
+	// Egress serves the connections sandboxes make through their agent's
+	// proxy listener; nil refuses them (sandboxes then have no way out).
+	Egress EgressGateway
+}
+
+// EgressGateway gives the handler for the egress streams of one VM's agent
+// session (sandbox/egress.Gateway). The tenant and VM come from which
+// channel the host opened, never from the guest.
+type EgressGateway interface {
+	Handler(tenantID, vmID string) agentproto.EgressHandler
 }
 
 func (c *Config) checkAndSetDefaults() error {
@@ -553,6 +563,10 @@ func truncate(s string, n int) string {
 }
 
 // agentOptions are the client options of every agent session.
-func (s *Service) agentOptions() agentproto.ClientOptions {
-	return agentproto.ClientOptions{Name: "stockade-vmpool", Logger: s.log}
+func (s *Service) agentOptions(vm VM) agentproto.ClientOptions {
+	opts := agentproto.ClientOptions{Name: "stockade-vmpool", Logger: s.log}
+	if s.cfg.Egress != nil {
+		opts.Egress = s.cfg.Egress.Handler(vm.TenantID, vm.ID)
+	}
+	return opts
 }

@@ -49,6 +49,14 @@ const (
 	TypeTerminalJoined       = "terminal.joined"
 	TypeTerminalControlTaken = "terminal.control_taken"
 	TypeTerminalClosed       = "terminal.closed"
+
+	TypePolicyUpdated    = "policy.updated"
+	TypePolicyRolledBack = "policy.rolled_back"
+
+	// Secrets: details name the secret and its hosts, never its value.
+	TypeSecretCreated   = "secret.created"
+	TypeSecretRevoked   = "secret.revoked"
+	TypeTenantCACreated = "secret.ca_created"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -99,6 +107,13 @@ var codes = map[string]string{
 	TypeTerminalJoined:       "SP9001I",
 	TypeTerminalControlTaken: "SP9002I",
 	TypeTerminalClosed:       "SP9003I",
+
+	TypePolicyUpdated:    "SY1100I",
+	TypePolicyRolledBack: "SY1101I",
+
+	TypeSecretCreated:   "SC1100I",
+	TypeSecretRevoked:   "SC1101I",
+	TypeTenantCACreated: "SC1102I",
 }
 
 // Code returns the stable code of an event type.

@@ -21,11 +21,14 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -47,6 +50,12 @@ type Options struct {
 	// no VMs every new terminal answers 503), recordings in a temporary
 	// data dir.
 	Terminals *terminal.Service
+	// Secrets keeps secrets; nil: a store on DB under the test root key.
+	Secrets *secrets.Store
+	// Policies keeps policy versions; nil: a store on DB.
+	Policies *policy.Store
+	// Egress keeps the egress gateway's decisions; nil: a store on DB.
+	Egress *egress.Store
 }
 
 // Env is a running app.
@@ -57,6 +66,8 @@ type Env struct {
 	Audit     *audit.Log
 	App       *web.App
 	Terminals *terminal.Service
+	Secrets   *secrets.Store
+	Policies  *policy.Store
 }
 
 // New starts the app; it stops at the end of the test.
@@ -81,14 +92,33 @@ func New(t testing.TB, o Options) *Env {
 		terms = terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: t.TempDir(), Clock: o.Clock,
 			Logger: slog.New(slog.DiscardHandler)})
 	}
+	sec := o.Secrets
+	if sec == nil {
+		var err error
+		if sec, err = secrets.New(db, []byte(rootKey), secrets.Config{Clock: o.Clock}); err != nil {
+			t.Fatalf("secrets.New: %v", err)
+		}
+	}
+	pol := o.Policies
+	if pol == nil {
+		var err error
+		if pol, err = policy.NewStore(db, o.Clock); err != nil {
+			t.Fatalf("policy.NewStore: %v", err)
+		}
+	}
+	egressEvents := o.Egress
+	if egressEvents == nil {
+		egressEvents = egress.NewStore(db)
+	}
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := web.NewApp(ctx, web.AppConfig{
-		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
+		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte(rootKey),
 		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
 		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
+		Secrets: sec, Policies: pol, Egress: egressEvents,
 	}, store, al)
 	if err != nil {
 		cancel()
@@ -102,8 +132,11 @@ func New(t testing.TB, o Options) *Env {
 	if err := app.ConnectDevIdP(ctx); err != nil {
 		t.Fatalf("ConnectDevIdP: %v", err)
 	}
-	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms}
+	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms, Secrets: sec, Policies: pol}
 }
+
+// rootKey is the test app's root key (cookies, secrets at rest).
+const rootKey = "0123456789abcdef0123456789abcdef"
 
 var system = audit.Actor{Kind: "system", ID: "test"}
 

@@ -1,0 +1,86 @@
+package handlers
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/views"
+)
+
+func (h *Handlers) egressStore() (*egress.Store, error) {
+	if h.egress == nil {
+		return nil, fmt.Errorf("%w: this server runs without the egress gateway", vmpool.ErrUnavailable)
+	}
+	return h.egress, nil
+}
+
+// egressFilter reads ?sandbox=&decision=&limit=.
+func egressFilter(c echo.Context) (egress.Filter, error) {
+	f := egress.Filter{SandboxID: c.QueryParam("sandbox"), Decision: c.QueryParam("decision")}
+	switch f.Decision {
+	case "", egress.DecisionAllow, egress.DecisionDeny:
+	default:
+		return f, tenants.Invalid("decision", "enum", "must be allow, deny or empty")
+	}
+	if l := c.QueryParam("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > egress.MaxEvents {
+			return f, tenants.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", egress.MaxEvents))
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
+// APIEgressEvents lists the tenant's egress decisions, newest first:
+// GET /api/v1/egress-events.
+func (h *Handlers) APIEgressEvents(c echo.Context) error {
+	st, err := h.egressStore()
+	if err != nil {
+		return err
+	}
+	f, err := egressFilter(c)
+	if err != nil {
+		return err
+	}
+	evs, err := st.Events(c.Request().Context(), CallerOf(c).Tenant.ID, f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"events": evs})
+}
+
+// EgressPage shows the tenant's egress decisions: GET /egress.
+func (h *Handlers) EgressPage(c echo.Context) error {
+	v := views.EgressView{Sandbox: c.QueryParam("sandbox"), Decision: c.QueryParam("decision")}
+	p := h.page(c, "Egress", views.NavSandboxes)
+	st, err := h.egressStore()
+	if err != nil {
+		v.Unavailable = err.Error()
+		return render(c, http.StatusOK, views.Egress(p, v))
+	}
+	f, err := egressFilter(c)
+	if err != nil {
+		return err
+	}
+	f.Limit = 200
+	evs, err := st.Events(c.Request().Context(), CallerOf(c).Tenant.ID, f)
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		v.Rows = append(v.Rows, views.EgressRow{
+			At: e.StartedAt, SandboxID: e.SandboxID, Method: e.Method, Target: net.JoinHostPort(e.Host, strconv.Itoa(e.Port)),
+			Allowed: e.Decision == egress.DecisionAllow, Rule: e.Rule, Addr: e.Addr, Status: e.Status, Error: e.Error,
+			BytesUp: e.BytesUp, BytesDown: e.BytesDown, PolicyVersion: e.PolicyVersion, Intercepted: e.Intercepted,
+		})
+	}
+	return render(c, http.StatusOK, views.Egress(p, v))
+}

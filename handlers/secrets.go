@@ -1,0 +1,195 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/secrets"
+	"github.com/stockade-dev/stockade/views"
+)
+
+var secretTTLChoices = []views.Choice{
+	{Value: "1h", Label: "1 hour"}, {Value: "24h", Label: "1 day"}, {Value: "7d", Label: "7 days"},
+	{Value: "30d", Label: "30 days"}, {Value: "90d", Label: "90 days"}, {Value: "365d", Label: "1 year"},
+}
+
+// errNoSecrets: the server runs without a secrets store.
+var errNoSecrets = fmt.Errorf("secrets: %w", vmpool.ErrUnavailable)
+
+// splitHosts reads a comma or whitespace separated host list.
+func splitHosts(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' || r == '\t' })
+}
+
+func (h *Handlers) secretsView(c echo.Context, form views.SecretForm) (views.SecretsView, error) {
+	cl := CallerOf(c)
+	list, err := h.secrets.List(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.SecretsView{}, err
+	}
+	v := views.SecretsView{CanEdit: tenants.Can(cl.Role, tenants.PermSecretsWrite), Form: form, TTLChoices: secretTTLChoices}
+	for _, s := range list {
+		row := views.SecretRow{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, RevokedAt: s.RevokedAt}
+		if v.CanEdit {
+			row.Hosts, row.CreatedBy = s.Hosts, s.CreatedBy
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
+}
+
+// SecretsPage lists the tenant's secrets: admins see hosts and may add and
+// revoke; others see names and states.
+func (h *Handlers) SecretsPage(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	v, err := h.secretsView(c, views.SecretForm{TTL: "30d"})
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+}
+
+// CreateSecret stores a secret from the form. The value is never echoed
+// back, not even when the form fails.
+func (h *Handlers) CreateSecret(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	cl := CallerOf(c)
+	form := views.SecretForm{Name: strings.TrimSpace(c.FormValue("name")), Hosts: strings.TrimSpace(c.FormValue("hosts")), TTL: c.FormValue("ttl")}
+	sec, err := func() (secrets.Secret, error) {
+		ttl, err := ParseTTL(form.TTL)
+		if err != nil {
+			return secrets.Secret{}, err
+		}
+		return h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{
+			Name: form.Name, Value: c.FormValue("value"), Hosts: splitHosts(form.Hosts), TTL: ttl})
+	}()
+	status := http.StatusOK
+	created := ""
+	if err != nil {
+		if errors.Is(err, tenants.ErrConflict) {
+			form.Errors = map[string]string{"name": "a live secret has this name: revoke it first to replace it"}
+		} else if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+		status = http.StatusUnprocessableEntity
+	} else {
+		created = sec.Name
+		form = views.SecretForm{TTL: "30d"}
+	}
+	v, err := h.secretsView(c, form)
+	if err != nil {
+		return err
+	}
+	v.Created = created
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return render(c, status, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+}
+
+// RevokeSecret revokes a secret from the secrets page.
+func (h *Handlers) RevokeSecret(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	cl := CallerOf(c)
+	if err := h.secrets.Revoke(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name")); err != nil {
+		return err
+	}
+	h.flash(c, "success", "Secret revoked. The gateway stops using it at the next request.")
+	return redirect(c, "/settings/secrets")
+}
+
+// SecretJSON is a secret in the API: never its value. Hosts and CreatedBy
+// are for admins only.
+type SecretJSON struct {
+	Name      string   `json:"name"`
+	State     string   `json:"state"`
+	Hosts     []string `json:"hosts,omitempty"`
+	CreatedBy string   `json:"created_by,omitempty"`
+	CreatedAt string   `json:"created_at"`
+	ExpiresAt *string  `json:"expires_at"`
+	RevokedAt *string  `json:"revoked_at,omitempty"`
+}
+
+func secretJSON(s secrets.Secret, full bool) SecretJSON {
+	ts := func(t *time.Time) *string {
+		if t == nil {
+			return nil
+		}
+		v := t.UTC().Format(timeJSON)
+		return &v
+	}
+	out := SecretJSON{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt.UTC().Format(timeJSON), ExpiresAt: ts(s.ExpiresAt), RevokedAt: ts(s.RevokedAt)}
+	if full {
+		out.Hosts, out.CreatedBy = s.Hosts, s.CreatedBy
+	}
+	return out
+}
+
+// APISecrets lists the tenant's secrets.
+func (h *Handlers) APISecrets(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	cl := CallerOf(c)
+	list, err := h.secrets.List(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	full := tenants.Can(cl.Role, tenants.PermSecretsWrite)
+	out := make([]SecretJSON, 0, len(list))
+	for _, s := range list {
+		out = append(out, secretJSON(s, full))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"secrets": out})
+}
+
+// APICreateSecret stores a secret: {name, value, hosts, ttl}. The answer
+// never holds the value.
+func (h *Handlers) APICreateSecret(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	var in struct {
+		Name  string   `json:"name"`
+		Value string   `json:"value"`
+		Hosts []string `json:"hosts"`
+		TTL   string   `json:"ttl"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	ttl, err := ParseTTL(in.TTL)
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	s, err := h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{Name: in.Name, Value: in.Value, Hosts: in.Hosts, TTL: ttl})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusCreated, secretJSON(s, true))
+}
+
+// APIRevokeSecret revokes the tenant's live secret called :name.
+func (h *Handlers) APIRevokeSecret(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	cl := CallerOf(c)
+	if err := h.secrets.Revoke(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

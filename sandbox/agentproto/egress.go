@@ -1,0 +1,183 @@
+package agentproto
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// EgressProxyAddr is where the agent listens inside every sandbox's network
+// namespace; HTTP_PROXY and HTTPS_PROXY point at it.
+const EgressProxyAddr = "127.0.0.1:3128"
+
+// EgressHandler serves one connection a sandbox made to its proxy listener.
+// conn carries the sandbox's bytes exactly as sent (the HTTP proxy protocol:
+// CONNECT or a plain request); the handler owns conn and closes it.
+// sandboxID is the guest's claim: the handler checks it against what the
+// host knows about the VM the session belongs to. ctx ends with the session.
+type EgressHandler func(ctx context.Context, sandboxID string, conn net.Conn)
+
+// maxEgressStreams bounds the egress connections one agent session holds
+// open at once; beyond it new ones are refused with CodeExhausted.
+const maxEgressStreams = 512
+
+// EgressConn carries a connection's bytes over a stream as ChannelData
+// frames (OpEgress, after the Response). An empty frame ends one direction
+// (CloseWrite); a ChannelError frame ends the stream with an error.
+type EgressConn struct {
+	net.Conn
+
+	wmu  sync.Mutex
+	rbuf []byte
+	eof  bool
+}
+
+// NewEgressConn frames the bytes of st, a stream past its Request/Response.
+func NewEgressConn(st net.Conn) *EgressConn { return &EgressConn{Conn: st} }
+
+// Read returns the data of the next frames; io.EOF after the peer's CloseWrite.
+func (c *EgressConn) Read(p []byte) (int, error) {
+	for len(c.rbuf) == 0 {
+		if c.eof {
+			return 0, io.EOF
+		}
+		f, err := ReadFrame(c.Conn)
+		if err != nil {
+			return 0, err
+		}
+		switch f.Channel {
+		case ChannelData:
+			if len(f.Data) == 0 {
+				c.eof = true
+				continue
+			}
+			c.rbuf = f.Data
+		case ChannelError:
+			return 0, fmt.Errorf("egress stream: peer error %q: %w", f.Data, ErrRemote)
+		default:
+			return 0, fmt.Errorf("egress stream: frame on channel %d: %w", f.Channel, ErrProtocol)
+		}
+	}
+	n := copy(p, c.rbuf)
+	c.rbuf = c.rbuf[n:]
+	return n, nil
+}
+
+// Write sends p in frames of at most chunkSize bytes.
+func (c *EgressConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), chunkSize)
+		if err := WriteFrame(c.Conn, ChannelData, p[:k]); err != nil {
+			return n, err
+		}
+		n += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// CloseWrite tells the peer no more bytes come this way.
+func (c *EgressConn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return WriteFrame(c.Conn, ChannelData, nil)
+}
+
+// OpenEgress is the agent's end: it opens a stream on open, asks the host
+// to take a connection of sandboxID and returns the framed stream. ctx
+// bounds the exchange only.
+func OpenEgress(ctx context.Context, open func() (net.Conn, error), sandboxID string) (*EgressConn, error) {
+	st, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("egress: open stream: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
+	err = func() error {
+		req := Request{V: Version, Op: OpEgress, Egress: &EgressRequest{Sandbox: sandboxID}}
+		if err := WriteMessage(st, req); err != nil {
+			return err
+		}
+		var resp Response
+		if err := ReadMessage(st, &resp); err != nil {
+			return err
+		}
+		if resp.Error != nil {
+			return &RemoteError{Op: OpEgress, Err: *resp.Error}
+		}
+		return nil
+	}()
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("egress of %s: %w", sandboxID, ctxErr(ctx, err))
+	}
+	return NewEgressConn(st), nil
+}
+
+// acceptIncoming serves the streams the agent opens: egress when the
+// client has an EgressHandler, a refusal otherwise.
+func (c *Client) acceptIncoming(h EgressHandler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sem := make(chan struct{}, maxEgressStreams)
+	for {
+		st, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		if h == nil {
+			c.refuse(st, nil)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			c.refuse(st, fmt.Errorf("%d egress connections open: %w", maxEgressStreams, ErrExhausted))
+			continue
+		}
+		go func() {
+			defer func() { <-sem }()
+			c.serveIncoming(ctx, st, h)
+		}()
+	}
+}
+
+func (c *Client) serveIncoming(ctx context.Context, st net.Conn, h EgressHandler) {
+	st.SetDeadline(time.Now().Add(refuseTimeout))
+	var req Request
+	if err := ReadMessage(st, &req); err != nil {
+		c.log.Debug("agent opened a stream without a valid request", "err", err)
+		st.Close()
+		return
+	}
+	var rerr error
+	switch {
+	case req.Op != OpEgress:
+		rerr = fmt.Errorf("op %q from the agent: %w", req.Op, ErrNotImplemented)
+	case req.V < MinVersion || req.V > Version:
+		rerr = fmt.Errorf("egress request of protocol %d: %w", req.V, ErrUnsupportedVersion)
+	case req.Egress == nil:
+		rerr = fmt.Errorf("egress without its body: %w", ErrBadRequest)
+	default:
+		rerr = CheckSandboxID(req.Egress.Sandbox)
+	}
+	if rerr != nil {
+		WriteMessage(st, Response{V: Version, Error: ErrorFor(rerr)})
+		st.Close()
+		return
+	}
+	if err := WriteMessage(st, Response{V: Version}); err != nil {
+		st.Close()
+		return
+	}
+	st.SetDeadline(time.Time{})
+	h(ctx, req.Egress.Sandbox, NewEgressConn(st))
+}

@@ -1,0 +1,573 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+)
+
+// Resolver turns a name into addresses (net.Resolver is one).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Sandboxes confirms that a sandbox id the guest named is an active sandbox
+// of the tenant on that VM: the guest's claim is never trusted.
+type Sandboxes interface {
+	CheckEgress(ctx context.Context, tenantID, vmID, sandboxID string) error
+}
+
+// SandboxesFunc adapts a function to Sandboxes.
+type SandboxesFunc func(ctx context.Context, tenantID, vmID, sandboxID string) error
+
+// CheckEgress calls f.
+func (f SandboxesFunc) CheckEgress(ctx context.Context, tenantID, vmID, sandboxID string) error {
+	return f(ctx, tenantID, vmID, sandboxID)
+}
+
+// Swapper is the credential broker: for a host a tenant secret is scoped
+// to, the gateway terminates the sandbox's TLS with the tenant CA
+// (TLSConfig, a leaf per SNI) and replaces placeholders with real values
+// in what it forwards to that host only.
+type Swapper interface {
+	ForHost(ctx context.Context, tenantID, sandboxID, host string) (*strings.Replacer, bool, error)
+	TLSConfig(ctx context.Context, tenantID string) (*tls.Config, error)
+}
+
+// Config configures a Gateway. Zero fields take the defaults named.
+type Config struct {
+	// Policies gives the tenant rules; required.
+	Policies Policies
+	// Store records every decision; nil logs them only.
+	Store *Store
+	// Sandboxes checks the guest's claim; nil trusts the sandbox id within
+	// the VM's tenant (the VM is the tenant boundary).
+	Sandboxes Sandboxes
+	// Swapper swaps credentials; nil never intercepts TLS.
+	Swapper Swapper
+	// Resolver defaults to net.DefaultResolver.
+	Resolver Resolver
+	// AllowCIDRs are operator ranges exempt from the private-address block
+	// (STOCKADE_EGRESS_ALLOW_CIDRS; tests use 127.0.0.0/8).
+	AllowCIDRs []netip.Prefix
+	// UpstreamRoots verifies upstream servers when the gateway terminates
+	// TLS itself; nil means the system roots.
+	UpstreamRoots *x509.CertPool
+	Logger        *slog.Logger
+	Clock         func() time.Time
+	// CacheTTL is how long a tenant's rules are reused; default 2 s, the
+	// bound on how late a policy change reaches a running sandbox.
+	CacheTTL time.Duration
+	// DialTimeout bounds connecting upstream; default 10 s.
+	DialTimeout time.Duration
+	// HeaderTimeout bounds reading the proxy request; default 30 s.
+	HeaderTimeout time.Duration
+}
+
+// Gateway decides, dials and pipes sandbox connections.
+type Gateway struct {
+	cfg   Config
+	log   *slog.Logger
+	rules *ruleCache
+
+	mu       sync.Mutex
+	counters map[string]*counter
+}
+
+type counter struct{ up, down, conns atomic.Int64 }
+
+// maxHeaderBytes bounds a proxy request's head (and each intercepted one).
+const maxHeaderBytes = 64 << 10
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Policies == nil {
+		return nil, errors.New("egress gateway: Policies is required")
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = 2 * time.Second
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = 30 * time.Second
+	}
+	return &Gateway{
+		cfg: cfg, log: cfg.Logger.With("component", "egress"),
+		rules:    &ruleCache{src: cfg.Policies, ttl: cfg.CacheTTL, clock: cfg.Clock, m: map[string]cachedRules{}},
+		counters: map[string]*counter{},
+	}, nil
+}
+
+// Handler serves the egress streams of one VM's agent session: tenantID
+// and vmID come from which channel the host opened, never from the guest.
+func (g *Gateway) Handler(tenantID, vmID string) agentproto.EgressHandler {
+	return func(ctx context.Context, sandboxID string, conn net.Conn) {
+		g.ServeConn(ctx, tenantID, vmID, sandboxID, conn)
+	}
+}
+
+// Bytes returns what a sandbox moved through the gateway since this
+// process started, open connections included: up is what the sandbox
+// sent, down what it received.
+func (g *Gateway) Bytes(sandboxID string) (up, down int64) {
+	g.mu.Lock()
+	c := g.counters[sandboxID]
+	g.mu.Unlock()
+	if c == nil {
+		return 0, 0
+	}
+	return c.up.Load(), c.down.Load()
+}
+
+// Forget drops a sandbox's live counters (once it is destroyed).
+func (g *Gateway) Forget(sandboxID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.counters[sandboxID]; c != nil && c.conns.Load() == 0 {
+		delete(g.counters, sandboxID)
+	}
+}
+
+func (g *Gateway) counter(sandboxID string) *counter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.counters[sandboxID]
+	if c == nil {
+		c = &counter{}
+		g.counters[sandboxID] = c
+	}
+	return c
+}
+
+// conn is one sandbox connection being served.
+type conn struct {
+	g     *Gateway
+	ev    Event
+	c     *countConn
+	br    *bufio.Reader
+	start time.Time
+}
+
+// ServeConn serves one connection of a sandbox: reads the proxy request,
+// decides, and pipes or refuses. It closes c.
+func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID string, c net.Conn) {
+	cnt := g.counter(sandboxID)
+	cnt.conns.Add(1)
+	defer cnt.conns.Add(-1)
+	cc := &countConn{Conn: c, cnt: cnt}
+	defer cc.Close()
+	// The session's end ends every connection on it.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+
+	s := &conn{g: g, c: cc, start: g.cfg.Clock(),
+		ev: Event{TenantID: tenantID, VMID: vmID, SandboxID: sandboxID}}
+	s.ev.StartedAt = s.start
+	defer s.record(ctx)
+
+	if g.cfg.Sandboxes != nil {
+		if err := g.cfg.Sandboxes.CheckEgress(ctx, tenantID, vmID, sandboxID); err != nil {
+			s.ev.Method = "-"
+			s.deny(http.StatusForbidden, "unknown sandbox", err.Error())
+			return
+		}
+	}
+	c.SetReadDeadline(time.Now().Add(g.cfg.HeaderTimeout))
+	lim := &capReader{r: cc, n: maxHeaderBytes}
+	s.br = bufio.NewReaderSize(lim, 32<<10)
+	req, err := http.ReadRequest(s.br)
+	if err != nil {
+		s.ev.Method = "-"
+		s.deny(http.StatusBadRequest, "bad proxy request", err.Error())
+		return
+	}
+	lim.n = -1
+	c.SetReadDeadline(time.Time{})
+	s.ev.Method = req.Method
+
+	host, port, err := proxyTarget(req)
+	if err != nil {
+		s.ev.Host = req.Host
+		s.deny(http.StatusBadRequest, "bad proxy request", err.Error())
+		return
+	}
+	s.ev.Host, s.ev.Port = host, port
+
+	rules, version, err := g.rules.get(ctx, tenantID)
+	if err != nil {
+		g.log.Error("egress rules", "tenant", tenantID, "err", err)
+		s.deny(http.StatusServiceUnavailable, "policy unavailable", "")
+		return
+	}
+	s.ev.PolicyVersion = version
+	d := rules.Decide(host, port)
+	if !d.Allowed {
+		s.deny(http.StatusForbidden, d.Rule, "")
+		return
+	}
+	s.ev.Rule = d.Rule
+
+	addrs, err := g.resolve(ctx, host)
+	if err != nil {
+		var b *blockedError
+		if errors.As(err, &b) {
+			s.deny(http.StatusForbidden, "blocked: "+b.why, "")
+			return
+		}
+		s.fail(http.StatusBadGateway, err)
+		return
+	}
+	up, err := g.dial(ctx, addrs, port)
+	if err != nil {
+		s.fail(http.StatusBadGateway, err)
+		return
+	}
+	defer up.Close()
+	s.ev.Addr = up.RemoteAddr().String()
+	s.ev.Decision = DecisionAllow
+
+	if req.Method == http.MethodConnect {
+		s.tunnel(ctx, req, host, up)
+		return
+	}
+	if req.URL.Scheme == "https" {
+		if sw := g.cfg.Swapper; sw != nil {
+			repl, ok, err := sw.ForHost(ctx, tenantID, sandboxID, host)
+			if err != nil {
+				s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
+				return
+			}
+			if ok {
+				s.ev.Intercepted = true
+				if err := swapRequest(req, repl); err != nil {
+					s.fail(http.StatusBadRequest, err)
+					return
+				}
+			}
+		}
+		tc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
+			MinVersion: tls.VersionTLS12})
+		hctx, cancel := context.WithTimeout(ctx, g.cfg.HeaderTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			s.fail(http.StatusBadGateway, fmt.Errorf("upstream TLS: %w", err))
+			return
+		}
+		up = tc
+	}
+	s.forward(req, up)
+}
+
+// proxyTarget is the host and port a proxy request names.
+func proxyTarget(req *http.Request) (string, int, error) {
+	var hostport, defPort string
+	if req.Method == http.MethodConnect {
+		hostport = req.Host
+		if hostport == "" && req.URL != nil {
+			hostport = req.URL.Host
+		}
+	} else {
+		if req.URL == nil || req.URL.Host == "" {
+			return "", 0, errors.New("a proxy request needs an absolute URL")
+		}
+		switch req.URL.Scheme {
+		case "http":
+			defPort = "80"
+		case "https":
+			// Some clients (busybox wget) ask the proxy for https URLs in
+			// plain form: the gateway makes the TLS connection upstream.
+			defPort = "443"
+		default:
+			return "", 0, fmt.Errorf("scheme %q: only http and https (or CONNECT)", req.URL.Scheme)
+		}
+		hostport = req.URL.Host
+	}
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		if defPort == "" {
+			return "", 0, fmt.Errorf("CONNECT target %q: want host:port", hostport)
+		}
+		host, p = hostport, defPort
+	}
+	host = normalizeHost(host)
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		return "", 0, fmt.Errorf("target %q: bad host or port", hostport)
+	}
+	return host, port, nil
+}
+
+type blockedError struct{ why string }
+
+func (b *blockedError) Error() string { return "blocked: " + b.why }
+
+// resolve returns host's addresses, all of them checked: one blocked
+// address refuses the name (a name pointing at both a public and a private
+// address is a rebinding attempt).
+func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
+		defer cancel()
+		addrs, err = g.cfg.Resolver.LookupNetIP(lctx, "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", host)
+		}
+	}
+	for _, a := range addrs {
+		if why := checkAddr(a, g.cfg.AllowCIDRs); why != "" {
+			return nil, &blockedError{why: why}
+		}
+	}
+	return addrs, nil
+}
+
+// dial connects to the first checked address that answers: the addresses
+// come from resolve, never from a second lookup.
+func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+	d := net.Dialer{Timeout: g.cfg.DialTimeout}
+	var errs []error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
+}
+
+// tunnel answers CONNECT and splices, or terminates TLS for a host a
+// secret is scoped to.
+func (s *conn) tunnel(ctx context.Context, req *http.Request, host string, up net.Conn) {
+	if sw := s.g.cfg.Swapper; sw != nil {
+		repl, ok, err := sw.ForHost(ctx, s.ev.TenantID, s.ev.SandboxID, host)
+		if err != nil {
+			s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
+			return
+		}
+		if ok {
+			s.ev.Intercepted = true
+			s.intercept(ctx, host, up, repl)
+			return
+		}
+	}
+	if _, err := io.WriteString(s.c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		s.ev.Error = err.Error()
+		return
+	}
+	s.ev.Status = http.StatusOK
+	if err := splice(s.c, s.br, up); err != nil {
+		s.ev.Error = err.Error()
+	}
+}
+
+// forward sends one plain HTTP request upstream and its response back; the
+// connection then closes (every request is decided on its own).
+func (s *conn) forward(req *http.Request, up net.Conn) {
+	stripHopHeaders(req.Header)
+	req.Close = true
+	req.RequestURI = ""
+	if err := req.Write(up); err != nil {
+		s.fail(http.StatusBadGateway, fmt.Errorf("write request upstream: %w", err))
+		return
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	if err != nil {
+		s.fail(http.StatusBadGateway, fmt.Errorf("read response: %w", err))
+		return
+	}
+	defer resp.Body.Close()
+	s.ev.Status = resp.StatusCode
+	// Framed by the response itself: done when its body is, whatever the
+	// upstream does with the connection after.
+	resp.Close = true
+	if err := resp.Write(s.c); err != nil {
+		s.ev.Error = err.Error()
+	}
+}
+
+func stripHopHeaders(h http.Header) {
+	for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Connection",
+		"Keep-Alive", "Te", "Trailer", "Upgrade"} {
+		h.Del(k)
+	}
+}
+
+// deny refuses with a clear text body naming the rule, and records it.
+func (s *conn) deny(status int, rule, detail string) {
+	s.ev.Decision, s.ev.Rule, s.ev.Status, s.ev.Error = DecisionDeny, rule, status, detail
+	what := s.ev.Method + " " + net.JoinHostPort(s.ev.Host, strconv.Itoa(s.ev.Port))
+	if s.ev.Host == "" {
+		what = "this connection"
+	}
+	body := fmt.Sprintf("stockade egress: %s denied: %s\n", what, rule)
+	if status != http.StatusForbidden {
+		body = fmt.Sprintf("stockade egress: %s refused: %s\n", what, rule)
+	}
+	s.respond(status, rule, body)
+}
+
+// fail answers an allowed connection that could not be made.
+func (s *conn) fail(status int, err error) {
+	s.ev.Decision, s.ev.Status, s.ev.Error = DecisionAllow, status, err.Error()
+	body := fmt.Sprintf("stockade egress: %s %s allowed (%s) but failed: %v\n", s.ev.Method,
+		net.JoinHostPort(s.ev.Host, strconv.Itoa(s.ev.Port)), s.ev.Rule, err)
+	s.respond(status, s.ev.Rule, body)
+}
+
+func (s *conn) respond(status int, rule, body string) {
+	s.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(s.c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Stockade-Egress-Rule: %s\r\n"+
+		"Content-Length: %d\r\nConnection: close\r\n\r\n%s", status, http.StatusText(status), headerSafe(rule), len(body), body)
+}
+
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// record stores the event with the bytes moved.
+func (s *conn) record(ctx context.Context) {
+	s.ev.BytesUp, s.ev.BytesDown = s.c.up.Load(), s.c.down.Load()
+	s.ev.DurationMS = s.g.cfg.Clock().Sub(s.start).Milliseconds()
+	if s.ev.Decision == "" {
+		s.ev.Decision = DecisionDeny
+	}
+	s.g.log.Info("egress", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
+		"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "rule", s.ev.Rule, "addr", s.ev.Addr,
+		"status", s.ev.Status, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown, "err", s.ev.Error)
+	if s.g.cfg.Store == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.g.cfg.Store.Record(rctx, &s.ev); err != nil {
+		s.g.log.Error("record egress event", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "err", err)
+	}
+}
+
+// splice copies both ways until both ends are done: each direction's end
+// half-closes the other side; an error closes both.
+func splice(c net.Conn, cr io.Reader, up net.Conn) error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(up, cr)
+		if err == nil {
+			err = closeWrite(up)
+		}
+		errc <- err
+	}()
+	_, derr := io.Copy(c, up)
+	if derr == nil {
+		derr = closeWrite(c)
+	}
+	if derr != nil {
+		c.Close()
+		up.Close()
+	} else {
+		// The upstream is done; a sandbox that never closes its side is
+		// not kept forever.
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+	}
+	uerr := <-errc
+	if derr != nil {
+		return derr
+	}
+	if uerr != nil && !errors.Is(uerr, net.ErrClosed) && !errors.Is(uerr, io.EOF) {
+		var ne net.Error
+		if !errors.As(uerr, &ne) || !ne.Timeout() {
+			return uerr
+		}
+	}
+	return nil
+}
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// countConn counts what the sandbox sent (up) and received (down), for
+// the event and the sandbox's live counter.
+type countConn struct {
+	net.Conn
+	cnt      *counter
+	up, down atomic.Int64
+}
+
+func (c *countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.up.Add(int64(n))
+	c.cnt.up.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.down.Add(int64(n))
+	c.cnt.down.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// capReader fails after n bytes (n < 0: no bound): the proxy request head
+// is bounded.
+type capReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n < 0 {
+		return c.r.Read(p)
+	}
+	if c.n == 0 {
+		return 0, errors.New("proxy request head over the size bound")
+	}
+	if len(p) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= n
+	return n, err
+}

@@ -1,0 +1,133 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxSwapBody bounds a request body the gateway reads to swap placeholders
+// in; larger bodies pass unchanged.
+const maxSwapBody = 1 << 20
+
+// intercept answers CONNECT, terminates the sandbox's TLS with the tenant
+// CA, and forwards each request to host over TLS verified against the
+// upstream roots, with placeholders replaced in headers, query and (small)
+// bodies. The real values exist only on the host, in what goes upstream.
+func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *strings.Replacer) {
+	tcfg, err := s.g.cfg.Swapper.TLSConfig(ctx, s.ev.TenantID)
+	if err != nil {
+		s.fail(http.StatusBadGateway, fmt.Errorf("tenant CA: %w", err))
+		return
+	}
+	tcfg = tcfg.Clone()
+	tcfg.NextProtos = []string{"http/1.1"}
+	if _, err := io.WriteString(s.c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		s.ev.Error = err.Error()
+		return
+	}
+	s.ev.Status = http.StatusOK
+	down := tls.Server(&prefixConn{Conn: s.c, r: s.br}, tcfg)
+	defer down.Close()
+	hctx, cancel := context.WithTimeout(ctx, s.g.cfg.HeaderTimeout)
+	defer cancel()
+	if err := down.HandshakeContext(hctx); err != nil {
+		s.ev.Error = "sandbox TLS handshake: " + err.Error()
+		return
+	}
+	upTLS := tls.Client(up, &tls.Config{ServerName: host, RootCAs: s.g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12})
+	defer upTLS.Close()
+	if err := upTLS.HandshakeContext(hctx); err != nil {
+		s.ev.Error = "upstream TLS handshake: " + err.Error()
+		writeTLSError(down, http.StatusBadGateway, fmt.Sprintf("stockade egress: TLS to %s failed: %v\n", host, err))
+		return
+	}
+	dbr := bufio.NewReader(down)
+	ubr := bufio.NewReader(upTLS)
+	for {
+		down.SetReadDeadline(time.Now().Add(5 * time.Minute))
+		req, err := http.ReadRequest(dbr)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				s.ev.Error = "read request: " + err.Error()
+			}
+			return
+		}
+		down.SetReadDeadline(time.Time{})
+		if err := swapRequest(req, repl); err != nil {
+			s.ev.Error = err.Error()
+			writeTLSError(down, http.StatusBadRequest, "stockade egress: "+err.Error()+"\n")
+			return
+		}
+		if err := req.Write(upTLS); err != nil {
+			s.ev.Error = "write request upstream: " + err.Error()
+			return
+		}
+		resp, err := http.ReadResponse(ubr, req)
+		if err != nil {
+			s.ev.Error = "read response: " + err.Error()
+			writeTLSError(down, http.StatusBadGateway, "stockade egress: no response from "+host+"\n")
+			return
+		}
+		s.ev.Status = resp.StatusCode
+		werr := resp.Write(down)
+		resp.Body.Close()
+		if werr != nil {
+			s.ev.Error = "write response: " + werr.Error()
+			return
+		}
+		if req.Close || resp.Close {
+			return
+		}
+	}
+}
+
+// swapRequest replaces placeholders in req's headers, query and body.
+func swapRequest(req *http.Request, repl *strings.Replacer) error {
+	stripHopHeaders(req.Header)
+	for k, vs := range req.Header {
+		for i, v := range vs {
+			vs[i] = repl.Replace(v)
+		}
+		req.Header[k] = vs
+	}
+	req.URL.RawQuery = repl.Replace(req.URL.RawQuery)
+	req.URL.Path = repl.Replace(req.URL.Path)
+	req.URL.RawPath = ""
+	req.RequestURI = ""
+	if req.Body != nil && req.ContentLength > 0 && req.ContentLength <= maxSwapBody {
+		b, err := io.ReadAll(io.LimitReader(req.Body, maxSwapBody+1))
+		if err != nil {
+			return fmt.Errorf("read request body: %w", err)
+		}
+		b = []byte(repl.Replace(string(b)))
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.ContentLength = int64(len(b))
+		req.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	}
+	return nil
+}
+
+func writeTLSError(c net.Conn, status int, body string) {
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+}
+
+// prefixConn reads what a bufio.Reader already holds before the conn.
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }

@@ -1,0 +1,138 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// Decisions recorded in Event.Decision.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+)
+
+// Event is one connection through the gateway, as stored in egress_events.
+type Event struct {
+	ID            string    `gorm:"column:id;primaryKey" json:"id"`
+	TenantID      string    `gorm:"column:tenant_id" json:"-"`
+	SandboxID     string    `gorm:"column:sandbox_id" json:"sandbox_id"`
+	VMID          string    `gorm:"column:vm_id" json:"vm_id"`
+	Method        string    `gorm:"column:method" json:"method"`
+	Host          string    `gorm:"column:host" json:"host"`
+	Port          int       `gorm:"column:port" json:"port"`
+	Decision      string    `gorm:"column:decision" json:"decision"`
+	Rule          string    `gorm:"column:rule" json:"rule"`
+	Addr          string    `gorm:"column:addr" json:"addr,omitempty"`
+	PolicyVersion int       `gorm:"column:policy_version" json:"policy_version"`
+	Intercepted   bool      `gorm:"column:intercepted" json:"intercepted"`
+	Status        int       `gorm:"column:status" json:"status,omitempty"`
+	Error         string    `gorm:"column:error" json:"error,omitempty"`
+	BytesUp       int64     `gorm:"column:bytes_up" json:"bytes_up"`
+	BytesDown     int64     `gorm:"column:bytes_down" json:"bytes_down"`
+	StartedAt     time.Time `gorm:"column:started_at" json:"started_at"`
+	DurationMS    int64     `gorm:"column:duration_ms" json:"duration_ms"`
+}
+
+// TableName is the GORM table of Event.
+func (Event) TableName() string { return "egress_events" }
+
+// AfterFind keeps times in UTC whatever the driver parsed.
+func (e *Event) AfterFind(*gorm.DB) error {
+	e.StartedAt = e.StartedAt.UTC()
+	return nil
+}
+
+// Store keeps egress events (tenant-scoped: every read takes the tenant).
+type Store struct {
+	db *gorm.DB
+}
+
+// NewStore returns a store on db (migrated).
+func NewStore(db *gorm.DB) *Store { return &Store{db: db} }
+
+// Record stores one event; it fills ID.
+func (s *Store) Record(ctx context.Context, e *Event) error {
+	if e.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("record egress event: %w", err)
+		}
+		e.ID = id.String()
+	}
+	e.StartedAt = e.StartedAt.UTC().Truncate(time.Microsecond)
+	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
+		return fmt.Errorf("record egress event: %w", err)
+	}
+	return nil
+}
+
+// Filter narrows Events.
+type Filter struct {
+	SandboxID string
+	// Decision is DecisionAllow, DecisionDeny or "" for both.
+	Decision string
+	// Limit bounds the list; 0 or over MaxEvents means MaxEvents.
+	Limit int
+}
+
+// MaxEvents bounds one list of events.
+const MaxEvents = 500
+
+// Events returns the tenant's most recent events, newest first.
+func (s *Store) Events(ctx context.Context, tenantID string, f Filter) ([]Event, error) {
+	q := s.db.WithContext(ctx).Where("tenant_id = ?", tenantID)
+	if f.SandboxID != "" {
+		q = q.Where("sandbox_id = ?", f.SandboxID)
+	}
+	if f.Decision != "" {
+		q = q.Where("decision = ?", f.Decision)
+	}
+	limit := f.Limit
+	if limit <= 0 || limit > MaxEvents {
+		limit = MaxEvents
+	}
+	out := []Event{}
+	if err := q.Order("started_at DESC, id DESC").Limit(limit).Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("egress events of tenant %s: %w", tenantID, err)
+	}
+	return out, nil
+}
+
+// Totals is what a sandbox moved through the gateway.
+type Totals struct {
+	Allowed   int64 `json:"allowed"`
+	Denied    int64 `json:"denied"`
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
+}
+
+// SandboxTotals sums a sandbox's events (finished connections).
+func (s *Store) SandboxTotals(ctx context.Context, tenantID, sandboxID string) (Totals, error) {
+	var rows []struct {
+		Decision  string
+		N         int64
+		BytesUp   int64
+		BytesDown int64
+	}
+	err := s.db.WithContext(ctx).Model(&Event{}).
+		Select("decision, COUNT(*) AS n, COALESCE(SUM(bytes_up), 0) AS bytes_up, COALESCE(SUM(bytes_down), 0) AS bytes_down").
+		Where("tenant_id = ? AND sandbox_id = ?", tenantID, sandboxID).Group("decision").Scan(&rows).Error
+	if err != nil {
+		return Totals{}, fmt.Errorf("egress totals of sandbox %s: %w", sandboxID, err)
+	}
+	var t Totals
+	for _, r := range rows {
+		if r.Decision == DecisionAllow {
+			t.Allowed = r.N
+		} else {
+			t.Denied += r.N
+		}
+		t.BytesUp += r.BytesUp
+		t.BytesDown += r.BytesDown
+	}
+	return t, nil
+}

@@ -1,0 +1,34 @@
+package views
+
+import "time"
+
+// EgressView is the egress events page: every connection a sandbox made
+// through the gateway, allowed or denied, with the rule that decided.
+type EgressView struct {
+	// Sandbox, when set, narrows the list to that sandbox.
+	Sandbox  string
+	Decision string // "allow", "deny" or "" for both
+	Rows     []EgressRow
+	// Unavailable says why there is nothing to show, when the server runs
+	// without the gateway.
+	Unavailable string
+}
+
+// EgressRow is one connection.
+type EgressRow struct {
+	At            time.Time
+	SandboxID     string
+	Method        string
+	Target        string // host:port
+	Allowed       bool
+	Rule          string
+	Addr          string
+	Status        int
+	Error         string
+	BytesUp       int64
+	BytesDown     int64
+	PolicyVersion int
+	Intercepted   bool
+}
+
+func egressSandboxURL(id string) string { return "/sandboxes/" + id }
