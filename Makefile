@@ -50,7 +50,7 @@ image: build libvirtd
 	bin/stockade image build --data-dir $(DATA)
 
 image-test: build
-	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox
+	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox,debian
 
 run: deps build libvirtd image
 	@bin/stockade tenant create demo --name "Demo" --admin $(DEV_EMAIL) --exists-ok --data-dir $(DATA) >/dev/null

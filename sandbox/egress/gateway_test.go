@@ -294,9 +294,23 @@ func TestGatewayPolicyChangeTakesEffect(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	evs := f.waitEvents(t)
-	if evs[0].PolicyVersion != 2 {
-		t.Errorf("Got(event policy version) = %d; want 2", evs[0].PolicyVersion)
+	// Recording follows the response: wait for the denial's event.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs, err := f.store.Events(context.Background(), f.tenantID, egress.Filter{Decision: egress.DecisionDeny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) > 0 {
+			if evs[0].PolicyVersion != 2 {
+				t.Errorf("Got(denial's policy version) = %d; want 2", evs[0].PolicyVersion)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Got(no denial event) after 5 s; want one")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -23,17 +23,18 @@ func DataDir() string {
 	return "/var/tmp/stockade-test-data"
 }
 
-// GuestImage returns the image in dir, building it first (busybox template
-// only, with a freshly built agent) when it is missing, changed, or older
-// than a source file of the guest agent or its protocol: an image built
-// before those changed would speak an old protocol. Builds are locked, so
-// concurrent test binaries never interleave.
-func GuestImage(ctx context.Context, dir string) (image.Manifest, error) {
+// GuestImage returns the image in dir, building it first (the busybox
+// template plus any named in also, with a freshly built agent) when it is
+// missing, lacks one of those templates, or is older than a source file of
+// the guest agent or its protocol: an image built before those changed
+// would speak an old protocol. A rebuild keeps the templates already built
+// (debootstrap runs once per data dir, about a minute). Builds are locked,
+// so concurrent test binaries never interleave.
+func GuestImage(ctx context.Context, dir string, also ...string) (image.Manifest, error) {
+	want := append([]string{image.TemplateBusybox}, also...)
 	m, err := image.Load(dir)
-	if err == nil && !agentChangedSince(m.BuiltAt) {
-		if _, ok := m.Template(image.TemplateBusybox); ok {
-			return m, nil
-		}
+	if err == nil && !agentChangedSince(m.BuiltAt) && hasTemplates(m, want) {
+		return m, nil
 	}
 	tmp, err := os.MkdirTemp("", "sandboxtest-agent-")
 	if err != nil {
@@ -50,11 +51,20 @@ func GuestImage(ctx context.Context, dir string) (image.Manifest, error) {
 	bctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	m, err = image.Build(bctx, image.Options{DataDir: dir, AgentBinary: agent, Progress: &progress, Templates: []string{image.TemplateBusybox}})
+	m, err = image.Build(bctx, image.Options{DataDir: dir, AgentBinary: agent, Progress: &progress, Templates: want})
 	if err != nil {
 		return image.Manifest{}, fmt.Errorf("image build: %w\n%s", err, progress.String())
 	}
 	return m, nil
+}
+
+func hasTemplates(m image.Manifest, names []string) bool {
+	for _, n := range names {
+		if _, ok := m.Template(n); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // repoRoot is the module root, found from this file.
