@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"libvirt.org/go/libvirt"
 )
@@ -14,7 +16,8 @@ import (
 // OpenChannel connects to the domain's virtio-serial channel through the
 // libvirt connection (virDomainOpenChannel), so it works over remote URIs
 // too. Only one client may hold a channel: a second open while the first is
-// still open is ErrConflict. Close the returned stream to free it.
+// still open is ErrConflict. Close the returned stream to free it. The
+// stream also has SetWriteDeadline(time.Time) error.
 func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
 	s, release, err := h.acquire(ctx)
 	if err != nil {
@@ -63,10 +66,11 @@ func (h *Host) openStream(s *session, attach func(*libvirt.Stream) error) (*stre
 		return nil, h.fail(err)
 	}
 	st := &stream{
-		ls:       ls,
-		readable: make(chan struct{}, 1),
-		writable: make(chan struct{}, 1),
-		closed:   make(chan struct{}),
+		ls:        ls,
+		readable:  make(chan struct{}, 1),
+		writable:  make(chan struct{}, 1),
+		closed:    make(chan struct{}),
+		wdlChange: make(chan struct{}),
 	}
 	if err := ls.EventAddCallback(0, st.onEvent); err != nil {
 		_ = ls.Abort()
@@ -94,6 +98,39 @@ type stream struct {
 	closeOnce          sync.Once
 
 	rmu, wmu sync.Mutex // one Read and one Write at a time
+
+	dlMu      sync.Mutex
+	wdeadline time.Time     // zero: none
+	wdlChange chan struct{} // closed and replaced when wdeadline changes
+}
+
+// SetWriteDeadline bounds Writes, the pending one included: past t they
+// fail with os.ErrDeadlineExceeded. The zero time removes the bound. It lets
+// the agent link say goodbye on Close without a stalled guest holding it up.
+func (st *stream) SetWriteDeadline(t time.Time) error {
+	st.dlMu.Lock()
+	defer st.dlMu.Unlock()
+	st.wdeadline = t
+	close(st.wdlChange)
+	st.wdlChange = make(chan struct{})
+	return nil
+}
+
+// writeDeadline returns the deadline, a channel closed when it changes, and
+// a timer channel firing at it (nil without one); stop releases the timer.
+func (st *stream) writeDeadline() (expired bool, changed <-chan struct{}, fire <-chan time.Time, stop func()) {
+	st.dlMu.Lock()
+	dl, changed := st.wdeadline, st.wdlChange
+	st.dlMu.Unlock()
+	if dl.IsZero() {
+		return false, changed, nil, func() {}
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return true, changed, nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return false, changed, t.C, func() { t.Stop() }
 }
 
 // onEvent runs on libvirt's event loop; it must not block.
@@ -171,6 +208,9 @@ func (st *stream) Write(p []byte) (int, error) {
 	defer st.wmu.Unlock()
 	written := 0
 	for written < len(p) {
+		if expired, _, _, _ := st.writeDeadline(); expired {
+			return written, fmt.Errorf("write libvirt stream: %w", os.ErrDeadlineExceeded)
+		}
 		st.mu.Lock()
 		if st.ls == nil {
 			st.mu.Unlock()
@@ -188,11 +228,16 @@ func (st *stream) Write(p []byte) (int, error) {
 		if err := st.arm(libvirt.STREAM_EVENT_WRITABLE); err != nil {
 			return written, fmt.Errorf("write libvirt stream: %w", err)
 		}
+		_, changed, fire, stop := st.writeDeadline()
 		select {
 		case <-st.writable:
+		case <-changed: // look at the new deadline
+		case <-fire: // the loop's check reports it
 		case <-st.closed:
+			stop()
 			return written, net.ErrClosed
 		}
+		stop()
 	}
 	return written, nil
 }

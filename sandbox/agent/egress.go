@@ -152,6 +152,9 @@ func (m *Manager) pipeEgress(sb *sandbox, c *net.TCPConn) {
 	}()
 	if _, err := io.Copy(c, ec); err == nil {
 		c.CloseWrite()
+		// The host is done; a client that never closes its side does not
+		// hold the connection forever.
+		c.SetReadDeadline(time.Now().Add(time.Minute))
 	} else {
 		c.Close()
 		ec.Close()

@@ -125,6 +125,14 @@ func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 
 // serveLink is Serve; with poll > 0 an EOF only means that no host is
 // connected right now (a virtio-serial port): look again every poll.
+//
+// On a port an EOF never ends the session. The guest learns that the host
+// side connected or left from control messages that travel apart from the
+// data (another virtqueue, handled later in a kernel work item), so an EOF
+// can be read after the first frames of the next host: ending the session
+// then would drop that host's hello and everything after it. A session ends
+// when its host says so (LinkClose), when another host opens one
+// (LinkOpen), or when its own keepalive goes unanswered.
 func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll time.Duration) error {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -140,6 +148,7 @@ func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll ti
 		}
 		wg.Wait()
 	}()
+	noHost := false
 	for {
 		f, err := lr.Next()
 		if err != nil {
@@ -149,16 +158,19 @@ func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll ti
 			if !errors.Is(err, io.EOF) {
 				return fmt.Errorf("read channel: %w", err)
 			}
-			if cur != nil {
-				s.log.Info("host disconnected", "session", cur.n)
-				cur.end()
-				cur = nil
+			if poll <= 0 {
+				return nil
 			}
-			if poll <= 0 || !sleepCtx(ctx, poll) {
+			if !noHost && cur != nil {
+				s.log.Info("no host on the port; the session stays open", "session", cur.n)
+			}
+			noHost = true
+			if !sleepCtx(ctx, poll) {
 				return ctx.Err()
 			}
 			continue
 		}
+		noHost = false
 		switch {
 		case f.Kind == agentproto.LinkOpen:
 			if cur != nil && cur.id == f.Session {
@@ -172,6 +184,7 @@ func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll ti
 		case cur == nil || f.Session != cur.id:
 			// An earlier host's leftovers.
 		case f.Kind == agentproto.LinkClose:
+			s.log.Info("host closed the session", "session", cur.n)
 			cur.end()
 			cur = nil
 		case f.Kind == agentproto.LinkData:

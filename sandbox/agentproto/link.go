@@ -27,7 +27,9 @@ import (
 // its checksum or bounds is dropped. Each host connection starts with
 // LinkOpen carrying a fresh random session; the agent then ends its current
 // yamux session and serves a new one; frames of any other session are
-// dropped by both sides.
+// dropped by both sides. A host that closes sends LinkClose when it can.
+// The port's own "no host" (EOF) never ends a session: the guest may read it
+// after the next host's first frames.
 
 // LinkKind says what a link frame carries.
 type LinkKind uint8

@@ -344,6 +344,15 @@ func (f *firstRead) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// SetWriteDeadline passes through to the channel: the agent link uses it
+// to tell the agent the session is over when it closes.
+func (f *firstRead) SetWriteDeadline(t time.Time) error {
+	if d, ok := f.ReadWriteCloser.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		return d.SetWriteDeadline(t)
+	}
+	return fmt.Errorf("channel write deadline: %w", errors.ErrUnsupported)
+}
+
 // watchAgent clears the VM's session when it ends without us closing it, so
 // the monitor can open a new one if the VM still runs.
 func (s *Service) watchAgent(rt *runtime, c *agentproto.Client) {
