@@ -130,7 +130,9 @@ func Count(t testing.TB, db *gorm.DB) map[string]int64 {
 
 // Tables lists the application tables.
 func Tables() []string {
-	return []string{"installation", "tenants", "users", "memberships", "api_tokens", "sessions", "audit_events"}
+	return []string{"installation", "tenants", "users", "memberships", "api_tokens", "sessions", "audit_events",
+		"tenant_quotas", "hosts", "vm_pools", "vms", "sandboxes", "sandbox_events", "sandbox_execs",
+		"terminal_sessions", "policies", "egress_events", "secrets", "tenant_cas"}
 }
 
 // Equal reports whether two Count results match, and describes the first
