@@ -120,10 +120,16 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 	self := &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant}
 
 	routes := env.App.RouteTable()
+	// VM routes need booted VMs, which this harness does not run: their
+	// tenant isolation table runs on real VMs in sandbox/vmpool
+	// (TestVMs/TenantIsolation). Every other route must be covered here.
+	coveredElsewhere := func(path string) bool {
+		return strings.HasPrefix(path, "/vms/:id") || strings.HasPrefix(path, "/api/v1/vms") || path == "/api/v1/vm-pool"
+	}
 	t.Run("objects", func(t *testing.T) {
 		n := 0
 		for _, r := range routes {
-			if !strings.Contains(r.Path, ":id") {
+			if !strings.Contains(r.Path, ":id") || coveredElsewhere(r.Path) {
 				continue
 			}
 			n++
@@ -142,8 +148,9 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 					form, in := fa.input(r, self)
 					s, body, hdr := call(t, &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant, client: a.admin}, r, path, form, in)
 					if s != http.StatusNotFound {
-						t.Skipf("no fixture for %s, and its service does not run here (a missing id gets %d %s %.120s): wire the service into webtest.Options and add the kind to fixtures.object",
+						t.Errorf("no fixture for %s, and it does not answer 404 for a missing id (%d %s %.120s): wire its service into webtest.Options and add the kind to fixtures.object, or list it in coveredElsewhere",
 							r.Path, s, hdr.Get("Location"), body)
+						return
 					}
 					t.Errorf("this test cannot make the object of %s; add the kind to fixtures.object", r.Path)
 				})
@@ -199,7 +206,7 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 
 	t.Run("lists and pages", func(t *testing.T) {
 		for _, r := range routes {
-			if r.Method != http.MethodGet || strings.Contains(r.Path, ":") || r.Perm == tenants.PermOperator || r.Perm == tenants.PermPublic {
+			if r.Method != http.MethodGet || strings.Contains(r.Path, ":") || r.Perm == tenants.PermOperator || r.Perm == tenants.PermPublic || coveredElsewhere(r.Path) {
 				continue
 			}
 			for _, ac := range actors {
@@ -208,9 +215,6 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 				}
 				t.Run(r.Path+"/"+ac.name, func(t *testing.T) {
 					status, body, hdr := ac.client.Request(t, http.MethodGet, r.Path, "", nil)
-					if status == http.StatusServiceUnavailable {
-						t.Skipf("its service is not running in this harness: %.120s", body)
-					}
 					if status != http.StatusOK {
 						t.Fatalf("Got(status) = %d; want 200: %.300s", status, body)
 					}

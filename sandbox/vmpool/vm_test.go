@@ -312,7 +312,7 @@ func TestVMs(t *testing.T) {
 	var vm3 string
 	t.Run("Recycle", func(t *testing.T) {
 		if vm2 == "" {
-			t.Skip("needs the replacement VM")
+			t.Fatal("no replacement VM: KilledQEMUIsLostAndReplaced failed")
 		}
 		var out struct {
 			Recycled    vmJSON `json:"recycled"`
@@ -347,7 +347,7 @@ func TestVMs(t *testing.T) {
 
 	t.Run("GracefulStopThroughAgent", func(t *testing.T) {
 		if vm3 == "" {
-			t.Skip("needs the recycled VM's replacement")
+			t.Fatal("no recycled VM replacement: Recycle failed")
 		}
 		f.setPool(t, 1, 512, 3, 0) // no replacement after the stop
 		var got vmJSON
