@@ -1,7 +1,6 @@
 package vmpool_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -71,69 +69,16 @@ func prepare() {
 	}
 	conn.Close()
 	// The same shared test image dir as hypervisor/image's tests and `make test`.
-	dir := os.Getenv("STOCKADE_TEST_DATA_DIR")
-	if dir == "" {
-		dir = "/var/tmp/stockade-test-data"
-	}
+	dir := sandboxtest.DataDir()
 	prep.dataDir = dir
-	m, err := image.Load(dir)
-	if err != nil || agentChangedSince(m.BuiltAt) {
-		// Missing, changed, or older than the agent's sources: build it
-		// (busybox template only) with a freshly built agent.
-		m, err = buildImage(dir)
-	}
+	// Missing, changed, or older than the agent's sources: rebuilt with a
+	// freshly built agent (the helper every VM test package shares).
+	m, err := sandboxtest.GuestImage(context.Background(), dir)
 	if err != nil {
 		prep.err = err
 		return
 	}
 	prep.guest = m.Guest
-}
-
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
-}
-
-// agentChangedSince reports whether a source file of the guest agent (or
-// its protocol) was modified after t: an image built before speaks an old
-// protocol, and every handshake would fail.
-func agentChangedSince(t time.Time) bool {
-	changed := false
-	for _, dir := range []string{"cmd/stockade-agent", "sandbox/agent", "sandbox/agentproto"} {
-		_ = filepath.WalkDir(filepath.Join(repoRoot(), dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			if fi, err := d.Info(); err == nil && fi.ModTime().After(t) {
-				changed = true
-			}
-			return nil
-		})
-	}
-	return changed
-}
-
-func buildImage(dir string) (image.Manifest, error) {
-	tmp, err := os.MkdirTemp("", "vmpool-agent-")
-	if err != nil {
-		return image.Manifest{}, err
-	}
-	defer os.RemoveAll(tmp)
-	agent := filepath.Join(tmp, "stockade-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", agent, "./cmd/stockade-agent")
-	cmd.Dir = repoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return image.Manifest{}, fmt.Errorf("build stockade-agent: %w: %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	var progress bytes.Buffer
-	m, err := image.Build(ctx, image.Options{DataDir: dir, AgentBinary: agent, Progress: &progress, Templates: []string{image.TemplateBusybox}})
-	if err != nil {
-		return image.Manifest{}, fmt.Errorf("image build: %w\n%s", err, progress.String())
-	}
-	return m, nil
 }
 
 // testLogger writes the service's log to the test log (visible with -v or
