@@ -60,7 +60,7 @@ func (h *Handlers) APIEgressEvents(c echo.Context) error {
 // EgressPage shows the tenant's egress decisions: GET /egress.
 func (h *Handlers) EgressPage(c echo.Context) error {
 	v := views.EgressView{Sandbox: c.QueryParam("sandbox"), Decision: c.QueryParam("decision")}
-	p := h.page(c, "Egress", views.NavSandboxes)
+	p := h.page(c, "Egress", views.NavEgress)
 	st, err := h.egressStore()
 	if err != nil {
 		v.Unavailable = err.Error()

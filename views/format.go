@@ -112,6 +112,7 @@ func tenantNav() []navItem {
 		{NavTerminals, "Terminals", "/terminals"},
 		{NavVMs, "VMs", "/vms"},
 		{NavPolicy, "Policy", "/policy"},
+		{NavEgress, "Egress", "/egress"},
 		{NavUsage, "Usage", "/usage"},
 		{NavCompliance, "Compliance", "/compliance"},
 		{NavAudit, "Audit", "/audit"},

@@ -13,6 +13,7 @@ const (
 	NavTerminals  = "terminals"
 	NavVMs        = "vms"
 	NavPolicy     = "policy"
+	NavEgress     = "egress"
 	NavUsage      = "usage"
 	NavCompliance = "compliance"
 	NavAudit      = "audit"
