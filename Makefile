@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 60m
 # they are rebuilt only when their inputs change.
 export STOCKADE_TEST_DATA_DIR ?= /var/tmp/stockade-test-data
 
-.PHONY: all run test test-short lint fmt generate check-generated build deps services postgres libvirtd image image-test bench clean assets
+.PHONY: all run test test-short lint fmt generate check-generated build deps services postgres libvirtd image image-test bench bench-usage clean assets
 
 all: build
 
@@ -82,6 +82,11 @@ fmt:
 bench: deps build services image-test
 	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
 		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+# The usage export alone (SQLite, 100,000 and 1,000,000 ledger rows): no VMs
+# needed. `make bench` runs it too.
+bench-usage:
+	$(GO) test -run '^$$' -bench BenchmarkExport -benchtime 1x -timeout 20m ./tenants/usage/
 
 assets:
 	scripts/assets.sh

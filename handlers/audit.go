@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,8 +67,8 @@ func auditFilter(q url.Values) (audit.Filter, error) {
 	if f.Until, err = parseTime("until", q.Get("until"), true); err != nil {
 		return f, err
 	}
-	if f.Outcome != "" && f.Outcome != "success" && f.Outcome != "failure" {
-		return f, tenants.Invalid("outcome", "enum", `must be "success" or "failure"`)
+	if f.Outcome != "" && !slices.Contains(audit.Outcomes(), f.Outcome) {
+		return f, tenants.Invalid("outcome", "enum", `must be "success", "failure" or "denied"`)
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -132,7 +133,7 @@ func (h *Handlers) Audit(c echo.Context) error {
 		Rows:     auditRows(evs),
 		Filter:   views.AuditFilter{Type: f.Type, Actor: q.Get("actor"), Outcome: f.Outcome, Since: q.Get("since"), Until: q.Get("until")},
 		Types:    audit.Types(),
-		Outcomes: []string{audit.OutcomeSuccess, audit.OutcomeFailure},
+		Outcomes: audit.Outcomes(),
 	}
 	exp := url.Values{}
 	for _, k := range []string{"type", "actor", "outcome", "since", "until", "q"} {
@@ -155,6 +156,14 @@ func (h *Handlers) Audit(c echo.Context) error {
 	return render(c, http.StatusOK, views.Audit(h.page(c, "Audit log", "audit"), v))
 }
 
+// exportRecord is one exported event: the event's own fields (tenant_id,
+// actor_*, code, time, outcome, ...) and the tenant's slug, so a line read
+// on its own still says whose it is.
+type exportRecord struct {
+	audit.Event
+	Tenant string `json:"tenant"`
+}
+
 // AuditExport streams the filtered audit log as JSONL (default), CSV or a
 // JSON array, without holding it in memory. The export itself is audited.
 func (h *Handlers) AuditExport(c echo.Context) error {
@@ -175,9 +184,8 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 	if format != "jsonl" && format != "csv" && format != "json" {
 		return tenants.Invalid("format", "enum", `must be "jsonl", "csv" or "json"`)
 	}
-	if err := h.audit.Record(ctx, audit.Event{TenantID: cl.Tenant.ID, Type: "audit.exported", Outcome: "success",
-		ActorKind: cl.Kind, ActorID: cl.Actor(c).ID, ActorName: cl.Actor(c).Name, RemoteAddr: c.RealIP(),
-		RequestID: c.Response().Header().Get(echo.HeaderXRequestID), Details: map[string]any{"format": format}}); err != nil {
+	if err := h.audit.Record(ctx, cl.Actor(c).Event(cl.Tenant.ID, audit.TypeAuditExported, "tenant", cl.Tenant.ID,
+		map[string]any{"format": format, "filter": exportFilter(c.QueryParams())})); err != nil {
 		return err
 	}
 	w := c.Response()
@@ -198,7 +206,7 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 	first := true
 	switch format {
 	case "csv":
-		_ = cw.Write([]string{"id", "time", "code", "type", "outcome", "actor_kind", "actor_id", "actor_name", "target_kind", "target_id", "remote_addr", "request_id", "details"})
+		_ = cw.Write([]string{"id", "time", "code", "type", "outcome", "actor_kind", "actor_id", "actor_name", "target_kind", "target_id", "remote_addr", "request_id", "details", "tenant_id", "tenant"})
 	case "json":
 		_, _ = w.Write([]byte("["))
 	}
@@ -210,15 +218,15 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 				b, _ := json.Marshal(e.Details)
 				d = string(b)
 			}
-			return cw.Write([]string{e.ID, e.Time.UTC().Format(time.RFC3339Nano), e.Code, e.Type, e.Outcome, e.ActorKind, e.ActorID, e.ActorName, e.TargetKind, e.TargetID, e.RemoteAddr, e.RequestID, d})
+			return cw.Write([]string{e.ID, e.Time.UTC().Format(time.RFC3339Nano), e.Code, e.Type, e.Outcome, e.ActorKind, e.ActorID, e.ActorName, e.TargetKind, e.TargetID, e.RemoteAddr, e.RequestID, d, e.TenantID, cl.Tenant.Slug})
 		case "json":
 			if !first {
 				_, _ = w.Write([]byte(","))
 			}
 			first = false
-			return enc.Encode(e)
+			return enc.Encode(exportRecord{Event: e, Tenant: cl.Tenant.Slug})
 		}
-		return enc.Encode(e)
+		return enc.Encode(exportRecord{Event: e, Tenant: cl.Tenant.Slug})
 	})
 	if format == "csv" {
 		cw.Flush()
@@ -231,4 +239,15 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 		h.log.ErrorContext(ctx, "audit export failed", "err", err)
 	}
 	return nil
+}
+
+// exportFilter is the filter of an export as audited: what was asked for.
+func exportFilter(q url.Values) map[string]any {
+	out := map[string]any{}
+	for _, k := range []string{"type", "actor", "outcome", "since", "until", "q"} {
+		if v := q.Get(k); v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -27,9 +27,9 @@ var areas = []struct {
 	{"policy", views.AreaView{Title: "Policy", Summary: "What your agents may do: resources, lifetime, network egress, credentials, processes and cleanup.",
 		WillHold: []string{"the versioned tenant policy with diffs and rollback", "domain allowlists for egress, default deny", "credentials agents can use but never read"}}, "/policy", false},
 	{"usage", views.AreaView{Title: "Usage", Summary: "Metered compute, memory and egress per sandbox, priced per tenant.",
-		WillHold: []string{"usage per day with charts", "top sandboxes, users and templates", "CSV and JSON billing exports with FOCUS columns"}}, "/usage", false},
+		WillHold: []string{"usage per day with charts", "top sandboxes, users and templates", "CSV and JSON billing exports with FOCUS columns"}}, "/usage", true},
 	{"compliance", views.AreaView{Title: "Compliance", Summary: "The security checklist for running autonomous agents, evaluated with live evidence.",
-		WillHold: []string{"pass / warn / fail per checklist item, with evidence and since when", "probe sandboxes that try each escape", "exports for auditors"}}, "/compliance", false},
+		WillHold: []string{"pass / warn / fail per checklist item, with evidence and since when", "probe sandboxes that try each escape", "exports for auditors"}}, "/compliance", true},
 }
 
 // Area renders the page of an area that arrives later.
@@ -75,6 +75,7 @@ func (h *Handlers) Dashboard(c echo.Context) error {
 		}
 		v.RecentAudit = auditRows(evs)
 	}
+	v.Quota = h.quotaWarningsView(c)
 	for _, a := range areas {
 		v.Areas = append(v.Areas, views.AreaCard{Title: a.view.Title, Href: a.href, Summary: a.view.Summary, Ready: a.ready})
 	}

@@ -15,12 +15,15 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
+	"github.com/stockade-dev/stockade/tenants/usage"
+	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web/authn"
 )
 
@@ -61,6 +64,11 @@ type Handlers struct {
 	secrets *secrets.Store    // nil: secrets answer "unavailable"
 	pol     *policy.Store     // nil: policy pages and API answer not found
 	egress  *egress.Store     // nil: egress events answer "unavailable"
+	usage   *usage.Store      // nil: usage pages and API answer "unavailable"
+	// compliance evaluates the checklist; nil: its pages say unavailable.
+	compliance Compliance
+	workflows  *workflow.Store // nil: workflow API answers "unavailable"
+	runs       *runs.Engine    // nil: run API answers "unavailable"
 }
 
 // Deps are the services handlers call.
@@ -84,6 +92,16 @@ type Deps struct {
 	Policies *policy.Store
 	// Egress keeps the egress gateway's decisions; nil answers "unavailable".
 	Egress *egress.Store
+	// Usage meters and prices what sandboxes use; nil answers "unavailable".
+	Usage *usage.Store
+	// Compliance evaluates the security checklist and runs the probe
+	// (*compliance.Service); nil answers "unavailable".
+	Compliance Compliance
+	// Workflows keeps the tenants' workflow definitions and settings; nil
+	// answers "unavailable".
+	Workflows *workflow.Store
+	// Runs executes workflow runs; nil answers "unavailable".
+	Runs *runs.Engine
 }
 
 // New returns the handlers.
@@ -101,7 +119,8 @@ func New(cfg Config, d Deps) *Handlers {
 		d.Log = slog.Default()
 	}
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
-		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress}
+		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
+		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -14,9 +14,20 @@ func (h *Handlers) tenantsView(c echo.Context, form views.TenantForm) (views.Ten
 	if err != nil {
 		return views.TenantsView{}, err
 	}
+	frozen, err := h.store.FrozenTenants(c.Request().Context())
+	if err != nil {
+		return views.TenantsView{}, err
+	}
 	v := views.TenantsView{Form: form}
 	for _, t := range ts {
-		v.Rows = append(v.Rows, views.TenantRow{Slug: t.Slug, Name: t.Name, Members: t.Members, CreatedAt: t.CreatedAt})
+		row := views.TenantRow{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: t.Members, CreatedAt: t.CreatedAt}
+		if f, ok := frozen[t.ID]; ok {
+			row.Frozen = &views.FreezeView{Since: f.Since, Reason: f.Reason, By: f.By}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	if v.Quotas, err = h.tenantQuotas(c.Request().Context(), ts); err != nil {
+		return views.TenantsView{}, err
 	}
 	return v, nil
 }
@@ -60,6 +71,8 @@ type TenantJSON struct {
 	Name      string `json:"name"`
 	Members   *int   `json:"members,omitempty"`
 	CreatedAt string `json:"created_at"`
+	// FrozenAt is set while an operator has frozen the tenant.
+	FrozenAt *string `json:"frozen_at,omitempty"`
 }
 
 // APITenants lists tenants (operators).
@@ -68,10 +81,19 @@ func (h *Handlers) APITenants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	frozen, err := h.store.FrozenTenants(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	out := make([]TenantJSON, 0, len(ts))
 	for _, t := range ts {
 		n := t.Members
-		out = append(out, TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: &n, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
+		tj := TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: &n, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)}
+		if f, ok := frozen[t.ID]; ok {
+			at := f.Since.UTC().Format(timeJSON)
+			tj.FrozenAt = &at
+		}
+		out = append(out, tj)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tenants": out})
 }

@@ -76,6 +76,7 @@ var policyForm = []policySection{
 	{"incident_response", "Incident response", "", []policyField{
 		{path: "/incident_response/on_egress_denied", label: "On a denied connection", kind: views.FieldEnum, options: []string{"log", "stop_sandbox"}},
 		{path: "/incident_response/notify_emails", label: "Notify", kind: views.FieldLines, help: "one email address a line"},
+		{path: "/incident_response/runbook_url", label: "Runbook", kind: views.FieldText, help: "the runbook for a compromised agent (http or https URL); shown on the compliance page"},
 	}},
 	{"vm_pool", "VM pool", "", []policyField{
 		{path: "/vm_pool/sandboxes_per_vm", label: "Sandboxes per VM", kind: views.FieldInt},
@@ -174,6 +175,8 @@ func formValue(f policyField, text string, present bool) (v any, lineOf []int) {
 		return present && (text == "true" || text == "on"), nil
 	case views.FieldEnum:
 		return text, nil
+	case views.FieldText:
+		return strings.TrimSpace(text), nil
 	case views.FieldInt:
 		if n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64); err == nil {
 			return n, nil

@@ -519,6 +519,9 @@ func (h *Handlers) sandboxesView(c echo.Context, form *views.SandboxForm) (views
 			v.Quota.UsedMemoryMiB += r.MemoryMiB
 		}
 	}
+	if v.CanEdit {
+		v.QuotaLines = h.quotaWarningsView(c)
+	}
 	if form != nil {
 		v.Form = *form
 	}
@@ -637,6 +640,7 @@ func (h *Handlers) sandboxView(c echo.Context) (views.SandboxView, error) {
 		IdleTimeoutSeconds: sb.IdleTimeoutSeconds, EnvKeys: sb.EnvKeys(), Metadata: sb.Metadata(), StartedAt: sb.StartedAt,
 		LastActiveAt: sb.LastActiveAt, CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
 		CanEdit: tenants.Can(cl.Role, tenants.PermSandboxesWrite), CanSeeVMs: tenants.Can(cl.Role, tenants.PermVMsRead), Now: h.clock(),
+		CanSeeUsage: tenants.Can(cl.Role, tenants.PermUsageRead),
 	}
 	if sb.State.Active() {
 		v.PollURL = "/sandboxes/" + sb.ID + "/live"

@@ -157,7 +157,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ts.SetQuota(ctx, sys, e.a.ID, tenants.Quota{MaxVMs: oldQuota.MaxVMs, MaxVCPUs: 4096, MaxMemoryMiB: 1 << 20, MaxSandboxes: 10000}); err != nil {
+	if _, err := ts.SetQuota(ctx, sys, e.a.ID, tenants.Quota{MaxVMs: oldQuota.MaxVMs, MaxVCPUs: 4096, MaxMemoryMiB: 1 << 20, MaxSandboxes: 10000, MaxCPUHoursMonthly: 1000}); err != nil {
 		b.Fatal(err)
 	}
 	defer ts.SetQuota(ctx, sys, e.a.ID, oldQuota)

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -208,7 +209,7 @@ func (e *testEnv) start() error {
 		return err
 	}
 	svc := sandbox.New(e.db, vms, sandbox.Config{DataDir: e.dataDir, Logger: e.log, SyncInterval: 500 * time.Millisecond,
-		MaxFileBytes: testFileLimit, DefaultTemplate: "busybox"})
+		SampleInterval: time.Second, MaxFileBytes: testFileLimit, DefaultTemplate: "busybox"})
 	if err := svc.Start(sctx); err != nil {
 		vms.Close()
 		return err
@@ -220,7 +221,7 @@ func (e *testEnv) start() error {
 	wctx, wcancel := context.WithCancel(ctx)
 	app, err := web.NewApp(wctx, web.AppConfig{
 		PublicURL: publicURL, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Usage: usage.NewStore(e.db, nil),
 	}, store, al)
 	if err != nil {
 		wcancel()

@@ -198,6 +198,9 @@ func TestSandboxes(t *testing.T) {
 	t.Run("CLI", e.testCLI)
 	t.Run("PlacementBootsWhenFull", e.testPlacement)
 	t.Run("RestartAdopts", e.testRestart)
+	t.Run("Metering", e.testMetering)
+	t.Run("MeteringStopped", e.testMeteringStopped)
+	t.Run("MeteringAcrossRestarts", e.testMeteringRestart)
 	t.Run("KillMidCreate", e.testKill)
 }
 
@@ -286,9 +289,11 @@ func (e *testEnv) testBadInput(t *testing.T) {
 			in    map[string]any
 			name  string
 		}{
-			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: old.MaxVCPUs, MaxMemoryMiB: old.MaxMemoryMiB, MaxSandboxes: 1}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxSandboxes},
-			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: old.MaxVCPUs, MaxMemoryMiB: 100, MaxSandboxes: 10}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxMemoryMiB},
-			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: 1, MaxMemoryMiB: old.MaxMemoryMiB, MaxSandboxes: 10}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxVCPUs},
+			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: old.MaxVCPUs, MaxMemoryMiB: old.MaxMemoryMiB, MaxSandboxes: 1, MaxCPUHoursMonthly: 100}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxSandboxes},
+			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: old.MaxVCPUs, MaxMemoryMiB: 100, MaxSandboxes: 10, MaxCPUHoursMonthly: 100}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxMemoryMiB},
+			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: 1, MaxMemoryMiB: old.MaxMemoryMiB, MaxSandboxes: 10, MaxCPUHoursMonthly: 100}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxVCPUs},
+			// No CPU time left this month: nothing new starts.
+			{tenants.Quota{MaxVMs: old.MaxVMs, MaxVCPUs: old.MaxVCPUs, MaxMemoryMiB: old.MaxMemoryMiB, MaxSandboxes: 10, MaxCPUHoursMonthly: 0}, map[string]any{"memory_mib": 64}, tenants.QuotaMaxCPUHoursMonthly},
 		} {
 			if _, err := ts.SetQuota(ctx, audit.Actor{Kind: audit.ActorSystem, ID: "test"}, e.a.ID, tt.quota); err != nil {
 				t.Fatal(err)

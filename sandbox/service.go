@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
 // VMs is what the service needs of the tenant VM pools. *vmpool.Service
@@ -76,6 +77,12 @@ type Config struct {
 	// SyncInterval is how often sandboxes are checked against their agents
 	// and their lifetimes; default 2 s.
 	SyncInterval time.Duration
+	// SampleInterval is how often each running sandbox's cgroup is sampled
+	// into the usage ledger; default 5 s. Its end is always sampled too.
+	SampleInterval time.Duration
+	// SampleRetention is how long raw usage samples are kept (the ledger
+	// keeps the totals for good); default 14 days.
+	SampleRetention time.Duration
 	// Policies gives each tenant's policy: its resource and lifetime
 	// limits bound a create, and the sandbox records its version. Nil:
 	// only the bounds above apply (version 0 is recorded).
@@ -83,6 +90,9 @@ type Config struct {
 	// Credentials gives sandboxes placeholders for the tenant's secrets and
 	// the CA the egress gateway terminates TLS with. Nil: neither.
 	Credentials Credentials
+	// Freezes refuses creates for a frozen tenant (incident response).
+	// Nil: no tenant is ever frozen.
+	Freezes Freezes
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -118,6 +128,12 @@ func (c *Config) checkAndSetDefaults() {
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = 2 * time.Second
 	}
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = 5 * time.Second
+	}
+	if c.SampleRetention <= 0 {
+		c.SampleRetention = 14 * 24 * time.Hour
+	}
 }
 
 // Service runs the sandboxes of every tenant.
@@ -140,6 +156,8 @@ type Service struct {
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
 	once     sync.Once
+
+	usage *usage.Store // the meters the sampler moves
 }
 
 // New returns a Service on db (opened and migrated) placing sandboxes on
@@ -148,7 +166,7 @@ type Service struct {
 func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{
-		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, log: cfg.Logger.With("component", "sandbox"),
+		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
 		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -181,8 +199,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.sync(ctx, true); err != nil {
 		s.log.Warn("reconcile sandboxes at startup", "err", err)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.loop()
+	go s.meterLoop()
 	return nil
 }
 
@@ -253,6 +272,11 @@ func (s *Service) Templates() []image.Template {
 // the sandbox runs. A sandbox that was recorded but could not start is
 // failed, with the reason, and the error says why.
 func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string, spec Spec) (Sandbox, error) {
+	// A frozen tenant is refused first, whatever else holds: the answer
+	// names the freeze.
+	if err := s.checkNotFrozen(ctx, tenantID); err != nil {
+		return Sandbox{}, err
+	}
 	if err := s.unavailable("create sandbox"); err != nil {
 		return Sandbox{}, err
 	}
@@ -333,6 +357,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return s.createFailed(sb, "the agent could not start it: "+err.Error(),
 			fmt.Errorf("%w: the vm's agent could not start it: %w", vmpool.ErrUnavailable, err))
 	}
+	// A freeze that came while it started wins: it never runs.
+	if err := s.checkNotFrozen(context.WithoutCancel(ctx), tenantID); err != nil {
+		s.removeFromAgent(client, sb.ID)
+		return s.createFailed(sb, ReasonFrozen, err)
+	}
 	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
 		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system",
 		Set: map[string]any{"create_ms": time.Since(begin).Milliseconds(), "guest_ready_ms": info.Startup.Ready.Milliseconds()},
@@ -373,6 +402,7 @@ func (s *Service) fail(ctx context.Context, sb Sandbox, reason string) (Sandbox,
 	ev := SystemActor().Event(sb.TenantID, audit.TypeSandboxFailed, "sandbox", sb.ID, map[string]any{"vm": sb.VMID})
 	out, changed, err := s.store.transition(ctx, sb.ID, change{
 		From: []State{StateCreating, StateRunning, StateStopped}, To: StateFailed, Reason: reason, Actor: "system", Audit: &ev,
+		End: &time.Time{}, // billed up to when it was last seen alive
 	})
 	if err != nil {
 		return Sandbox{}, false, err
@@ -482,16 +512,24 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 	// must not take the sandbox for one that vanished.
 	s.track(sb.ID)
 	defer s.untrack(sb.ID)
+	var (
+		final *agentproto.SandboxStats
+		end   *time.Time
+	)
 	if sb.VMID != "" {
 		c, err := s.vms.Agent(ctx, sb.TenantID, sb.VMID)
 		switch {
 		case err == nil:
-			if _, err := c.DestroySandbox(ctx, sb.ID); err != nil && !errors.Is(err, agentproto.ErrNotFound) {
+			info, err := c.DestroySandbox(ctx, sb.ID)
+			if err != nil && !errors.Is(err, agentproto.ErrNotFound) {
 				return Sandbox{}, agentErr("destroy sandbox "+sb.ID, err)
 			}
+			final = info.Final
 		case errors.Is(err, tenants.ErrConflict), errors.Is(err, tenants.ErrNotFound):
-			// Its VM no longer runs: nothing of the sandbox is left anywhere.
+			// Its VM no longer runs: nothing of the sandbox is left anywhere,
+			// and it is billed up to when it was last seen.
 			reason += " (its vm had ended)"
+			end = &time.Time{}
 		default:
 			return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w", sb.ID, err)
 		}
@@ -499,6 +537,7 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 	ev := actor.Event(sb.TenantID, audit.TypeSandboxDestroyed, "sandbox", sb.ID, map[string]any{"vm": sb.VMID})
 	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
 		From: []State{StateRunning, StateStopped}, To: StateDestroyed, Reason: reason, Actor: actorName(actor), Audit: &ev,
+		Final: final, End: end,
 	})
 	if err != nil {
 		return Sandbox{}, err

@@ -10,8 +10,10 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
 // Store is the GORM store of sandboxes, their events and their commands.
@@ -54,8 +56,8 @@ func newID() (string, error) {
 	return id.String(), nil
 }
 
-// usage sums the tenant's active sandboxes inside tx.
-func usage(tx *gorm.DB, tenantID string) (tenants.Usage, error) {
+// heldBy sums the tenant's active sandboxes inside tx.
+func heldBy(tx *gorm.DB, tenantID string) (tenants.Usage, error) {
 	var row struct {
 		N      int `gorm:"column:n"`
 		VCPUs  int `gorm:"column:vcpus"`
@@ -72,7 +74,8 @@ func usage(tx *gorm.DB, tenantID string) (tenants.Usage, error) {
 // create records a new sandbox in state creating after checking, in the same
 // transaction, the tenant quota against every active sandbox of the tenant:
 // concurrent sandboxes, and their vCPUs and memory (sandbox allocations are
-// checked on their own, apart from the VMs that hold them). It writes the
+// checked on their own, apart from the VMs that hold them), and the CPU time
+// the tenant used this month. It writes the
 // first event and the audit event sandbox.created. Nothing is written when
 // the check fails.
 func (s *Store) create(ctx context.Context, actor audit.Actor, sb *Sandbox) error {
@@ -81,7 +84,7 @@ func (s *Store) create(ctx context.Context, actor audit.Actor, sb *Sandbox) erro
 		if err != nil {
 			return err
 		}
-		u, err := usage(tx, sb.TenantID)
+		u, err := heldBy(tx, sb.TenantID)
 		if err != nil {
 			return err
 		}
@@ -92,6 +95,13 @@ func (s *Store) create(ctx context.Context, actor audit.Actor, sb *Sandbox) erro
 			return err
 		}
 		now := s.now()
+		cpu, err := usage.CPUSecondsSince(tx, sb.TenantID, usage.MonthStart(now))
+		if err != nil {
+			return err
+		}
+		if err := q.CheckCPUHours(cpu); err != nil {
+			return err
+		}
 		sb.State, sb.StateReason, sb.CreatedAt = StateCreating, ReasonRequested, now
 		sb.ExpiresAt = now.Add(time.Duration(sb.TimeoutSeconds) * time.Second)
 		if err := tx.Create(sb).Error; err != nil {
@@ -254,6 +264,13 @@ type change struct {
 	Audit  *audit.Event // written with the change, if not nil
 	// Set are further columns to update with it.
 	Set map[string]any
+	// Final is the sandbox's last cgroup sample, when its agent gave one:
+	// the usage meter accounts it as the sandbox ends.
+	Final *agentproto.SandboxStats
+	// End is when the sandbox stopped holding its allocation, when known
+	// better than the moment of this change; a zero time means "when it
+	// was last seen" (its VM vanished). Nil: the moment of this change.
+	End *time.Time
 }
 
 // transition moves a sandbox from one of c.From to c.To, with its event row
@@ -292,6 +309,9 @@ func (s *Store) transition(ctx context.Context, id string, c change) (Sandbox, b
 		if err := s.event(tx, &sb, c.Actor, now); err != nil {
 			return err
 		}
+		if err := meter(tx, sb, c, now); err != nil {
+			return err
+		}
 		if c.Audit != nil {
 			if c.Audit.Details == nil {
 				c.Audit.Details = map[string]any{}
@@ -306,6 +326,41 @@ func (s *Store) transition(ctx context.Context, id string, c change) (Sandbox, b
 		return Sandbox{}, false, fmt.Errorf("sandbox %s -> %s: %w", id, c.To, err)
 	}
 	return sb, changed, nil
+}
+
+// meter keeps the sandbox's usage meter in step with a change: opened when
+// it starts running, closed with its final sample when it stops holding
+// resources. A sandbox that never ran has no meter and nothing to close.
+func meter(tx *gorm.DB, sb Sandbox, c change, now time.Time) error {
+	if c.To == StateRunning {
+		return usage.Open(tx, meterOf(sb, now))
+	}
+	if c.To.Active() {
+		return nil
+	}
+	end := now
+	if c.End != nil {
+		end = *c.End
+	}
+	_, err := usage.Observe(tx, sb.ID, sampleOf(c.Final, now), &end)
+	if errors.Is(err, usage.ErrNoMeter) {
+		return nil
+	}
+	return err
+}
+
+func meterOf(sb Sandbox, started time.Time) usage.Meter {
+	return usage.Meter{SandboxID: sb.ID, TenantID: sb.TenantID, Template: sb.Template, UserID: sb.CreatedBy,
+		UserName: sb.CreatedByName, VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, StartedAt: started}
+}
+
+// sampleOf converts an agent's stats into a usage sample (nil for nil).
+func sampleOf(st *agentproto.SandboxStats, at time.Time) *usage.Sample {
+	if st == nil {
+		return nil
+	}
+	return &usage.Sample{At: at, CPUNS: int64(st.CPUUsage), MemoryCurrentBytes: int64(st.MemoryCurrent),
+		MemoryPeakBytes: int64(st.MemoryPeak), Pids: int(st.Pids), IOReadBytes: int64(st.IOReadBytes), IOWriteBytes: int64(st.IOWriteBytes)}
 }
 
 // startExec records a command about to run (and audits it as

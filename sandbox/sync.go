@@ -137,7 +137,7 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 		}
 		switch {
 		case !present && sb.State == StateStopped:
-			s.stopped(ctx, c, sb, sb.StateReason)
+			s.stopped(ctx, sb, agentproto.SandboxInfo{Reason: sb.StateReason}, nil)
 		case !present && sb.State == StateCreating:
 			if abandoned(sb) {
 				s.fail(ctx, sb, "create interrupted: the agent never finished it")
@@ -160,7 +160,7 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 		default:
 			// Stopped in the guest (or stopped here with its record left
 			// there): record why, then clean it up.
-			s.stopped(ctx, c, sb, a.Reason)
+			s.stopped(ctx, sb, a, s.stoppedAt(a, list.Now, now))
 		}
 	}
 	for _, a := range list.Sandboxes {
@@ -238,9 +238,26 @@ func (s *Service) adopt(ctx context.Context, sb Sandbox, a agentproto.SandboxInf
 	}
 }
 
+// stoppedAt is when, on the host's clock, the agent took the final sample
+// of a sandbox that stopped: the guest's clock only measures how long ago
+// (its offset from the host's does not matter). Nil when unknown.
+func (s *Service) stoppedAt(a agentproto.SandboxInfo, guestNow, hostNow time.Time) *time.Time {
+	if a.Final == nil || a.Final.SampledAtGuest.IsZero() || guestNow.IsZero() {
+		return nil
+	}
+	ago := guestNow.Sub(a.Final.SampledAtGuest)
+	if ago < 0 {
+		ago = 0
+	}
+	at := hostNow.Add(-ago)
+	return &at
+}
+
 // stopped records a sandbox its agent stopped (audited sandbox.stopped),
-// then destroys what is left of it.
-func (s *Service) stopped(ctx context.Context, c *agentproto.Client, sb Sandbox, reason string) {
+// with its final sample and when it stopped (end; nil: now), then destroys
+// what is left of it.
+func (s *Service) stopped(ctx context.Context, sb Sandbox, a agentproto.SandboxInfo, end *time.Time) {
+	reason := a.Reason
 	if reason == "" {
 		reason = "stopped"
 	}
@@ -248,6 +265,7 @@ func (s *Service) stopped(ctx context.Context, c *agentproto.Client, sb Sandbox,
 		ev := SystemActor().Event(sb.TenantID, audit.TypeSandboxStopped, "sandbox", sb.ID, map[string]any{"vm": sb.VMID})
 		out, changed, err := s.store.transition(ctx, sb.ID, change{
 			From: []State{StateCreating, StateRunning}, To: StateStopped, Reason: reason, Actor: "agent", Audit: &ev,
+			Final: a.Final, End: end,
 		})
 		if err != nil {
 			s.log.Warn("record stopped sandbox", "sandbox", sb.ID, "err", err)

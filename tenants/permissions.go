@@ -44,6 +44,24 @@ const (
 	PermSecretsRead Permission = "secrets.read"
 	// PermSecretsWrite: create and revoke secrets.
 	PermSecretsWrite Permission = "secrets.write"
+	// PermComplianceRead: the compliance checklist with its evidence,
+	// history, probe runs and export.
+	PermComplianceRead Permission = "compliance.read"
+	// PermComplianceRun: run the compliance probe now.
+	PermComplianceRun Permission = "compliance.run"
+	// PermUsageRead: the tenant's usage, its cost and quota lines (pages
+	// and summary API).
+	PermUsageRead Permission = "usage.read"
+	// PermUsageExport: billing exports (CSV/JSON) of the tenant's usage.
+	PermUsageExport Permission = "usage.export"
+	// PermWorkflowsRead: the tenant's workflows, their runs, logs and
+	// artifacts list.
+	PermWorkflowsRead Permission = "workflows.read"
+	// PermWorkflowsWrite: save and delete workflows, set the workflow
+	// settings (which secret signs GitHub deliveries).
+	PermWorkflowsWrite Permission = "workflows.write"
+	// PermRunsWrite: start runs by hand, cancel and re-run them.
+	PermRunsWrite Permission = "runs.write"
 )
 
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
@@ -51,14 +69,16 @@ const (
 var grants = map[Role][]Permission{
 	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
 		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
-		PermSecretsRead, PermSecretsWrite},
+		PermSecretsRead, PermSecretsWrite, PermComplianceRead, PermComplianceRun, PermUsageRead, PermUsageExport,
+		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite},
 	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
-		PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
+		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead},
 	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
-		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
+		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermWorkflowsRead, PermRunsWrite},
 	// Auditors read what ran in sandboxes (commands and output) but start nothing.
-	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch, PermPolicyRead, PermSecretsRead},
-	RoleBilling: {PermTenantView, PermPolicyRead},
+	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch, PermPolicyRead, PermSecretsRead,
+		PermComplianceRead, PermWorkflowsRead},
+	RoleBilling: {PermTenantView, PermPolicyRead, PermUsageRead, PermUsageExport},
 }
 
 // Can reports whether role grants p. Platform permissions (public, signed

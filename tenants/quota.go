@@ -18,18 +18,24 @@ const (
 	QuotaMaxVCPUs     = "max_vcpus"
 	QuotaMaxMemoryMiB = "max_memory_mib"
 	QuotaMaxSandboxes = "max_sandboxes"
+	// QuotaMaxCPUHoursMonthly bounds the CPU time a tenant's sandboxes may
+	// use in a calendar month (UTC), as their cgroups measure it.
+	QuotaMaxCPUHoursMonthly = "max_cpu_hours_monthly"
 )
 
 // Quota is a tenant's platform limits, set by operators. Every tenant has
 // one: a row is made with DefaultQuota the first time it is read.
 type Quota struct {
-	TenantID     string    `gorm:"column:tenant_id;primaryKey"`
-	MaxVMs       int       `gorm:"column:max_vms"`
-	MaxVCPUs     int       `gorm:"column:max_vcpus"`
-	MaxMemoryMiB int       `gorm:"column:max_memory_mib"`
-	MaxSandboxes int       `gorm:"column:max_sandboxes"` // running at once
-	UpdatedAt    time.Time `gorm:"column:updated_at;autoUpdateTime:false"`
-	UpdatedBy    string    `gorm:"column:updated_by"`
+	TenantID     string `gorm:"column:tenant_id;primaryKey"`
+	MaxVMs       int    `gorm:"column:max_vms"`
+	MaxVCPUs     int    `gorm:"column:max_vcpus"`
+	MaxMemoryMiB int    `gorm:"column:max_memory_mib"`
+	MaxSandboxes int    `gorm:"column:max_sandboxes"` // running at once
+	// MaxCPUHoursMonthly: once the month's measured CPU-hours reach it, no
+	// new sandbox starts until the next month (running ones go on).
+	MaxCPUHoursMonthly int       `gorm:"column:max_cpu_hours_monthly"`
+	UpdatedAt          time.Time `gorm:"column:updated_at;autoUpdateTime:false"`
+	UpdatedBy          string    `gorm:"column:updated_by"`
 }
 
 // TableName is the GORM table of Quota.
@@ -44,7 +50,7 @@ func (q *Quota) AfterFind(*gorm.DB) error {
 // DefaultQuota is what a tenant gets until an operator says otherwise:
 // enough for a small team on one modest host.
 func DefaultQuota() Quota {
-	return Quota{MaxVMs: 4, MaxVCPUs: 8, MaxMemoryMiB: 8192, MaxSandboxes: 16}
+	return Quota{MaxVMs: 4, MaxVCPUs: 8, MaxMemoryMiB: 8192, MaxSandboxes: 16, MaxCPUHoursMonthly: 1000}
 }
 
 // Upper bounds an operator may set, so a typo cannot hand out a data centre.
@@ -53,6 +59,7 @@ const (
 	maxQuotaVCPUs     = 4096
 	maxQuotaMemoryMiB = 4 << 20 // 4 TiB
 	maxQuotaSandboxes = 10000
+	maxQuotaCPUHours  = 10_000_000
 )
 
 // QuotaError says which quota a request would exceed. It wraps ErrQuota.
@@ -60,9 +67,15 @@ type QuotaError struct {
 	Quota string // one of the Quota* names
 	Limit int
 	Want  int // the total the request would bring the tenant to
+	// Detail, when set, is the whole message (quotas on what was used
+	// rather than what a request adds).
+	Detail string
 }
 
 func (e *QuotaError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("quota %s exceeded: %s", e.Quota, e.Detail)
+	}
 	return fmt.Sprintf("quota %s exceeded: the request needs %d, the limit is %d", e.Quota, e.Want, e.Limit)
 }
 
@@ -95,6 +108,17 @@ func (q Quota) Check(u Usage) error {
 	return nil
 }
 
+// CheckCPUHours returns a *QuotaError when cpuSeconds, the CPU time the
+// tenant used this month, has reached the monthly CPU-hours quota.
+func (q Quota) CheckCPUHours(cpuSeconds float64) error {
+	if cpuSeconds < float64(q.MaxCPUHoursMonthly)*3600 {
+		return nil
+	}
+	return &QuotaError{Quota: QuotaMaxCPUHoursMonthly, Limit: q.MaxCPUHoursMonthly, Want: int(cpuSeconds / 3600),
+		Detail: fmt.Sprintf("the tenant used %.2f CPU-hours this month, the limit is %d; new sandboxes start again next month or when a platform operator raises the quota",
+			cpuSeconds/3600, q.MaxCPUHoursMonthly)}
+}
+
 func (q Quota) validate() error {
 	for _, c := range []struct {
 		name       string
@@ -104,6 +128,7 @@ func (q Quota) validate() error {
 		{QuotaMaxVCPUs, q.MaxVCPUs, maxQuotaVCPUs},
 		{QuotaMaxMemoryMiB, q.MaxMemoryMiB, maxQuotaMemoryMiB},
 		{QuotaMaxSandboxes, q.MaxSandboxes, maxQuotaSandboxes},
+		{QuotaMaxCPUHoursMonthly, q.MaxCPUHoursMonthly, maxQuotaCPUHours},
 	} {
 		if c.value < 0 || c.value > c.max {
 			return Invalid(c.name, "range", fmt.Sprintf("must be between 0 and %d", c.max))
@@ -172,7 +197,7 @@ func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string
 			return err
 		}
 		out = Quota{TenantID: tenantID, MaxVMs: in.MaxVMs, MaxVCPUs: in.MaxVCPUs, MaxMemoryMiB: in.MaxMemoryMiB,
-			MaxSandboxes: in.MaxSandboxes, UpdatedAt: s.now(), UpdatedBy: actor.ID}
+			MaxSandboxes: in.MaxSandboxes, MaxCPUHoursMonthly: in.MaxCPUHoursMonthly, UpdatedAt: s.now(), UpdatedBy: actor.ID}
 		if err := tx.Save(&out).Error; err != nil {
 			return err
 		}
@@ -188,5 +213,5 @@ func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string
 
 func quotaDetails(q Quota) map[string]any {
 	return map[string]any{QuotaMaxVMs: q.MaxVMs, QuotaMaxVCPUs: q.MaxVCPUs,
-		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes}
+		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes, QuotaMaxCPUHoursMonthly: q.MaxCPUHoursMonthly}
 }

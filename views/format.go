@@ -130,6 +130,8 @@ func settingsNav() []navItem {
 func operatorNav() []navItem {
 	return []navItem{
 		{NavTenants, "Tenants", "/operator/tenants"},
+		{NavOperatorUsage, "Usage", "/operator/usage"},
+		{NavPrices, "Prices", "/operator/prices"},
 		{NavHosts, "Hosts", "/operator/hosts"},
 	}
 }

@@ -101,6 +101,9 @@ type DashboardView struct {
 	ActiveTokens int
 	RecentAudit  []AuditRow
 	Areas        []AreaCard
+	// Quota is the tenant's quota lines; those at 80 % or more show as
+	// warnings.
+	Quota []QuotaLineView
 }
 
 // AreaCard is one product area on the dashboard; Ready is false for areas that
@@ -182,14 +185,20 @@ type TokenForm struct {
 type TenantsView struct {
 	Rows []TenantRow
 	Form TenantForm
+	// Quotas is the quota editor (views/operator_usage.templ).
+	Quotas TenantQuotasView
 }
 
 // TenantRow is one tenant.
 type TenantRow struct {
+	ID        string
 	Slug      string
 	Name      string
 	Members   int
 	CreatedAt time.Time
+	// Frozen is set while an operator has frozen the tenant (incident
+	// response).
+	Frozen *FreezeView
 }
 
 // TenantForm is the create-tenant form's values and field errors.

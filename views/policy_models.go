@@ -39,6 +39,7 @@ const (
 	FieldBool  = "bool"
 	FieldEnum  = "enum"
 	FieldLines = "lines"
+	FieldText  = "text" // one line of free text (a URL)
 )
 
 // PolicyField is one input of a section form. Name is the setting's JSON

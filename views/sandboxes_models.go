@@ -21,6 +21,9 @@ type SandboxesView struct {
 	// VMs (less what the guest keeps).
 	VMVCPUs, MaxMemoryMiB int
 	Quota                 SandboxQuotaView
+	// QuotaLines are the tenant's quota lines; those at 80 % or more show
+	// as warnings above the create form.
+	QuotaLines []QuotaLineView
 }
 
 // SandboxForm is the create form: values as typed, and field errors.
@@ -95,6 +98,7 @@ type SandboxView struct {
 	Execs         []ExecRow
 	CanEdit       bool
 	CanSeeVMs     bool
+	CanSeeUsage   bool // usage.read: link the sandbox's usage and cost
 	CSRF          string
 	PollURL       string // the live fragment, while the sandbox is active
 	Now           time.Time

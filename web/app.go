@@ -13,20 +13,26 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
+	"github.com/stockade-dev/stockade/tenants/usage"
+	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web/authn"
 	"github.com/stockade-dev/stockade/web/devidp"
+	"github.com/stockade-dev/stockade/web/hooks"
 )
 
 // DevIdPPath is where the development identity provider is mounted.
@@ -65,6 +71,24 @@ type AppConfig struct {
 	// Egress keeps the egress gateway's decisions; nil serves the egress
 	// page and API as unavailable.
 	Egress *egress.Store
+	// Usage meters and prices what sandboxes use (one store, shared by the
+	// pages, the API and the metrics); nil serves usage pages and API as
+	// unavailable and exports no tenant metrics.
+	Usage *usage.Store
+	// UsageMetrics bounds the per-tenant metrics (zero: the defaults).
+	UsageMetrics usage.MetricsConfig
+	// MetricsToken is the bearer token /metrics requires; empty: loopback only.
+	MetricsToken string
+	// Compliance evaluates the security checklist and runs the probe
+	// (*compliance.Service); nil serves the compliance page without a
+	// checklist and its API as unavailable.
+	Compliance handlers.Compliance
+	// Workflows keeps the tenants' workflows; nil serves the workflow API
+	// as unavailable and refuses GitHub deliveries.
+	Workflows *workflow.Store
+	// Runs executes workflow runs; nil serves the run API as unavailable
+	// and refuses GitHub deliveries.
+	Runs *runs.Engine
 }
 
 // App is the assembled web app: the server and its relying party.
@@ -133,7 +157,8 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
 	}, handlers.Deps{
 		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs, Sandboxes: cfg.Sandboxes, Terminals: cfg.Terminals,
-		Secrets: cfg.Secrets, Policies: cfg.Policies, Egress: cfg.Egress,
+		Secrets: cfg.Secrets, Policies: cfg.Policies, Egress: cfg.Egress, Usage: cfg.Usage,
+		Compliance: cfg.Compliance, Workflows: cfg.Workflows, Runs: cfg.Runs,
 		Ready: func(ctx context.Context) error {
 			if !a.rp.ready() {
 				return errors.New("identity provider not ready")
@@ -141,10 +166,26 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 			return store.Ping(ctx)
 		},
 	})
+	if cfg.Usage != nil {
+		mc := cfg.UsageMetrics
+		if mc.Log == nil {
+			mc.Log = cfg.Log
+		}
+		if mc.VMs == nil && cfg.VMs != nil {
+			mc.VMs = vmFigures(cfg.VMs)
+		}
+		if err := cfg.Registry.Register(usage.NewCollector(cfg.Usage, mc)); err != nil {
+			return nil, fmt.Errorf("register usage metrics: %w", err)
+		}
+	}
 	a.Server = New(Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: cfg.OperatorEmails,
-		DevIdP: devHandler, DevIdPPath: DevIdPPath,
+		DevIdP: devHandler, DevIdPPath: DevIdPPath, MetricsToken: cfg.MetricsToken,
 	}, store, h, cfg.Log, cfg.Registry)
+	if cfg.Workflows != nil && cfg.Runs != nil && cfg.Secrets != nil {
+		a.mountGitHub(&hooks.GitHub{Tenants: store, Workflows: cfg.Workflows, Secrets: notify.HostScoped(cfg.Secrets),
+			Runs: cfg.Runs.Store(), Starter: cfg.Runs, Log: cfg.Log})
+	}
 	return a, nil
 }
 
@@ -206,4 +247,34 @@ func (l *lateRP) Issuer() string {
 		return p.Issuer()
 	}
 	return ""
+}
+
+// vmFigures gives the usage metrics every running VM with libvirt's figures.
+func vmFigures(vms *vmpool.Service) func(context.Context) ([]usage.VMFigure, error) {
+	return func(ctx context.Context) ([]usage.VMFigure, error) {
+		all, err := vms.ListAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]usage.VMFigure, 0, len(all))
+		for _, st := range all {
+			if st.VM.State == vmpool.StateRunning {
+				out = append(out, usage.VMFigure{TenantID: st.VM.TenantID, VCPUs: st.VM.VCPUs, MemoryMiB: st.VM.MemoryMiB, CPUTime: st.CPUTime})
+			}
+		}
+		return out, nil
+	}
+}
+
+// GitHubHookPath receives a tenant's GitHub deliveries. It is public and
+// outside the route table's session, token and CSRF middleware: a delivery
+// authenticates by its signature (X-Hub-Signature-256, checked by the
+// handler before anything else), not by a session or token.
+const GitHubHookPath = "/hooks/github/:tenant"
+
+func (a *App) mountGitHub(g *hooks.GitHub) {
+	a.echo.POST(GitHubHookPath, func(c echo.Context) error {
+		g.Serve(c.Response(), c.Request(), c.Param("tenant"))
+		return nil
+	})
 }

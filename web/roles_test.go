@@ -68,10 +68,15 @@ func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
 		return tok.ID, true
 	case strings.Contains(path, "/sandboxes/:id"):
 		return sandboxtest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug)).ID, true
+	case strings.Contains(path, "/compliance/probes/:id"):
+		return recordProbeRun(t, f.env.DB, f.tenant.ID, fmt.Sprintf("probe output %d of %s\n", f.next(), f.tenant.Slug), nil), true
 	case strings.Contains(path, "/terminals/:id"):
 		by := fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug)
 		sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, by)
 		return terminaltest.Record(t, f.env.DB, f.env.Terminals.Config().DataDir, f.tenant.ID, sb.ID, by).ID, true
+	case strings.Contains(path, "/runs/:id"):
+		n := f.next()
+		return recordRun(t, f.env, f.tenant.ID, fmt.Sprintf("object-%d", n), fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug)), true
 	}
 	return "", false
 }
@@ -158,6 +163,17 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 		return nil, map[string]string{"name": fmt.Sprintf("api-token-%d", n), "role": "developer", "ttl": "24h"}
 	case "POST /api/v1/tenants":
 		return nil, map[string]string{"slug": fmt.Sprintf("api-tenant-%d", n)}
+	case "POST /operator/prices":
+		return url.Values{"currency": {"USD"}, "vcpu_second": {"0.00002"}, "gib_second": {"0.000005"}, "cpu_second": {"0"}, "egress_gb": {"0.05"}}, nil
+	case "POST /api/v1/prices":
+		return nil, map[string]any{"currency": "USD", "vcpu_second": 0.00002, "gib_second": 0.000005, "cpu_second": 0, "egress_gb": 0.05}
+	case "PUT /api/v1/workflows/:name":
+		// :name is filled with missingID, a valid workflow name: the PUT
+		// creates it (a new description each time, so never "unchanged").
+		return nil, map[string]any{"name": missingID, "description": fmt.Sprintf("role table %d", n),
+			"triggers": []map[string]string{{"event": "manual"}}, "steps": []map[string]string{{"name": "s", "run": "true"}}}
+	case "PUT /api/v1/tenants/:id/quota":
+		return nil, map[string]int{"max_vms": 4, "max_vcpus": 8, "max_memory_mib": 8192, "max_sandboxes": 16, "max_cpu_hours_monthly": 1000}
 	}
 	return nil, nil
 }

@@ -65,8 +65,13 @@ func Routes(h *handlers.Handlers) []Route {
 		{post, "/policy/raw", tenants.PermPolicyWrite, false, h.SavePolicyRaw},
 		{post, "/policy/rollback", tenants.PermPolicyWrite, false, h.RollbackPolicy},
 		{get, "/policy/versions/:version", tenants.PermPolicyRead, false, h.PolicyVersionPage},
-		{get, "/usage", tenants.PermTenantView, false, h.Area("usage")},
-		{get, "/compliance", tenants.PermTenantView, false, h.Area("compliance")},
+		{get, "/usage", tenants.PermUsageRead, false, h.UsagePage},
+		{get, "/usage/sandboxes/:id", tenants.PermUsageRead, false, h.SandboxUsagePage},
+		{get, "/compliance", tenants.PermComplianceRead, false, h.CompliancePage},
+		{get, "/compliance/print", tenants.PermComplianceRead, false, h.CompliancePrint},
+		{get, "/compliance/export", tenants.PermComplianceRead, false, h.ComplianceExport},
+		{get, "/compliance/probes/:id", tenants.PermComplianceRead, false, h.ComplianceProbePage},
+		{post, "/compliance/probe", tenants.PermComplianceRun, false, h.RunComplianceProbe},
 		{get, "/audit", tenants.PermAuditRead, false, h.Audit},
 		{get, "/audit/export", tenants.PermAuditRead, false, h.AuditExport},
 		{get, "/settings", tenants.PermTenantView, false, h.Settings},
@@ -85,6 +90,14 @@ func Routes(h *handlers.Handlers) []Route {
 		{get, "/operator/tenants", tenants.PermOperator, false, h.OperatorTenants},
 		{post, "/operator/tenants", tenants.PermOperator, false, h.OperatorCreateTenant},
 		{get, "/operator/hosts", tenants.PermOperator, false, h.OperatorHosts},
+		{post, "/operator/tenants/:id/quota", tenants.PermOperator, false, h.OperatorSetQuota},
+		{get, "/operator/usage", tenants.PermOperator, false, h.OperatorUsagePage},
+		{get, "/operator/prices", tenants.PermOperator, false, h.PricesPage},
+		{post, "/operator/prices", tenants.PermOperator, false, h.OperatorSetPrice},
+		// Incident response: freeze destroys the tenant's sandboxes and
+		// refuses new sandboxes and VMs until unfreeze.
+		{post, "/operator/tenants/:id/freeze", tenants.PermOperator, false, h.OperatorFreezeTenant},
+		{post, "/operator/tenants/:id/unfreeze", tenants.PermOperator, false, h.OperatorUnfreezeTenant},
 
 		// JSON API.
 		{get, "/api/v1/openapi.json", P, true, openAPIHandler()},
@@ -132,8 +145,41 @@ func Routes(h *handlers.Handlers) []Route {
 		{get, "/api/v1/terminals/:id/cast", tenants.PermTerminalsWatch, true, h.TerminalCast},
 		// Egress decisions of the gateway (sandbox connections, allowed or denied).
 		{get, "/api/v1/egress-events", tenants.PermSandboxesRead, true, h.APIEgressEvents},
+		// Usage and cost of the caller's tenant: the billing export (streamed,
+		// audited), a summary for dashboards, and the quota with what is used.
+		{get, "/api/v1/usage", tenants.PermUsageExport, true, h.APIUsageExport},
+		{get, "/api/v1/usage/summary", tenants.PermUsageRead, true, h.APIUsageSummary},
+		{get, "/api/v1/quota", tenants.PermTenantView, true, h.APIQuota},
 		{get, "/api/v1/hosts", tenants.PermOperator, true, h.APIHosts},
 		{get, "/api/v1/tenants", tenants.PermOperator, true, h.APITenants},
 		{post, "/api/v1/tenants", tenants.PermOperator, true, h.APICreateTenant},
+		{get, "/api/v1/tenants/:id/quota", tenants.PermOperator, true, h.APITenantQuota},
+		{put, "/api/v1/tenants/:id/quota", tenants.PermOperator, true, h.APISetTenantQuota},
+		{get, "/api/v1/prices", tenants.PermOperator, true, h.APIPrices},
+		{post, "/api/v1/prices", tenants.PermOperator, true, h.APISetPrice},
+		// Every tenant's usage as FOCUS rows, streamed (audited, scope all).
+		{get, "/api/v1/operator/usage", tenants.PermOperator, true, h.OperatorUsageExport},
+		{post, "/api/v1/tenants/:id/freeze", tenants.PermOperator, true, h.APIFreezeTenant},
+		{post, "/api/v1/tenants/:id/unfreeze", tenants.PermOperator, true, h.APIUnfreezeTenant},
+		// The security checklist with its evidence; probe runs.
+		{get, "/api/v1/compliance", tenants.PermComplianceRead, true, h.APICompliance},
+		{post, "/api/v1/compliance/probe", tenants.PermComplianceRun, true, h.APIRunComplianceProbe},
+		{get, "/api/v1/compliance/probes", tenants.PermComplianceRead, true, h.APIComplianceProbes},
+		{get, "/api/v1/compliance/probes/:id", tenants.PermComplianceRead, true, h.APIComplianceProbe},
+		// Workflows (YAML definitions, JSON accepted too), their settings, and
+		// runs. GitHub deliveries arrive on web.GitHubHookPath, outside this
+		// table: they authenticate by signature, not session or token.
+		{get, "/api/v1/workflows", tenants.PermWorkflowsRead, true, h.APIWorkflows},
+		{get, "/api/v1/workflows/:name", tenants.PermWorkflowsRead, true, h.APIWorkflow},
+		{put, "/api/v1/workflows/:name", tenants.PermWorkflowsWrite, true, h.APIPutWorkflow},
+		{del, "/api/v1/workflows/:name", tenants.PermWorkflowsWrite, true, h.APIDeleteWorkflow},
+		{post, "/api/v1/workflows/:name/runs", tenants.PermRunsWrite, true, h.APIStartRun},
+		{get, "/api/v1/workflow-settings", tenants.PermWorkflowsRead, true, h.APIWorkflowSettings},
+		{put, "/api/v1/workflow-settings", tenants.PermWorkflowsWrite, true, h.APIPutWorkflowSettings},
+		{get, "/api/v1/runs", tenants.PermWorkflowsRead, true, h.APIRuns},
+		{get, "/api/v1/runs/:id", tenants.PermWorkflowsRead, true, h.APIRun},
+		{get, "/api/v1/runs/:id/log", tenants.PermWorkflowsRead, true, h.APIRunLog},
+		{post, "/api/v1/runs/:id/cancel", tenants.PermRunsWrite, true, h.APICancelRun},
+		{post, "/api/v1/runs/:id/rerun", tenants.PermRunsWrite, true, h.APIRerun},
 	}
 }

@@ -5,6 +5,7 @@ package web
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net"
@@ -35,6 +36,10 @@ type Config struct {
 	// mounted at DevIdPPath.
 	DevIdP     http.Handler
 	DevIdPPath string
+	// MetricsToken, when set, is the bearer token /metrics requires (the
+	// per-tenant usage is there); when empty /metrics answers only
+	// connections from this machine's loopback.
+	MetricsToken string
 }
 
 // Server is the configured Echo instance.
@@ -85,7 +90,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	if cfg.DevIdP != nil {
 		e.Any(cfg.DevIdPPath+"/*", echo.WrapHandler(cfg.DevIdP))
 	}
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
 	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
 		Skipper: func(c echo.Context) bool {
@@ -220,5 +225,29 @@ func staticHandler() http.Handler {
 			w.Header().Set("Cache-Control", "public, max-age=300")
 		}
 		fs.ServeHTTP(w, r)
+	})
+}
+
+// metricsGuard lets a scraper through with the bearer token (constant-time
+// compare), or, with no token configured, from loopback only: the metrics
+// carry every tenant's usage and cost.
+func metricsGuard(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" {
+			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="stockade metrics"`)
+				http.Error(w, "metrics need the bearer token of STOCKADE_METRICS_TOKEN_FILE", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "metrics are served to this machine only; set STOCKADE_METRICS_TOKEN_FILE to scrape from elsewhere", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }

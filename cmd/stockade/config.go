@@ -10,8 +10,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // config is the deployment configuration: environment first, flags override.
@@ -33,6 +35,16 @@ type config struct {
 	// Terminal recordings: keystrokes too, and how long they are kept.
 	RecordInput   bool
 	RetentionDays int
+	// Compliance: how often every tenant's checklist is re-evaluated, and
+	// how often the probe runs per tenant (0 or less: on demand only).
+	ComplianceInterval time.Duration
+	ProbeInterval      time.Duration
+	// MetricsTenants is how many tenants get their own label in the usage
+	// metrics; the rest are summed under tenant="_other".
+	MetricsTenants int
+	// MetricsTokenFile holds the bearer token /metrics requires; empty:
+	// /metrics answers loopback connections only.
+	MetricsTokenFile string
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -57,6 +69,13 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
 	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))
 	fs.IntVar(&c.RetentionDays, "recording-retention-days", retention, "days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
+	compInterval, _ := time.ParseDuration(def("STOCKADE_COMPLIANCE_INTERVAL", "5m"))
+	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", compInterval, "how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
+	probeInterval, _ := time.ParseDuration(def("STOCKADE_PROBE_INTERVAL", "24h"))
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", probeInterval, "how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
+	metricsTenants, _ := strconv.Atoi(def("STOCKADE_METRICS_TENANTS", "200"))
+	fs.IntVar(&c.MetricsTenants, "metrics-tenants", metricsTenants, `tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
+	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -69,6 +88,15 @@ func (c *config) check() error {
 		return fmt.Errorf("STOCKADE_PUBLIC_URL %q: must be an http(s) URL", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.ComplianceInterval <= 0 {
+		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
+	}
+	if c.MetricsTenants <= 0 {
+		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = -1 // on demand only
+	}
 	if c.DomainType != "" && c.DomainType != "kvm" && c.DomainType != "qemu" {
 		return fmt.Errorf("STOCKADE_DOMAIN_TYPE %q: must be kvm, qemu or empty (detect)", c.DomainType)
 	}
@@ -98,6 +126,16 @@ func (c *config) operatorEmails() map[string]bool {
 			out[e] = true
 		}
 	}
+	return out
+}
+
+// operatorList is the platform operators' emails, sorted.
+func (c *config) operatorList() []string {
+	out := make([]string, 0)
+	for e := range c.operatorEmails() {
+		out = append(out, e)
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -50,6 +50,8 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout)
   stockade sandbox rm ID...
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
+  stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
+  stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates
 
 Configuration comes from the environment (see README), flags override it.
 `
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return imageCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "sandbox", "sandboxes":
 		return sandboxCmd(ctx, args[1:], getenv, os.Stdin, stdout, stderr)
+	case "usage":
+		return usageCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "stockade", version)
 		return nil

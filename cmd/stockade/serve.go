@@ -7,17 +7,25 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/sandbox/probe"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/compliance"
+	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
+	usagestore "github.com/stockade-dev/stockade/tenants/usage"
+	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -67,15 +75,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	egressEvents := egress.NewStore(db)
-	gw, err := egress.New(egress.Config{Policies: egress.FromPolicy(pol), Store: egressEvents, Swapper: sec,
+	auditLog := audit.NewLog(db, nil)
+	// Refused connections are also audited (egress.denied), at most one
+	// per sandbox and host a minute.
+	gw, err := egress.New(egress.Config{Policies: egress.FromPolicy(pol), Store: egressEvents, Swapper: sec, Audit: auditLog,
 		Sandboxes: egress.StoredSandboxes(sandbox.NewStore(db, nil)), AllowCIDRs: allowCIDRs, Logger: log})
 	if err != nil {
 		return err
 	}
 	// The VM pools start even with libvirtd down: they keep retrying, and
 	// until a host answers VM pages and API say the hypervisor is unavailable.
+	// A tenant an operator froze gets no VM and no sandbox (Freezes).
 	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log, DomainType: cfg.DomainType,
-		Egress: gw})
+		Egress: gw, Freezes: store})
 	if err != nil {
 		return err
 	}
@@ -86,7 +98,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// After the VM pools: it reconciles sandboxes with the agents of the VMs
 	// they adopted.
 	// Each tenant's policy (pol, above) bounds its sandboxes at create.
-	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol})
+	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol, Freezes: store})
 	if err := sbx.Start(ctx); err != nil {
 		return err
 	}
@@ -100,12 +112,66 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	sbx.OnEnd(terms.EndSandbox) // a destroyed sandbox ends its terminals at once, for everyone
 	// An ended sandbox's egress bytes stay in egress_events only.
 	sbx.OnEnd(func(_, id, _ string) { gw.Forget(id) })
+	// The compliance checklist: every tenant re-evaluated each
+	// ComplianceInterval; the probe runs in a sandbox of each tenant every
+	// ProbeInterval (and on demand), its sandboxes destroyed afterwards.
+	hostShares, vmNICs, err := probe.DomainShares()
+	if err != nil {
+		return err
+	}
+	comp, err := compliance.New(db, compliance.Config{
+		Policies: pol, Secrets: sec, Tenants: store, Live: probe.NewLive(db, nil),
+		Prober: probe.NewRunner(sbx, probe.Config{Policies: pol, Logger: log,
+			Targets: probe.Targets{ControlPlane: probe.HostPort(cfg.PublicURL)}}),
+		Platform: compliance.Platform{DomainType: cfg.DomainType, HostMounts: hostShares, NetworkDevices: vmNICs, Gateway: true,
+			AllowCIDRs: splitList(cfg.EgressAllowCIDRs), SecretsEncrypted: true, OperatorContacts: cfg.operatorList(),
+			ControlPlane: cfg.PublicURL},
+		Interval: cfg.ComplianceInterval, ProbeInterval: cfg.ProbeInterval, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := comp.Start(ctx); err != nil {
+		return err
+	}
+	defer comp.Close()
+	// Workflows: each run gets a sandbox of its own, destroyed when it ends;
+	// results go where the workflow says (Slack, Jira, signed webhooks).
+	wfs, err := workflow.NewStore(db, nil)
+	if err != nil {
+		return err
+	}
+	sender := notify.New(db, notify.HostScoped(sec), notify.Config{Logger: log})
+	runEngine := runs.NewEngine(runs.NewStore(db, nil), wfs, sbx, runs.Config{ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"),
+		Logger: log, Notifier: runs.NotifyWith(sender, cfg.PublicURL), Costs: runs.LedgerCosts(usagestore.NewStore(db, nil))})
+	if err := runEngine.Recover(ctx); err != nil {
+		return err
+	}
+	defer func() { // before the sandbox service closes: cancelled runs destroy their sandboxes
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if err := runEngine.Close(cctx); err != nil {
+			log.Warn("close run engine", "err", err)
+		}
+	}()
+	metricsToken := ""
+	if cfg.MetricsTokenFile != "" {
+		b, err := os.ReadFile(cfg.MetricsTokenFile)
+		if err != nil {
+			return fmt.Errorf("STOCKADE_METRICS_TOKEN_FILE: %w", err)
+		}
+		if metricsToken = strings.TrimSpace(string(b)); len(metricsToken) < 16 {
+			return fmt.Errorf("STOCKADE_METRICS_TOKEN_FILE %s: the token must be at least 16 characters", cfg.MetricsTokenFile)
+		}
+	}
 	app, err := web.NewApp(ctx, web.AppConfig{
-		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root,
+		PublicURL: cfg.PublicURL, OperatorEmails: cfg.operatorEmails(), RootKey: root, MetricsToken: metricsToken,
 		OIDCIssuer: cfg.OIDCIssuer, OIDCClientID: cfg.OIDCClientID, OIDCClientSecret: cfg.OIDCSecret,
 		Version: version, Log: log, VMs: vms, Sandboxes: sbx, Terminals: terms, Secrets: sec, Policies: pol,
-		Egress: egressEvents,
-	}, store, audit.NewLog(db, nil))
+		Egress: egressEvents, Usage: usagestore.NewStore(db, nil),
+		UsageMetrics: usagestore.MetricsConfig{MaxTenants: cfg.MetricsTenants}, Compliance: comp,
+		Workflows: wfs, Runs: runEngine,
+	}, store, auditLog)
 	if err != nil {
 		return err
 	}
@@ -119,6 +185,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	go sweepSessions(ctx, store, log)
+	// Audit retention: each tenant's policy audit.retention_days (0 keeps
+	// everything); every deletion is itself audited (audit.pruned).
+	go audit.NewRetention(auditLog, audit.RetentionConfig{Logger: log,
+		Tenants: func(ctx context.Context) ([]string, error) {
+			ts, err := store.ListTenants(ctx)
+			ids := make([]string, 0, len(ts))
+			for _, t := range ts {
+				ids = append(ids, t.ID)
+			}
+			return ids, err
+		},
+		Days: func(ctx context.Context, tenantID string) (int, error) {
+			v, err := pol.Current(ctx, tenantID)
+			return v.Doc.Audit.RetentionDays, err
+		},
+	}).Run(ctx)
 	log.Info("stockade serving", "addr", l.Addr().String(), "public_url", cfg.PublicURL, "installation", installID,
 		"database", dbKind(cfg.DB), "data_dir", cfg.DataDir, "version", version)
 	fmt.Fprintf(stdout, "Stockade is running at %s\n", cfg.PublicURL)

@@ -45,6 +45,23 @@ func setupCgroups(root string) (string, error) {
 // killCgroup kills every process in dir, waits until it is empty and
 // removes it. A missing cgroup is not an error.
 func killCgroup(ctx context.Context, dir string) error {
+	if err := emptyCgroup(ctx, dir); err != nil {
+		return err
+	}
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || !sleepCtx(ctx, delay) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+	}
+}
+
+// emptyCgroup kills every process of the cgroup and waits until none is
+// left; the cgroup itself stays, with its final counters.
+func emptyCgroup(ctx context.Context, dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -58,19 +75,10 @@ func killCgroup(ctx context.Context, dir string) error {
 			return fmt.Errorf("kill cgroup %s: %w", dir, err)
 		}
 		if !populated {
-			break
+			return nil
 		}
 		if !sleepCtx(ctx, delay) {
 			return fmt.Errorf("kill cgroup %s: still populated: %w", dir, ctx.Err())
-		}
-	}
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		err := unix.Rmdir(dir)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) || !sleepCtx(ctx, delay) {
-			return fmt.Errorf("remove cgroup %s: %w", dir, err)
 		}
 	}
 }

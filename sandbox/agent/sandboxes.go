@@ -226,7 +226,7 @@ func (sb *sandbox) info() agentproto.SandboxInfo {
 	defer sb.mu.Unlock()
 	return agentproto.SandboxInfo{
 		ID: sb.id, Template: sb.spec.Template, State: sb.state, Reason: sb.reason,
-		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup,
+		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup, Final: sb.final,
 	}
 }
 
@@ -663,13 +663,19 @@ func (m *Manager) stop(sb *sandbox, reason string) {
 		sb.state, sb.reason = agentproto.SandboxStopped, reason
 		sb.mu.Unlock()
 		close(sb.stopping)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// The final sample is read once every process is gone and before
+		// the cgroup goes: the host bills from it.
+		if err := emptyCgroup(ctx, sb.cgroup); err != nil {
+			m.log.Warn("stop sandbox: kill its processes", "sandbox", sb.id, "err", err)
+		}
 		var st agentproto.SandboxStats
 		m.fillStats(sb, &st)
+		st.State = agentproto.SandboxStopped
 		sb.mu.Lock()
 		sb.final = &st
 		sb.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
 		if err := m.teardown(ctx, sb); err != nil {
 			m.log.Error("stop sandbox", "sandbox", sb.id, "err", err)
 		}
@@ -767,7 +773,7 @@ func (m *Manager) List() agentproto.SandboxList {
 		sbs = append(sbs, sb)
 	}
 	m.mu.Unlock()
-	out := agentproto.SandboxList{Sandboxes: make([]agentproto.SandboxInfo, 0, len(sbs)), Templates: m.templates.list()}
+	out := agentproto.SandboxList{Sandboxes: make([]agentproto.SandboxInfo, 0, len(sbs)), Templates: m.templates.list(), Now: time.Now()}
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, sb.info())
 	}

@@ -91,6 +91,9 @@ type SandboxInfo struct {
 	Created time.Time `json:"created"`
 	// Startup is how long create took inside the guest, by step.
 	Startup Startup `json:"startup"`
+	// Final is the sandbox's last cgroup sample, read once its processes
+	// were gone: set when it stopped (and in the answer to sandbox.destroy).
+	Final *SandboxStats `json:"final_stats,omitempty"`
 }
 
 // Startup times the steps of sandbox.create inside the guest.
@@ -116,6 +119,10 @@ type TemplateInfo struct {
 type SandboxList struct {
 	Sandboxes []SandboxInfo  `json:"sandboxes"`
 	Templates []TemplateInfo `json:"templates"`
+	// Now is the guest's clock when it answered: with a Final sample's
+	// SampledAtGuest it says how long ago a sandbox stopped, whatever the
+	// guest clock's offset.
+	Now time.Time `json:"now"`
 }
 
 // SandboxStats is a sandbox's cgroup and disk usage.

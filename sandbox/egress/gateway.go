@@ -77,6 +77,11 @@ type Config struct {
 	DialTimeout time.Duration
 	// HeaderTimeout bounds reading the proxy request; default 30 s.
 	HeaderTimeout time.Duration
+	// Audit records a refused connection as egress.denied, at most one per
+	// sandbox and host per DenialAuditWindow; nil: egress_events only.
+	Audit Auditor
+	// DenialAuditWindow is that rate limit's window; default 1 min.
+	DenialAuditWindow time.Duration
 }
 
 // Gateway decides, dials and pipes sandbox connections.
@@ -84,6 +89,8 @@ type Gateway struct {
 	cfg   Config
 	log   *slog.Logger
 	rules *ruleCache
+	// denials rate-limits the audit events of refused connections.
+	denials *denials
 
 	mu       sync.Mutex
 	counters map[string]*counter
@@ -117,10 +124,14 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = 30 * time.Second
 	}
+	if cfg.DenialAuditWindow <= 0 {
+		cfg.DenialAuditWindow = time.Minute
+	}
 	return &Gateway{
 		cfg: cfg, log: cfg.Logger.With("component", "egress"),
 		rules:    &ruleCache{src: cfg.Policies, ttl: cfg.CacheTTL, clock: cfg.Clock, m: map[string]cachedRules{}},
 		counters: map[string]*counter{},
+		denials:  newDenials(cfg.DenialAuditWindow),
 	}, nil
 }
 
@@ -147,6 +158,7 @@ func (g *Gateway) Bytes(sandboxID string) (up, down int64) {
 
 // Forget drops a sandbox's live counters (once it is destroyed).
 func (g *Gateway) Forget(sandboxID string) {
+	g.denials.forget(sandboxID)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.counters[sandboxID]; c != nil && c.conns.Load() == 0 {
@@ -473,6 +485,10 @@ func (s *conn) record(ctx context.Context) {
 	s.g.log.Info("egress", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
 		"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "rule", s.ev.Rule, "addr", s.ev.Addr,
 		"status", s.ev.Status, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown, "err", s.ev.Error)
+	// A refusal by rule (403) is security-relevant: audited, rate-limited.
+	if s.ev.Decision == DecisionDeny && s.ev.Status == http.StatusForbidden {
+		defer func() { s.g.auditDenial(ctx, s.ev) }() // after Record: it names the event
+	}
 	if s.g.cfg.Store == nil {
 		return
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
 // Decisions recorded in Event.Decision.
@@ -64,7 +66,16 @@ func (s *Store) Record(ctx context.Context, e *Event) error {
 		e.ID = id.String()
 	}
 	e.StartedAt = e.StartedAt.UTC().Truncate(time.Microsecond)
-	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
+	// The bytes go into the usage ledger with the event, once: a connection
+	// is metered exactly when it is recorded.
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(e).Error; err != nil {
+			return err
+		}
+		end := e.StartedAt.Add(time.Duration(e.DurationMS) * time.Millisecond)
+		return usage.Egress(tx, e.TenantID, e.SandboxID, e.BytesUp, e.BytesDown, end)
+	})
+	if err != nil {
 		return fmt.Errorf("record egress event: %w", err)
 	}
 	return nil

@@ -50,6 +50,11 @@ func (s *Service) guest() (image.Guest, error) {
 // while the boot goes on in the background. With no reachable host nothing
 // is written and the error wraps ErrUnavailable.
 func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string) (VM, error) {
+	if s.cfg.Freezes != nil {
+		if err := s.cfg.Freezes.CheckNotFrozen(ctx, tenantID); err != nil {
+			return VM{}, fmt.Errorf("create vm: %w", err)
+		}
+	}
 	pool, err := s.store.Pool(ctx, tenantID)
 	if err != nil {
 		return VM{}, err

@@ -333,8 +333,9 @@ func (s *Service) reconcileTenant(tenantID string) {
 		case err == nil:
 		case s.ctx.Err() != nil:
 			return
-		case errors.Is(err, tenants.ErrQuota):
-			// Warm VMs only fill what the pool and quota allow; not an error.
+		case errors.Is(err, tenants.ErrQuota), errors.As(err, new(*tenants.FrozenError)):
+			// Warm VMs only fill what the pool and quota allow, and none
+			// start for a frozen tenant; not an error.
 			s.log.Debug("reconcile: warm vm not started", "tenant", tenantID, "err", err)
 			return
 		default:

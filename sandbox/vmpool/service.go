@@ -100,6 +100,15 @@ type Config struct {
 	// Egress serves the connections sandboxes make through their agent's
 	// proxy listener; nil refuses them (sandboxes then have no way out).
 	Egress EgressGateway
+	// Freezes refuses VM starts for a frozen tenant (incident response);
+	// *tenants.Store implements it. Nil: no tenant is ever frozen.
+	Freezes Freezes
+}
+
+// Freezes tells whether a tenant is frozen: CheckNotFrozen's error (it
+// wraps tenants.ErrConflict) names the freeze.
+type Freezes interface {
+	CheckNotFrozen(ctx context.Context, tenantID string) error
 }
 
 // EgressGateway gives the handler for the egress streams of one VM's agent

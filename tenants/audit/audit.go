@@ -26,7 +26,25 @@ const (
 const (
 	OutcomeSuccess = "success"
 	OutcomeFailure = "failure"
+	// OutcomeDenied: a rule refused the action (a role, the egress policy).
+	OutcomeDenied = "denied"
 )
+
+// Outcomes lists every outcome (filter menus, validation).
+func Outcomes() []string { return []string{OutcomeSuccess, OutcomeFailure, OutcomeDenied} }
+
+// DefaultOutcome is the outcome an event of eventType records when its
+// writer names none: the type says it (auth.access_denied, egress.denied,
+// auth.login_failed, sandbox.failed), else success.
+func DefaultOutcome(eventType string) string {
+	switch {
+	case strings.HasSuffix(eventType, "denied"):
+		return OutcomeDenied
+	case strings.HasSuffix(eventType, "failed"):
+		return OutcomeFailure
+	}
+	return OutcomeSuccess
+}
 
 // Actor is who did something, as the request layer knows it.
 type Actor struct {
@@ -38,21 +56,22 @@ type Actor struct {
 }
 
 // Event is one audit record. TenantID "" marks a platform-level event.
+// Its JSON (the exports) uses the snake_case names of the API.
 type Event struct {
-	ID         string    `gorm:"primaryKey"`
-	TenantID   string    `gorm:"column:tenant_id"`
-	Time       time.Time `gorm:"column:occurred_at"`
-	Code       string
-	Type       string
-	ActorKind  string
-	ActorID    string
-	ActorName  string
-	TargetKind string
-	TargetID   string
-	Outcome    string         // success|failure
-	Details    map[string]any `gorm:"serializer:json"` // names and values, never secrets
-	RemoteAddr string
-	RequestID  string
+	ID         string         `gorm:"primaryKey" json:"id"`
+	TenantID   string         `gorm:"column:tenant_id" json:"tenant_id"`
+	Time       time.Time      `gorm:"column:occurred_at" json:"time"`
+	Code       string         `json:"code"`
+	Type       string         `json:"type"`
+	ActorKind  string         `json:"actor_kind"`
+	ActorID    string         `json:"actor_id"`
+	ActorName  string         `json:"actor_name"`
+	TargetKind string         `json:"target_kind"`
+	TargetID   string         `json:"target_id"`
+	Outcome    string         `json:"outcome"`                        // success|failure|denied
+	Details    map[string]any `gorm:"serializer:json" json:"details"` // names and values, never secrets
+	RemoteAddr string         `json:"remote_addr"`
+	RequestID  string         `json:"request_id"`
 }
 
 // TableName is the GORM table of Event.
@@ -74,7 +93,7 @@ func (a Actor) Event(tenantID, eventType, targetKind, targetID string, details m
 		ActorName:  a.Name,
 		TargetKind: targetKind,
 		TargetID:   targetID,
-		Outcome:    OutcomeSuccess,
+		Outcome:    DefaultOutcome(eventType),
 		Details:    details,
 		RemoteAddr: a.RemoteAddr,
 		RequestID:  a.RequestID,
@@ -95,7 +114,7 @@ func secretKey(k string) bool {
 
 // Write inserts e using tx, so callers can record an event in the same
 // transaction as the change it describes. It fills ID (UUIDv7), Time (now,
-// UTC), Code (from the type) and Outcome (success) when empty.
+// UTC), Code (from the type) and Outcome (DefaultOutcome) when empty.
 func Write(tx *gorm.DB, e Event) error {
 	if err := complete(&e, time.Now); err != nil {
 		return err
@@ -122,10 +141,10 @@ func complete(e *Event, now func() time.Time) error {
 		return fmt.Errorf("audit event %s: actor kind %q is not user, token, system or anonymous", e.Type, e.ActorKind)
 	}
 	if e.Outcome == "" {
-		e.Outcome = OutcomeSuccess
+		e.Outcome = DefaultOutcome(e.Type)
 	}
-	if e.Outcome != OutcomeSuccess && e.Outcome != OutcomeFailure {
-		return fmt.Errorf("audit event %s: outcome %q is not success or failure", e.Type, e.Outcome)
+	if e.Outcome != OutcomeSuccess && e.Outcome != OutcomeFailure && e.Outcome != OutcomeDenied {
+		return fmt.Errorf("audit event %s: outcome %q is not success, failure or denied", e.Type, e.Outcome)
 	}
 	for k := range e.Details {
 		if secretKey(k) {

@@ -57,6 +57,39 @@ const (
 	TypeSecretCreated   = "secret.created"
 	TypeSecretRevoked   = "secret.revoked"
 	TypeTenantCACreated = "secret.ca_created"
+
+	// Usage and billing: an export (details: period, format, rows) and a
+	// new price book version.
+	TypeUsageExported = "usage.exported"
+	TypePriceSet      = "usage.price_set"
+
+	// Incident response: an operator froze or unfroze the tenant.
+	TypeTenantFrozen   = "tenant.frozen"
+	TypeTenantUnfrozen = "tenant.unfrozen"
+
+	// Egress denials, at most one per sandbox and host a minute; details
+	// count the ones folded in ("suppressed").
+	TypeEgressDenied = "egress.denied"
+
+	// Retention: events older than the policy's audit.retention_days were
+	// deleted; details give the cutoff and the count.
+	TypeAuditPruned = "audit.pruned"
+
+	TypeComplianceExported = "compliance.exported"
+
+	// Compliance: a probe run ended (details: the outcome of each check),
+	// and a checklist item changed status (details: item, from, to).
+	TypeComplianceProbeRun      = "compliance.probe_run"
+	TypeComplianceStatusChanged = "compliance.status_changed"
+
+	// Workflows: a definition saved or deleted (details: name, version),
+	// the tenant's workflow settings changed (secret names only), a run
+	// started by hand or re-run, a run cancelled.
+	TypeWorkflowSaved           = "workflow.saved"
+	TypeWorkflowDeleted         = "workflow.deleted"
+	TypeWorkflowSettingsUpdated = "workflow.settings_updated"
+	TypeWorkflowRunCreated      = "workflow.run_created"
+	TypeWorkflowRunCancelled    = "workflow.run_cancelled"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -114,6 +147,27 @@ var codes = map[string]string{
 	TypeSecretCreated:   "SC1100I",
 	TypeSecretRevoked:   "SC1101I",
 	TypeTenantCACreated: "SC1102I",
+
+	TypeUsageExported: "SB1300I",
+	TypePriceSet:      "SB1301I",
+
+	TypeTenantFrozen:   "ST2003W",
+	TypeTenantUnfrozen: "ST2004I",
+
+	TypeEgressDenied: "SE1200W",
+
+	TypeAuditPruned: "SX5001I",
+
+	TypeComplianceExported: "SX5002I",
+
+	TypeComplianceProbeRun:      "SQ1400I",
+	TypeComplianceStatusChanged: "SQ1401W",
+
+	TypeWorkflowSaved:           "SW1500I",
+	TypeWorkflowDeleted:         "SW1501I",
+	TypeWorkflowSettingsUpdated: "SW1502I",
+	TypeWorkflowRunCreated:      "SW1503I",
+	TypeWorkflowRunCancelled:    "SW1504I",
 }
 
 // Code returns the stable code of an event type.

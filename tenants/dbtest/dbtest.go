@@ -132,7 +132,10 @@ func Count(t testing.TB, db *gorm.DB) map[string]int64 {
 func Tables() []string {
 	return []string{"installation", "tenants", "users", "memberships", "api_tokens", "sessions", "audit_events",
 		"tenant_quotas", "hosts", "vm_pools", "vms", "sandboxes", "sandbox_events", "sandbox_execs",
-		"terminal_sessions", "policies", "egress_events", "secrets", "tenant_cas"}
+		"terminal_sessions", "policies", "egress_events", "secrets", "tenant_cas",
+		"usage_meters", "usage_ledger", "usage_samples", "price_books",
+		"compliance_results", "compliance_changes", "probe_runs",
+		"workflows", "workflow_settings", "github_deliveries", "workflow_runs", "workflow_run_steps", "notify_deliveries"}
 }
 
 // Equal reports whether two Count results match, and describes the first

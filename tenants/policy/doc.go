@@ -102,6 +102,9 @@ type IncidentResponse struct {
 	// OnEgressDenied is "log" or "stop_sandbox".
 	OnEgressDenied string   `json:"on_egress_denied"`
 	NotifyEmails   []string `json:"notify_emails"`
+	// RunbookURL is the tenant's runbook for a compromised agent (http or
+	// https; "" none), shown on the compliance page with the contacts.
+	RunbookURL string `json:"runbook_url"`
 }
 
 // VMPool is how the tenant's VMs hold sandboxes.

@@ -20,15 +20,20 @@ import (
 	"golang.org/x/net/html"
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
+	"github.com/stockade-dev/stockade/tenants/usage"
+	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -56,6 +61,17 @@ type Options struct {
 	Policies *policy.Store
 	// Egress keeps the egress gateway's decisions; nil: a store on DB.
 	Egress *egress.Store
+	// Usage meters and prices usage; nil: a store on DB.
+	Usage *usage.Store
+	// UsageMetrics bounds the per-tenant metrics (zero: the defaults).
+	UsageMetrics usage.MetricsConfig
+	// Compliance evaluates the checklist (*compliance.Service); nil: a
+	// service on DB without sandboxes (its probe answers 503).
+	Compliance handlers.Compliance
+	// Workflows keeps workflows; nil: a store on DB.
+	Workflows *workflow.Store
+	// Runs executes runs; nil: an engine on DB running in Sandboxes.
+	Runs *runs.Engine
 }
 
 // Env is a running app.
@@ -68,6 +84,9 @@ type Env struct {
 	Terminals *terminal.Service
 	Secrets   *secrets.Store
 	Policies  *policy.Store
+	Usage     *usage.Store
+	Workflows *workflow.Store
+	Runs      *runs.Engine
 }
 
 // New starts the app; it stops at the end of the test.
@@ -85,7 +104,7 @@ func New(t testing.TB, o Options) *Env {
 	}
 	sbx := o.Sandboxes
 	if sbx == nil {
-		sbx = sandbox.New(db, nil, sandbox.Config{DataDir: t.TempDir(), Clock: o.Clock, Logger: slog.New(slog.DiscardHandler)})
+		sbx = sandbox.New(db, nil, sandbox.Config{DataDir: t.TempDir(), Clock: o.Clock, Logger: slog.New(slog.DiscardHandler), Freezes: store})
 	}
 	terms := o.Terminals
 	if terms == nil {
@@ -106,9 +125,37 @@ func New(t testing.TB, o Options) *Env {
 			t.Fatalf("policy.NewStore: %v", err)
 		}
 	}
+	var comp handlers.Compliance = o.Compliance
+	if comp == nil {
+		// The checklist on this database, without sandboxes: probes
+		// answer 503 (tenants/compliance and sandbox/probe run real ones).
+		svc, err := compliance.New(db, compliance.Config{Policies: pol, Secrets: sec, Tenants: store, Clock: o.Clock,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("compliance.New: %v", err)
+		}
+		comp = svc
+	}
 	egressEvents := o.Egress
 	if egressEvents == nil {
 		egressEvents = egress.NewStore(db)
+	}
+	use := o.Usage
+	if use == nil {
+		use = usage.NewStore(db, o.Clock)
+	}
+	wfs := o.Workflows
+	if wfs == nil {
+		var err error
+		if wfs, err = workflow.NewStore(db, o.Clock); err != nil {
+			t.Fatalf("workflow.NewStore: %v", err)
+		}
+	}
+	eng := o.Runs
+	if eng == nil {
+		eng = runs.NewEngine(runs.NewStore(db, o.Clock), wfs, sbx, runs.Config{ArtifactDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+		// Before the database closes: runs still executing end.
+		t.Cleanup(func() { eng.Close(context.Background()) })
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
@@ -118,7 +165,8 @@ func New(t testing.TB, o Options) *Env {
 		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
 		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
-		Secrets: sec, Policies: pol, Egress: egressEvents,
+		Secrets: sec, Policies: pol, Egress: egressEvents, Usage: use, UsageMetrics: o.UsageMetrics,
+		Compliance: comp, Workflows: wfs, Runs: eng,
 	}, store, al)
 	if err != nil {
 		cancel()
@@ -132,7 +180,8 @@ func New(t testing.TB, o Options) *Env {
 	if err := app.ConnectDevIdP(ctx); err != nil {
 		t.Fatalf("ConnectDevIdP: %v", err)
 	}
-	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms, Secrets: sec, Policies: pol}
+	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms, Secrets: sec, Policies: pol, Usage: use,
+		Workflows: wfs, Runs: eng}
 }
 
 // rootKey is the test app's root key (cookies, secrets at rest).

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+)
+
+const usageHelp = `usage:
+  stockade usage export [--from DATE|TIME] [--to DATE|TIME] [--format csv|json] [--output FILE]
+  stockade usage summary [--from DATE|TIME] [--to DATE|TIME] [--json]
+
+DATE is YYYY-MM-DD (UTC; --to includes that whole day), TIME is RFC 3339.
+Without --from and --to: this month. The export needs a billing or admin token.
+`
+
+// usageCmd is the API client for the tenant's usage: export, summary.
+func usageCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageHelp)
+		return exitError(2)
+	}
+	switch args[0] {
+	case "export":
+		return usageExport(ctx, args[1:], getenv, stdout, stderr)
+	case "summary":
+		return usageSummary(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usageHelp)
+		return nil
+	}
+	fmt.Fprintf(stderr, "stockade usage: unknown command %q\n\n%s", args[0], usageHelp)
+	return exitError(2)
+}
+
+// periodFlags are --from and --to, passed to the API as they are (the
+// server parses and names what is wrong).
+func periodFlags(fs *flag.FlagSet) func() url.Values {
+	from := fs.String("from", "", "start: YYYY-MM-DD or RFC 3339 (default: this month)")
+	to := fs.String("to", "", "end: YYYY-MM-DD (inclusive) or RFC 3339")
+	return func() url.Values {
+		q := url.Values{}
+		if *from != "" {
+			q.Set("from", *from)
+		}
+		if *to != "" {
+			q.Set("to", *to)
+		}
+		return q
+	}
+}
+
+// usageExport streams GET /api/v1/usage to stdout or a file. A file is
+// written under a temporary name and renamed once complete, so a failed
+// export never leaves a truncated file behind.
+func usageExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
+	fs := flag.NewFlagSet("usage export", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	period := periodFlags(fs)
+	format := fs.String("format", "csv", "csv or json")
+	output := fs.String("output", "", "write to FILE instead of stdout")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprint(stderr, usageHelp)
+		return exitError(2)
+	}
+	c, err := newAPIClient(getenv)
+	if err != nil {
+		return err
+	}
+	q := period()
+	q.Set("format", *format)
+	resp, err := c.do(ctx, "GET", "/api/v1/usage?"+q.Encode(), nil, "")
+	if err != nil {
+		return fmt.Errorf("usage export: %w", err)
+	}
+	defer resp.Body.Close()
+	if *output == "" {
+		if _, err := io.Copy(stdout, resp.Body); err != nil {
+			return fmt.Errorf("usage export: %w", err)
+		}
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(*output), "."+filepath.Base(*output)+".*")
+	if err != nil {
+		return fmt.Errorf("usage export: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	n, err := io.Copy(f, resp.Body)
+	if err != nil {
+		return fmt.Errorf("usage export: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("usage export: %w", err)
+	}
+	if err = os.Rename(f.Name(), *output); err != nil {
+		return fmt.Errorf("usage export: %w", err)
+	}
+	fmt.Fprintf(stderr, "wrote %d bytes to %s\n", n, *output)
+	return nil
+}
+
+// usageSummaryOut is the part of GET /api/v1/usage/summary the table shows.
+type usageSummaryOut struct {
+	Tenant    string                    `json:"tenant"`
+	From      string                    `json:"from"`
+	To        string                    `json:"to"`
+	Totals    usageFigures              `json:"totals"`
+	Sandboxes int                       `json:"sandboxes"`
+	Top       map[string][]usageLineOut `json:"top"`
+}
+
+type usageFigures struct {
+	Cost        float64 `json:"cost"`
+	Currency    string  `json:"currency"`
+	VCPUSeconds float64 `json:"vcpu_seconds"`
+	GiBSeconds  float64 `json:"gib_seconds"`
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	EgressBytes int64   `json:"egress_bytes"`
+}
+
+type usageLineOut struct {
+	Key   string `json:"key"`
+	Label string `json:"label"`
+	usageFigures
+}
+
+// usageSummary prints GET /api/v1/usage/summary: totals and the top lists
+// (the JSON as it is with --json).
+func usageSummary(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("usage summary", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	period := periodFlags(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprint(stderr, usageHelp)
+		return exitError(2)
+	}
+	c, err := newAPIClient(getenv)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := c.json(ctx, "GET", "/api/v1/usage/summary?"+period().Encode(), nil, &raw); err != nil {
+		return fmt.Errorf("usage summary: %w", err)
+	}
+	if *asJSON {
+		return writeIndented(stdout, raw)
+	}
+	var s usageSummaryOut
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("usage summary: decode the answer: %w", err)
+	}
+	t := s.Totals
+	fmt.Fprintf(stdout, "Usage of %s from %s to %s\n", s.Tenant, s.From, s.To)
+	fmt.Fprintf(stdout, "  cost            %.4f %s\n", t.Cost, t.Currency)
+	fmt.Fprintf(stdout, "  vCPU-hours      %.2f\n", t.VCPUSeconds/3600)
+	fmt.Fprintf(stdout, "  GiB-hours       %.2f\n", t.GiBSeconds/3600)
+	fmt.Fprintf(stdout, "  CPU-hours       %.2f (measured)\n", t.CPUSeconds/3600)
+	fmt.Fprintf(stdout, "  egress          %d bytes\n", t.EgressBytes)
+	fmt.Fprintf(stdout, "  sandboxes       %d\n", s.Sandboxes)
+	var errs []error
+	for _, g := range []struct{ key, title string }{{"sandboxes", "SANDBOX"}, {"users", "USER"}, {"templates", "TEMPLATE"}} {
+		lines := s.Top[g.key]
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintln(stdout)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "%s\tCOST\tVCPU-H\tCPU-H\tEGRESS BYTES\n", g.title)
+		for _, l := range lines {
+			name := l.Label
+			if g.key == "sandboxes" {
+				name = l.Key
+			}
+			fmt.Fprintf(tw, "%s\t%.4f %s\t%.2f\t%.2f\t%d\n", name, l.Cost, l.Currency, l.VCPUSeconds/3600, l.CPUSeconds/3600, l.EgressBytes)
+		}
+		errs = append(errs, tw.Flush())
+	}
+	return errors.Join(errs...)
+}

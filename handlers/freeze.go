@@ -1,0 +1,130 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/views"
+)
+
+// FreezeJSON is a tenant's freeze in the API.
+type FreezeJSON struct {
+	TenantID string  `json:"tenant_id"`
+	Frozen   bool    `json:"frozen"`
+	FrozenAt *string `json:"frozen_at"`
+	Reason   string  `json:"reason,omitempty"`
+	// SandboxesDestroyed counts the sandboxes the freeze destroyed.
+	SandboxesDestroyed int `json:"sandboxes_destroyed"`
+	// Error says which sandboxes could not be destroyed yet (their VM out
+	// of reach); the freeze holds regardless and refuses new ones.
+	Error string `json:"error,omitempty"`
+}
+
+// freeze freezes the tenant, then destroys its sandboxes with reason
+// "frozen". The freeze is recorded first, so no new sandbox starts while
+// the live ones are destroyed.
+func (h *Handlers) freeze(ctx context.Context, actor audit.Actor, tenantID, reason string) (FreezeJSON, error) {
+	f, err := h.store.FreezeTenant(ctx, actor, tenantID, reason)
+	if err != nil {
+		return FreezeJSON{}, err
+	}
+	at := f.Since.UTC().Format(timeJSON)
+	out := FreezeJSON{TenantID: tenantID, Frozen: true, FrozenAt: &at, Reason: f.Reason}
+	if h.sbx == nil {
+		return out, nil
+	}
+	n, err := h.sbx.DestroyTenant(context.WithoutCancel(ctx), actor, tenantID, sandbox.ReasonFrozen)
+	out.SandboxesDestroyed = n
+	if err != nil {
+		h.log.WarnContext(ctx, "freeze: sandboxes not all destroyed", "tenant", tenantID, "err", err)
+		out.Error = err.Error()
+	}
+	return out, nil
+}
+
+// tenantByID returns a tenant for the operator routes, ErrNotFound if none.
+func (h *Handlers) tenantByID(ctx context.Context, id string) (tenants.Tenant, error) {
+	return h.store.TenantByID(ctx, id)
+}
+
+// APIFreezeTenant freezes a tenant (operators): {reason}. Its sandboxes are
+// destroyed, no sandbox or VM may start; recordings and logs stay.
+func (h *Handlers) APIFreezeTenant(c echo.Context) error {
+	var in struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	t, err := h.tenantByID(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out, err := h.freeze(ctx, CallerOf(c).Actor(c), t.ID, in.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// APIUnfreezeTenant lifts a tenant's freeze (operators).
+func (h *Handlers) APIUnfreezeTenant(c echo.Context) error {
+	ctx := c.Request().Context()
+	t, err := h.tenantByID(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if err := h.store.UnfreezeTenant(ctx, CallerOf(c).Actor(c), t.ID); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, FreezeJSON{TenantID: t.ID})
+}
+
+// OperatorFreezeTenant is the freeze button of /operator/tenants.
+func (h *Handlers) OperatorFreezeTenant(c echo.Context) error {
+	ctx := c.Request().Context()
+	t, err := h.tenantByID(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out, err := h.freeze(ctx, CallerOf(c).Actor(c), t.ID, strings.TrimSpace(c.FormValue("reason")))
+	switch {
+	case errors.Is(err, tenants.ErrConflict):
+		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is already frozen.")
+	case err != nil:
+		return err
+	case out.Error != "":
+		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is frozen, but not every sandbox could be destroyed yet: "+out.Error)
+	default:
+		h.flash(c, views.FlashSuccess, "Tenant "+t.Slug+" is frozen; sandboxes destroyed: "+strconv.Itoa(out.SandboxesDestroyed)+".")
+	}
+	return redirect(c, "/operator/tenants")
+}
+
+// OperatorUnfreezeTenant is the unfreeze button of /operator/tenants.
+func (h *Handlers) OperatorUnfreezeTenant(c echo.Context) error {
+	ctx := c.Request().Context()
+	t, err := h.tenantByID(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	err = h.store.UnfreezeTenant(ctx, CallerOf(c).Actor(c), t.ID)
+	switch {
+	case errors.Is(err, tenants.ErrConflict):
+		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is not frozen.")
+	case err != nil:
+		return err
+	default:
+		h.flash(c, views.FlashSuccess, "Tenant "+t.Slug+" is unfrozen.")
+	}
+	return redirect(c, "/operator/tenants")
+}

@@ -1,0 +1,379 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/workflow"
+)
+
+// The workflow API: definitions (YAML), the tenant's workflow settings, and
+// runs (start by hand, list, read, cancel, re-run, read the log).
+
+func (h *Handlers) workflowStore() (*workflow.Store, error) {
+	if h.workflows == nil {
+		return nil, fmt.Errorf("workflows: %w: this server runs without workflows", vmpool.ErrUnavailable)
+	}
+	return h.workflows, nil
+}
+
+func (h *Handlers) runEngine() (*runs.Engine, error) {
+	if h.runs == nil {
+		return nil, fmt.Errorf("runs: %w: this server runs without the run engine", vmpool.ErrUnavailable)
+	}
+	return h.runs, nil
+}
+
+// WorkflowJSON is one version of a workflow.
+type WorkflowJSON struct {
+	Name       string              `json:"name"`
+	Version    int                 `json:"version"`
+	Source     string              `json:"source"`
+	Definition workflow.Definition `json:"definition"`
+	Author     string              `json:"author"`
+	CreatedAt  time.Time           `json:"created_at"`
+}
+
+func workflowJSON(v workflow.Version) WorkflowJSON {
+	author := v.AuthorName
+	if author == "" {
+		author = v.AuthorID
+	}
+	return WorkflowJSON{Name: v.Name, Version: v.Version, Source: v.Source, Definition: v.Def, Author: author, CreatedAt: v.CreatedAt}
+}
+
+// APIWorkflows lists the tenant's workflows (newest version of each).
+func (h *Handlers) APIWorkflows(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	list, err := ws.List(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]WorkflowJSON, 0, len(list))
+	for _, v := range list {
+		out = append(out, workflowJSON(v))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"workflows": out})
+}
+
+// APIWorkflow returns the current version of the tenant's workflow :name.
+func (h *Handlers) APIWorkflow(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	v, err := ws.Current(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, workflowJSON(v))
+}
+
+// yamlTypes are the media types a workflow body may come as. JSON is YAML
+// too: a client may send the document as JSON.
+var yamlTypes = map[string]bool{"application/yaml": true, "application/x-yaml": true, "text/yaml": true, "text/x-yaml": true,
+	"text/plain": true, "application/json": true}
+
+// APIPutWorkflow saves a new version of workflow :name from a YAML body
+// whose name must be :name. ?base_version=N refuses the save (409) when
+// another version was saved since N.
+func (h *Handlers) APIPutWorkflow(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	if mt, _, _ := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType)); !yamlTypes[mt] {
+		return &MalformedError{Field: "Content-Type", Detail: "must be application/yaml (or application/json)"}
+	}
+	var base *int
+	if s := c.QueryParam("base_version"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return tenants.Invalid("base_version", "integer", "must be a version number")
+		}
+		base = &n
+	}
+	src, err := io.ReadAll(io.LimitReader(c.Request().Body, workflow.MaxSourceBytes+1))
+	if err != nil {
+		return jsonError(err)
+	}
+	ctx := c.Request().Context()
+	cl := CallerOf(c)
+	def, err := ws.Parser().Parse(src)
+	if err != nil {
+		return err
+	}
+	if def.Name != c.Param("name") {
+		return tenants.Invalid("/name", "mismatch", fmt.Sprintf("the document is workflow %q, not %q", def.Name, c.Param("name")))
+	}
+	v, err := ws.Save(ctx, cl.Actor(c), cl.Tenant.ID, src, base)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, workflowJSON(v))
+}
+
+// APIDeleteWorkflow deletes workflow :name (its history and runs stay).
+func (h *Handlers) APIDeleteWorkflow(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if err := ws.Delete(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// WorkflowSettingsJSON are the tenant's workflow settings.
+type WorkflowSettingsJSON struct {
+	GitHubSecretName string     `json:"github_secret_name"`
+	UpdatedBy        string     `json:"updated_by,omitempty"`
+	UpdatedAt        *time.Time `json:"updated_at,omitempty"`
+}
+
+func settingsJSON(s workflow.Settings) WorkflowSettingsJSON {
+	out := WorkflowSettingsJSON{GitHubSecretName: s.GitHubSecretName, UpdatedBy: s.UpdatedBy}
+	if !s.UpdatedAt.IsZero() {
+		out.UpdatedAt = &s.UpdatedAt
+	}
+	return out
+}
+
+// APIWorkflowSettings returns the tenant's workflow settings.
+func (h *Handlers) APIWorkflowSettings(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	s, err := ws.Settings(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, settingsJSON(s))
+}
+
+// APIPutWorkflowSettings sets them: {github_secret_name}.
+func (h *Handlers) APIPutWorkflowSettings(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	var in struct {
+		GitHubSecretName string `json:"github_secret_name"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	s, err := ws.SetGitHubSecret(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, in.GitHubSecretName)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, settingsJSON(s))
+}
+
+// RunJSON is a run with its steps and artifacts.
+type RunJSON struct {
+	runs.Run
+	DurationMS int64           `json:"duration_ms"`
+	Artifacts  []runs.Artifact `json:"artifacts"`
+	Steps      []runs.Step     `json:"steps,omitempty"`
+}
+
+func (h *Handlers) runJSON(r runs.Run, steps []runs.Step) RunJSON {
+	arts := r.Artifacts()
+	if arts == nil {
+		arts = []runs.Artifact{}
+	}
+	return RunJSON{Run: r, DurationMS: r.Duration(h.clock()).Milliseconds(), Artifacts: arts, Steps: steps}
+}
+
+// MarshalJSON keeps Run's own JSON and adds the fields of RunJSON.
+func (r RunJSON) MarshalJSON() ([]byte, error) {
+	base, err := json.Marshal(r.Run)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(base, &m); err != nil {
+		return nil, err
+	}
+	m["duration_ms"], m["artifacts"] = r.DurationMS, r.Artifacts
+	if r.Steps != nil {
+		m["steps"] = r.Steps
+	}
+	return json.Marshal(m)
+}
+
+// APIStartRun starts a run of workflow :name by hand (the workflow must
+// have a manual trigger). The optional JSON body gives {ref, sha}.
+func (h *Handlers) APIStartRun(c echo.Context) error {
+	ws, err := h.workflowStore()
+	if err != nil {
+		return err
+	}
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Ref string `json:"ref"`
+		SHA string `json:"sha"`
+	}
+	if c.Request().ContentLength != 0 {
+		if err := decodeJSON(c, &in); err != nil {
+			return err
+		}
+	}
+	if len(in.Ref) > 255 || strings.ContainsAny(in.Ref, "\x00\n\r") {
+		return tenants.Invalid("ref", "ref", "must be a git ref of at most 255 characters")
+	}
+	if in.SHA != "" && !isHex(in.SHA, 7, 64) {
+		return tenants.Invalid("sha", "sha", "must be a commit id: 7-64 hexadecimal digits")
+	}
+	ctx := c.Request().Context()
+	cl := CallerOf(c)
+	v, err := ws.Current(ctx, cl.Tenant.ID, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	if !v.Def.HasManual() {
+		return tenants.Invalid("name", "manual", fmt.Sprintf("workflow %s has no manual trigger: add '- event: manual' to its triggers", v.Name))
+	}
+	r, err := eng.Store().Create(ctx, cl.Actor(c), cl.Tenant.ID, runs.NewRun{Version: v,
+		Trigger: runs.Trigger{Kind: runs.TriggerManual, Ref: in.Ref, SHA: strings.ToLower(in.SHA), Sender: cl.Actor(c).Name}})
+	if err != nil {
+		return err
+	}
+	if err := eng.Start(r); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, h.runJSON(r, nil))
+}
+
+func isHex(s string, minLen, maxLen int) bool {
+	if len(s) < minLen || len(s) > maxLen {
+		return false
+	}
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// APIRuns lists the tenant's runs, newest first: ?workflow=, ?state=,
+// ?before=<run id> (paging), ?limit= (at most 200).
+func (h *Handlers) APIRuns(c echo.Context) error {
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	f := runs.Filter{Workflow: c.QueryParam("workflow"), State: runs.State(c.QueryParam("state")), Before: c.QueryParam("before")}
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > runs.MaxList {
+			return tenants.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", runs.MaxList))
+		}
+		f.Limit = n
+	}
+	list, err := eng.Store().List(c.Request().Context(), CallerOf(c).Tenant.ID, f)
+	if err != nil {
+		return err
+	}
+	out := make([]RunJSON, 0, len(list))
+	for _, r := range list {
+		out = append(out, h.runJSON(r, nil))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"runs": out})
+}
+
+// APIRun returns the tenant's run :id with its steps (their stored output).
+func (h *Handlers) APIRun(c echo.Context) error {
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, h.runJSON(r, steps))
+}
+
+// APIRunLog returns the run's log as text: the live log (bounded) while it
+// executes here, else the stored output of its steps.
+func (h *Handlers) APIRunLog(c echo.Context) error {
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	tenantID := CallerOf(c).Tenant.ID
+	r, steps, err := eng.Store().Get(c.Request().Context(), tenantID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if l, ok := eng.Log(tenantID, r.ID); ok {
+		past, _, sub := l.Subscribe()
+		sub.Close()
+		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", past)
+	}
+	var b strings.Builder
+	for _, st := range steps {
+		fmt.Fprintf(&b, "==> step %d: %s (%s)\n%s", st.Index+1, st.Name, st.State, st.Output)
+		if st.Truncated {
+			b.WriteString("\n[output truncated]\n")
+		}
+	}
+	fmt.Fprintf(&b, "==> %s %s\n", r.State, r.StateReason)
+	return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(b.String()))
+}
+
+// APICancelRun cancels the tenant's run :id; its sandbox is destroyed.
+func (h *Handlers) APICancelRun(c echo.Context) error {
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	r, err := eng.Cancel(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		if errors.Is(err, tenants.ErrConflict) {
+			return fmt.Errorf("%w: the run has already ended", tenants.ErrConflict)
+		}
+		return err
+	}
+	return c.JSON(http.StatusOK, h.runJSON(r, nil))
+}
+
+// APIRerun starts a new run of the same workflow version and trigger.
+func (h *Handlers) APIRerun(c echo.Context) error {
+	eng, err := h.runEngine()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	r, err := eng.Rerun(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, h.runJSON(r, nil))
+}

@@ -1,0 +1,397 @@
+package runs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+	"libvirt.org/go/libvirt"
+
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/usage"
+	"github.com/stockade-dev/stockade/tenants/workflow"
+)
+
+// The engine runs here on the real sandbox service, on one VM of the local
+// libvirtd (TCG): no fake stands in for the sandboxes.
+
+const systemURI = "qemu:///system"
+
+var bg = context.Background()
+
+type vmEnv struct {
+	dir    string
+	db     *gorm.DB
+	vms    *vmpool.Service
+	svc    *sandbox.Service
+	wf     *workflow.Store
+	engine *runs.Engine
+	arts   string
+	tenant tenants.Tenant
+}
+
+var shared struct {
+	once sync.Once
+	env  *vmEnv
+	skip string
+	err  error
+}
+
+func need(t *testing.T) *vmEnv {
+	t.Helper()
+	shared.once.Do(func() { shared.env, shared.skip, shared.err = setupVM() })
+	if shared.skip != "" {
+		hypervisortest.Unavailable(t, shared.skip)
+	}
+	if shared.err != nil {
+		t.Fatalf("set up the VM environment: %v", shared.err)
+	}
+	return shared.env
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.env != nil {
+		if err := shared.env.teardown(); err != nil {
+			fmt.Fprintln(os.Stderr, "teardown:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+func setupVM() (env *vmEnv, skip string, err error) {
+	if os.Geteuid() != 0 {
+		return nil, "VM tests need root (qemu:///system relabels the guest files)", nil
+	}
+	conn, err := libvirt.NewConnect(systemURI)
+	if err != nil {
+		return nil, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err), nil
+	}
+	conn.Close()
+	dataDir := sandboxtest.DataDir()
+	if _, err := sandboxtest.GuestImage(bg, dataDir); err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "runs-test-")
+	if err != nil {
+		return nil, "", err
+	}
+	env = &vmEnv{dir: dir, arts: filepath.Join(dir, "artifacts")}
+	defer func() {
+		if err != nil {
+			env.teardown()
+			env = nil
+		}
+	}()
+	if env.db, err = tenants.Open(bg, "", dir); err != nil {
+		return nil, "", err
+	}
+	if err = tenants.Migrate(bg, env.db); err != nil {
+		return nil, "", err
+	}
+	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
+	if env.tenant, err = tenants.NewStore(env.db, nil).CreateTenant(bg, sys, "runs-vm", "Runs"); err != nil {
+		return nil, "", err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if env.vms, err = vmpool.New(bg, env.db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second}); err != nil {
+		return nil, "", err
+	}
+	sctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+	defer cancel()
+	if err = env.vms.Start(sctx); err != nil {
+		return nil, "", err
+	}
+	env.svc = sandbox.New(env.db, env.vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond,
+		SampleInterval: time.Second, DefaultTemplate: "busybox"})
+	if err = env.svc.Start(sctx); err != nil {
+		return nil, "", err
+	}
+	if _, err = env.vms.SetPool(bg, sys, env.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, WarmVMs: 1, RecycleAfterHours: 24}); err != nil {
+		return nil, "", err
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for ready := false; !ready; {
+		sts, lerr := env.vms.List(bg, env.tenant.ID)
+		if lerr != nil {
+			return nil, "", lerr
+		}
+		for _, st := range sts {
+			ready = ready || (st.VM.State == vmpool.StateRunning && st.AgentConnected)
+			if st.VM.State == vmpool.StateFailed {
+				return nil, "", fmt.Errorf("the vm failed to boot: %s", st.VM.StateReason)
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, "", errors.New("the vm did not boot within 4 min")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if env.wf, err = workflow.NewStore(env.db, nil); err != nil {
+		return nil, "", err
+	}
+	env.engine = runs.NewEngine(runs.NewStore(env.db, nil), env.wf, env.svc, runs.Config{ArtifactDir: env.arts, Logger: log, Grace: 5 * time.Second,
+		Costs: runs.LedgerCosts(usage.NewStore(env.db, nil))})
+	return env, "", nil
+}
+
+func (e *vmEnv) teardown() error {
+	var errs []error
+	install := ""
+	if e.db != nil {
+		install, _ = tenants.NewStore(e.db, nil).InstallationID(bg)
+	}
+	if e.engine != nil {
+		cctx, cancel := context.WithTimeout(bg, time.Minute)
+		errs = append(errs, e.engine.Close(cctx))
+		cancel()
+	}
+	if e.svc != nil {
+		e.svc.Close()
+	}
+	if e.vms != nil {
+		e.vms.Close()
+	}
+	if install != "" {
+		cctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+		defer cancel()
+		h, err := hypervisor.Connect(cctx, hypervisor.Config{URI: systemURI, InstallationID: install})
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			doms, _ := h.List(cctx)
+			for _, d := range doms {
+				if err := h.Destroy(cctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
+				}
+			}
+			h.Close()
+		}
+	}
+	if e.db != nil {
+		if sqlDB, err := e.db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	}
+	os.RemoveAll(e.dir)
+	return errors.Join(errs...)
+}
+
+var admin = audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada Admin"}
+
+// create saves src as a workflow and records a manual run of it.
+func (e *vmEnv) create(t *testing.T, src string) runs.Run {
+	t.Helper()
+	v, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(src), nil)
+	if errors.Is(err, tenants.ErrInvalid) && strings.Contains(err.Error(), "unchanged") {
+		name := strings.Fields(strings.SplitN(src, "\n", 2)[0])[1]
+		v, err = e.wf.Current(bg, e.tenant.ID, name)
+	}
+	if err != nil {
+		t.Fatalf("save workflow: %v", err)
+	}
+	r, err := e.engine.Store().Create(bg, admin, e.tenant.ID, runs.NewRun{Version: v, Trigger: runs.Trigger{Kind: runs.TriggerManual, Ref: "main"}})
+	if err != nil {
+		t.Fatalf("create run: %v", err)
+	}
+	return r
+}
+
+// gone checks the run's sandbox was destroyed.
+func (e *vmEnv) gone(t *testing.T, r runs.Run) {
+	t.Helper()
+	if r.SandboxID == "" {
+		t.Fatalf("run %s has no sandbox", r.ID)
+	}
+	st, err := e.svc.Get(bg, e.tenant.ID, r.SandboxID)
+	if err != nil {
+		t.Fatalf("Get(sandbox %s) = %v", r.SandboxID, err)
+	}
+	if !st.Sandbox.State.Ended() {
+		t.Errorf("sandbox %s of run %s is %s after the run; want it destroyed", r.SandboxID, r.ID, st.Sandbox.State)
+	}
+}
+
+func TestEngineOnVMs(t *testing.T) {
+	e := need(t)
+	tests := []struct {
+		name      string
+		src       string
+		state     runs.State
+		reason    string   // substring of the run's reason
+		steps     []string // step states
+		codes     []int    // exit codes, -1 for none
+		output    []string // substring of each step's output
+		artifacts map[string]string
+	}{
+		{"succeeds with output and artifacts", `name: ok
+triggers: [{event: manual}]
+steps:
+  - name: write
+    run: echo "hello from $STOCKADE_WORKFLOW at $STOCKADE_REF"; printf 'report' > out.txt
+  - name: read
+    run: cat out.txt; echo oops >&2
+artifacts: [out.txt, missing.txt]
+`, runs.StateSucceeded, "", []string{"succeeded", "succeeded"}, []int{0, 0}, []string{"hello from ok at main", "reportoops"},
+			map[string]string{"out.txt": "", "missing.txt": "not found"}},
+		{"a failing step stops the run", `name: fails
+triggers: [{event: manual}]
+steps:
+  - name: boom
+    run: echo before; exit 3
+  - name: never
+    run: echo never
+`, runs.StateFailed, `step "boom": exit code 3`, []string{"failed", "skipped"}, []int{3, -1}, []string{"before", ""}, nil},
+		{"continue_on_error goes on", `name: goes-on
+triggers: [{event: manual}]
+steps:
+  - name: boom
+    run: exit 2
+    continue_on_error: true
+  - name: after
+    run: echo after
+`, runs.StateSucceeded, "", []string{"failed", "succeeded"}, []int{2, 0}, []string{"", "after"}, nil},
+		{"timeout", `name: slow
+triggers: [{event: manual}]
+timeout_seconds: 4
+steps:
+  - name: sleep
+    run: sleep 60
+`, runs.StateTimedOut, "timeout", []string{"failed"}, []int{-1}, []string{""}, nil},
+		{"a secret that is not there", `name: needs-secret
+triggers: [{event: manual}]
+steps:
+  - name: s
+    run: echo $NOPE
+    env: [NOPE]
+`, runs.StateFailed, "NOPE", []string{"skipped"}, []int{-1}, []string{""}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.create(t, tt.src)
+			ctx, cancel := context.WithTimeout(bg, 3*time.Minute)
+			defer cancel()
+			got, err := e.engine.Run(ctx, r)
+			if err != nil {
+				t.Fatalf("Run() = %v", err)
+			}
+			if got.State != tt.state || !strings.Contains(got.StateReason, tt.reason) {
+				t.Errorf("Run() state = %s (%q); want %s (%q)", got.State, got.StateReason, tt.state, tt.reason)
+			}
+			stored, steps, err := e.engine.Store().Get(bg, e.tenant.ID, r.ID)
+			if err != nil || stored.State != tt.state || stored.EndedAt == nil || stored.StartedAt == nil {
+				t.Fatalf("stored run = %+v, %v; want %s with start and end", stored, err, tt.state)
+			}
+			for i, st := range steps {
+				code := -1
+				if st.ExitCode != nil {
+					code = *st.ExitCode
+				}
+				if st.State != tt.steps[i] || code != tt.codes[i] || !strings.Contains(st.Output, tt.output[i]) {
+					t.Errorf("step %d = %s exit %d output %q; want %s exit %d with %q", i, st.State, code, st.Output, tt.steps[i], tt.codes[i], tt.output[i])
+				}
+			}
+			for _, a := range stored.Artifacts() {
+				want, ok := tt.artifacts[a.Path]
+				if !ok || a.Error != want {
+					t.Errorf("artifact %+v; want error %q", a, want)
+				}
+				if a.Error == "" {
+					kept, err := os.ReadFile(e.engine.ArtifactPath(stored, 0, a.Path))
+					if err != nil || string(kept) != "report" || a.Size != 6 || len(a.SHA256) != 64 {
+						t.Errorf("kept artifact = %q, %v (%+v); want report, 6 bytes, a digest", kept, err, a)
+					}
+				}
+			}
+			if len(stored.Artifacts()) != len(tt.artifacts) {
+				t.Errorf("artifacts = %+v; want %d", stored.Artifacts(), len(tt.artifacts))
+			}
+			e.gone(t, stored)
+			// Priced from the usage ledger: the sandbox held a vCPU and
+			// memory for as long as it lived.
+			if stored.Cost <= 0 || got.Cost != stored.Cost {
+				t.Errorf("cost = %v (returned %v); want > 0 from the ledger, the same stored and returned", stored.Cost, got.Cost)
+			}
+		})
+	}
+}
+
+func TestEngineCancelAndLiveLog(t *testing.T) {
+	e := need(t)
+	r := e.create(t, `name: cancel-me
+triggers: [{event: manual}]
+steps:
+  - name: wait
+    run: echo started; sleep 120
+`)
+	if err := e.engine.Start(r); err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	l, ok := e.engine.Log(e.tenant.ID, r.ID)
+	if !ok {
+		t.Fatalf("Log() = false; want the live log of an executing run")
+	}
+	if _, ok := e.engine.Log("other-tenant", r.ID); ok {
+		t.Errorf("Log(other tenant) = true; want false")
+	}
+	past, _, sub := l.Subscribe()
+	var seen bytes.Buffer
+	seen.Write(past)
+	deadline := time.After(2 * time.Minute)
+	for !strings.Contains(seen.String(), "started") {
+		select {
+		case chunk, open := <-sub.C:
+			if !open {
+				t.Fatalf("log ended before the step printed; saw %q", seen.String())
+			}
+			seen.Write(chunk)
+		case <-deadline:
+			t.Fatalf("no 'started' in the live log after 2 min; saw %q", seen.String())
+		}
+	}
+	if _, err := e.engine.Cancel(bg, admin, "other-tenant", r.ID); !errors.Is(err, tenants.ErrNotFound) {
+		t.Errorf("Cancel(other tenant) = %v; want ErrNotFound", err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+	defer cancel()
+	got, err := e.engine.Cancel(ctx, admin, e.tenant.ID, r.ID)
+	if err != nil || got.State != runs.StateCancelled {
+		t.Fatalf("Cancel() = %+v, %v; want cancelled", got, err)
+	}
+	for range sub.C {
+	}
+	if !l.Ended() {
+		t.Errorf("live log still open after the run ended")
+	}
+	e.gone(t, got)
+	if _, err := e.engine.Cancel(ctx, admin, e.tenant.ID, r.ID); !errors.Is(err, tenants.ErrConflict) {
+		t.Errorf("Cancel(ended) = %v; want ErrConflict", err)
+	}
+	// Re-run: a new run of the same version and trigger.
+	again, err := e.engine.Rerun(ctx, admin, e.tenant.ID, r.ID)
+	if err != nil || again.RerunOf != r.ID || again.Number != r.Number+1 || again.Ref != "main" {
+		t.Fatalf("Rerun() = %+v, %v; want run %d re-running %s at main", again, err, r.Number+1, r.ID)
+	}
+	if got, err := e.engine.Cancel(ctx, admin, e.tenant.ID, again.ID); err != nil || got.State != runs.StateCancelled {
+		t.Errorf("Cancel(rerun) = %+v, %v; want cancelled", got, err)
+	}
+}

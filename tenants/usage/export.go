@@ -1,0 +1,292 @@
+package usage
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Columns are the export's columns, in order: FOCUS names
+// (https://focus.finops.org) so a FinOps tool reads them as they are. They
+// are stable: new columns are only ever appended.
+//
+//	BillingPeriodStart  first instant of the calendar month (UTC) of the charge
+//	BillingPeriodEnd    first instant of the next month
+//	ChargePeriodStart   the ledger hour the usage happened in
+//	ChargePeriodEnd     one hour later
+//	ChargeCategory      always "Usage"
+//	ChargeDescription   what was metered, in words
+//	SubAccountId        the tenant's id
+//	SubAccountName      the tenant's slug
+//	ResourceId          the sandbox's id
+//	ResourceType        always "Sandbox"
+//	ServiceName         always "Stockade Sandboxes"
+//	SkuId               the meter: vcpu-allocated, memory-allocated, cpu-measured, egress
+//	ConsumedQuantity    the quantity, in ConsumedUnit
+//	ConsumedUnit        vCPU-Seconds, GiB-Seconds, CPU-Seconds or GB (10^9 bytes)
+//	ListUnitPrice       the price book's price per ConsumedUnit in force at ChargePeriodStart
+//	BilledCost          ConsumedQuantity x ListUnitPrice
+//	BillingCurrency     the price book's ISO 4217 currency
+//	Tags                JSON object: template, user, tenant
+var Columns = []string{
+	"BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
+	"ChargeDescription", "SubAccountId", "SubAccountName", "ResourceId", "ResourceType", "ServiceName", "SkuId",
+	"ConsumedQuantity", "ConsumedUnit", "ListUnitPrice", "BilledCost", "BillingCurrency", "Tags",
+}
+
+// Export formats.
+const (
+	FormatCSV  = "csv"
+	FormatJSON = "json"
+)
+
+// Meters (SkuId) and their units.
+const (
+	SkuVCPU   = "vcpu-allocated"
+	SkuMemory = "memory-allocated"
+	SkuCPU    = "cpu-measured"
+	SkuEgress = "egress"
+)
+
+// ExportQuery says what to export.
+type ExportQuery struct {
+	// TenantID "" exports every tenant (operators only: the caller checks).
+	TenantID string
+	Range    Range
+	Format   string
+}
+
+// ExportResult says what an export wrote.
+type ExportResult struct {
+	LedgerRows int64 // ledger rows read
+	Rows       int64 // export rows written
+}
+
+// Export streams the ledger rows of q as FOCUS rows in CSV or JSON (an
+// array), one row per metered quantity that is not zero. It reads the
+// ledger row by row and writes as it goes, flushing w when it can, so a
+// large period never builds in memory.
+func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportResult, error) {
+	var res ExportResult
+	if q.Format != FormatCSV && q.Format != FormatJSON {
+		return res, fmt.Errorf("export format %q: must be csv or json", q.Format)
+	}
+	if err := q.Range.Check(); err != nil {
+		return res, err
+	}
+	ps, err := s.LoadPrices(ctx)
+	if err != nil {
+		return res, err
+	}
+	slugs := map[string]string{}
+	var tn []struct{ ID, Slug string }
+	if err := s.db.WithContext(ctx).Table("tenants").Select("id, slug").Scan(&tn).Error; err != nil {
+		return res, fmt.Errorf("export usage: tenants: %w", err)
+	}
+	for _, t := range tn {
+		slugs[t.ID] = t.Slug
+	}
+	db := s.db.WithContext(ctx).Model(&Entry{}).Where("period_start >= ? AND period_start < ?", ts(q.Range.From), ts(q.Range.To))
+	if q.TenantID != "" {
+		db = db.Where("tenant_id = ?", q.TenantID)
+	}
+	rows, err := db.Select("tenant_id, sandbox_id, period_start, template, user_id, alloc_vcpu_ms, alloc_mib_ms, cpu_ns, " +
+		"egress_up_bytes, egress_down_bytes").Order("period_start, tenant_id, sandbox_id").Rows()
+	if err != nil {
+		return res, fmt.Errorf("export usage: %w", err)
+	}
+	defer rows.Close()
+
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := newEncoder(bw, q.Format)
+	if err := enc.begin(); err != nil {
+		return res, err
+	}
+	flush := func() error {
+		if enc.csv != nil {
+			enc.csv.Flush()
+			if err := enc.csv.Error(); err != nil {
+				return err
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		return nil
+	}
+	var e Entry
+	rec := make([]string, len(Columns))
+	tagsOf := map[[3]string]string{} // the same few combinations come back row after row
+	for rows.Next() {
+		if err := rows.Scan(&e.TenantID, &e.SandboxID, &e.PeriodStart, &e.Template, &e.UserID, &e.AllocVCPUMS,
+			&e.AllocMiBMS, &e.CPUNS, &e.EgressUpBytes, &e.EgressDownBytes); err != nil {
+			return res, fmt.Errorf("export usage: %w", err)
+		}
+		res.LedgerRows++
+		p := ps.At(e.TenantID, e.PeriodStart)
+		start := e.PeriodStart.UTC()
+		bill := MonthStart(start)
+		key := [3]string{e.TenantID, e.Template, e.UserID}
+		tags, ok := tagsOf[key]
+		if !ok {
+			b, _ := json.Marshal(map[string]string{"tenant": slugs[e.TenantID], "template": e.Template, "user": e.UserID})
+			tags = string(b)
+			if len(tagsOf) > 10000 {
+				clear(tagsOf)
+			}
+			tagsOf[key] = tags
+		}
+		sums := Sums{AllocVCPUMS: e.AllocVCPUMS, AllocMiBMS: e.AllocMiBMS, CPUNS: e.CPUNS,
+			EgressUpBytes: e.EgressUpBytes, EgressDownBytes: e.EgressDownBytes}
+		for _, m := range []struct {
+			sku, desc, unit string
+			qty, price      float64
+		}{
+			{SkuVCPU, "vCPUs allocated to the sandbox", "vCPU-Seconds", sums.VCPUSeconds(), p.VCPUSecond},
+			{SkuMemory, "memory allocated to the sandbox", "GiB-Seconds", sums.GiBSeconds(), p.GiBSecond},
+			{SkuCPU, "CPU time the sandbox used", "CPU-Seconds", sums.CPUSeconds(), p.CPUSecond},
+			{SkuEgress, "traffic through the egress gateway", "GB", sums.EgressGB(), p.EgressGB},
+		} {
+			if m.qty == 0 {
+				continue
+			}
+			rec = append(rec[:0], rfc(bill), rfc(bill.AddDate(0, 1, 0)), rfc(start), rfc(start.Add(Period)), "Usage",
+				m.desc, e.TenantID, slugs[e.TenantID], e.SandboxID, "Sandbox", "Stockade Sandboxes", m.sku,
+				num(m.qty), m.unit, num(m.price), num(m.qty*m.price), p.Currency, tags)
+			if err := enc.row(rec); err != nil {
+				return res, fmt.Errorf("export usage: %w", err)
+			}
+			res.Rows++
+		}
+		if res.LedgerRows%2000 == 0 {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			if err := flush(); err != nil {
+				return res, fmt.Errorf("export usage: %w", err)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("export usage: %w", err)
+	}
+	if err := enc.end(); err != nil {
+		return res, err
+	}
+	return res, flush()
+}
+
+func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// encoder writes rows in one format.
+type encoder struct {
+	w      *bufio.Writer
+	format string
+	csv    *csv.Writer
+	n      int
+	buf    []byte
+}
+
+func newEncoder(w *bufio.Writer, format string) *encoder {
+	e := &encoder{w: w, format: format}
+	if format == FormatCSV {
+		e.csv = csv.NewWriter(w)
+	}
+	return e
+}
+
+func (e *encoder) begin() error {
+	if e.csv != nil {
+		return e.csv.Write(Columns)
+	}
+	_, err := e.w.WriteString("[")
+	return err
+}
+
+// numeric columns are JSON numbers; Tags is a JSON object.
+var jsonKind = func() map[int]byte {
+	m := map[int]byte{}
+	for i, c := range Columns {
+		switch c {
+		case "ConsumedQuantity", "ListUnitPrice", "BilledCost":
+			m[i] = 'n'
+		case "Tags":
+			m[i] = 'o'
+		}
+	}
+	return m
+}()
+
+func (e *encoder) row(rec []string) error {
+	if e.csv != nil {
+		return e.csv.Write(rec)
+	}
+	if e.n > 0 {
+		e.w.WriteString(",")
+	}
+	e.n++
+	e.buf = append(e.buf[:0], "\n{"...)
+	for i, v := range rec {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+		}
+		e.buf = append(e.buf, jsonKeys[i]...)
+		switch jsonKind[i] {
+		case 'n', 'o':
+			e.buf = append(e.buf, v...)
+		default:
+			e.buf = appendJSONString(e.buf, v)
+		}
+	}
+	e.buf = append(e.buf, '}')
+	_, err := e.w.Write(e.buf)
+	return err
+}
+
+// jsonKeys are the columns as JSON object keys with their colon.
+var jsonKeys = func() []string {
+	out := make([]string, len(Columns))
+	for i, c := range Columns {
+		out[i] = string(appendJSONString(nil, c)) + ":"
+	}
+	return out
+}()
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, the rest (UTF-8 included) as it is.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func (e *encoder) end() error {
+	if e.csv != nil {
+		e.csv.Flush()
+		return e.csv.Error()
+	}
+	_, err := e.w.WriteString("\n]\n")
+	return err
+}

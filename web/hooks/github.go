@@ -1,0 +1,309 @@
+// Package hooks receives webhooks from outside: GitHub deliveries that
+// start workflow runs. Each delivery is verified against the tenant's
+// secret over the raw body before anything else is read from it; a bad or
+// missing signature gets 401 and starts nothing.
+package hooks
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/workflow"
+)
+
+// SecretHost is the host a tenant's GitHub webhook secret must be scoped to:
+// it is shared with GitHub and nobody else.
+const SecretHost = "github.com"
+
+// Tenants finds a tenant by its slug (*tenants.Store).
+type Tenants interface {
+	TenantBySlug(ctx context.Context, slug string) (tenants.Tenant, error)
+}
+
+// Workflows gives a tenant's settings and live workflows (*workflow.Store).
+type Workflows interface {
+	Settings(ctx context.Context, tenantID string) (workflow.Settings, error)
+	List(ctx context.Context, tenantID string) ([]workflow.Version, error)
+}
+
+// Secrets gives a tenant secret's value for a host (notify.HostScoped).
+type Secrets interface {
+	Value(ctx context.Context, tenantID, name, host string) (string, error)
+}
+
+// Runs records deliveries with their runs (*runs.Store).
+type Runs interface {
+	Deliver(ctx context.Context, actor audit.Actor, tenantID string, d runs.Delivery, nrs []runs.NewRun) ([]runs.Run, error)
+}
+
+// Starter starts recorded runs (*runs.Engine); nil leaves them queued.
+type Starter interface {
+	Start(r runs.Run) error
+}
+
+// MaxBody bounds a delivery. GitHub caps payloads at 25 MB, but the events
+// workflows use are far smaller; a larger one is refused with 413.
+const MaxBody = 1 << 20
+
+// GitHub handles POST /hooks/github/:tenant.
+type GitHub struct {
+	Tenants   Tenants
+	Workflows Workflows
+	Secrets   Secrets
+	Runs      Runs
+	Starter   Starter
+	Log       *slog.Logger
+	// MaxBody overrides MaxBody when set.
+	MaxBody int64
+}
+
+// Answer is the JSON body of every answer.
+type Answer struct {
+	Status string   `json:"status"` // pong, accepted, ignored, duplicate, or an error word
+	Detail string   `json:"detail,omitempty"`
+	Runs   []string `json:"runs,omitempty"`
+}
+
+func reply(w http.ResponseWriter, code int, a Answer) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(a)
+}
+
+// Handler serves "POST /hooks/github/{tenant}" on its own (tests, or a mux).
+func (g *GitHub) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hooks/github/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		g.Serve(w, r, r.PathValue("tenant"))
+	})
+	return mux
+}
+
+// Serve handles one delivery for the tenant with slug.
+func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
+	ctx := r.Context()
+	log := g.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	t, err := g.Tenants.TenantBySlug(ctx, slug)
+	if errors.Is(err, tenants.ErrNotFound) {
+		reply(w, http.StatusNotFound, Answer{Status: "not_found", Detail: "no such tenant"})
+		return
+	}
+	if err != nil {
+		log.ErrorContext(ctx, "github hook: tenant", "slug", slug, "err", err)
+		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+		return
+	}
+	limit := g.MaxBody
+	if limit <= 0 {
+		limit = MaxBody
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		reply(w, http.StatusRequestEntityTooLarge, Answer{Status: "too_large", Detail: fmt.Sprintf("at most %d bytes", limit)})
+		return
+	}
+	if err != nil {
+		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: "could not read the body"})
+		return
+	}
+	settings, err := g.Workflows.Settings(ctx, t.ID)
+	if err != nil {
+		log.ErrorContext(ctx, "github hook: settings", "tenant", t.ID, "err", err)
+		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+		return
+	}
+	if settings.GitHubSecretName == "" {
+		// No secret, no way to verify: nothing from GitHub is accepted.
+		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "GitHub deliveries are not configured for this tenant"})
+		return
+	}
+	secret, err := g.Secrets.Value(ctx, t.ID, settings.GitHubSecretName, SecretHost)
+	if err != nil {
+		log.WarnContext(ctx, "github hook: secret unavailable", "tenant", t.ID, "secret", settings.GitHubSecretName, "err", err)
+		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "the signature cannot be verified"})
+		return
+	}
+	if !Verify([]byte(secret), r.Header.Get("X-Hub-Signature-256"), body) {
+		log.WarnContext(ctx, "github hook: bad signature", "tenant", t.ID, "delivery", r.Header.Get("X-GitHub-Delivery"), "remote", r.RemoteAddr)
+		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "bad or missing X-Hub-Signature-256"})
+		return
+	}
+	// Verified: from here on the body is GitHub's.
+	event, delivery := r.Header.Get("X-GitHub-Event"), r.Header.Get("X-GitHub-Delivery")
+	if event == "ping" {
+		reply(w, http.StatusOK, Answer{Status: "pong"})
+		return
+	}
+	if delivery == "" || len(delivery) > 100 || event == "" || len(event) > 64 {
+		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: "X-GitHub-Event and X-GitHub-Delivery are required"})
+		return
+	}
+	ev, trig, err := Parse(event, body)
+	if err != nil {
+		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: err.Error()})
+		return
+	}
+	var nrs []runs.NewRun
+	if ev.Name != "" {
+		wfs, err := g.Workflows.List(ctx, t.ID)
+		if err != nil {
+			log.ErrorContext(ctx, "github hook: workflows", "tenant", t.ID, "err", err)
+			reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+			return
+		}
+		for _, v := range wfs {
+			if v.Def.Matches(ev) {
+				nrs = append(nrs, runs.NewRun{Version: v, Trigger: trig})
+			}
+		}
+	}
+	actor := audit.Actor{Kind: audit.ActorSystem, ID: "github", Name: "GitHub (" + trig.Sender + ")", RemoteAddr: r.RemoteAddr,
+		RequestID: w.Header().Get("X-Request-Id")}
+	created, err := g.Runs.Deliver(ctx, actor, t.ID, runs.Delivery{DeliveryID: delivery, Event: event, Action: ev.Action,
+		Repository: ev.Repository}, nrs)
+	if errors.Is(err, runs.ErrDuplicateDelivery) {
+		reply(w, http.StatusOK, Answer{Status: "duplicate", Detail: "this delivery was received before; nothing was started again"})
+		return
+	}
+	if err != nil {
+		log.ErrorContext(ctx, "github hook: record delivery", "tenant", t.ID, "delivery", delivery, "err", err)
+		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+		return
+	}
+	ids := make([]string, 0, len(created))
+	for _, run := range created {
+		ids = append(ids, run.ID)
+		if g.Starter != nil {
+			if err := g.Starter.Start(run); err != nil {
+				// It stays queued: the engine's recovery picks it up.
+				log.WarnContext(ctx, "github hook: start run", "run", run.ID, "err", err)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		reply(w, http.StatusOK, Answer{Status: "ignored", Detail: "no workflow matches this event"})
+		return
+	}
+	reply(w, http.StatusAccepted, Answer{Status: "accepted", Runs: ids})
+}
+
+// Verify reports whether header ("sha256=<hex>") is the HMAC-SHA256 of body
+// under secret, compared in constant time.
+func Verify(secret []byte, header string, body []byte) bool {
+	hexSig, ok := strings.CutPrefix(header, "sha256=")
+	if !ok {
+		return false
+	}
+	got, err := hex.DecodeString(hexSig)
+	if err != nil || len(got) != sha256.Size {
+		return false
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return hmac.Equal(got, m.Sum(nil))
+}
+
+// Sign is the X-Hub-Signature-256 value GitHub sends for body.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// payload holds the fields of push, pull_request and issue_comment
+// deliveries that workflows use.
+type payload struct {
+	Action     string `json:"action"`
+	Ref        string `json:"ref"`
+	After      string `json:"after"`
+	Deleted    bool   `json:"deleted"`
+	Number     int    `json:"number"`
+	Repository struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	Sender struct {
+		Login string `json:"login"`
+	} `json:"sender"`
+	PullRequest *struct {
+		Title string `json:"title"`
+		Head  struct {
+			Ref string `json:"ref"`
+			SHA string `json:"sha"`
+		} `json:"head"`
+		Base struct {
+			Ref string `json:"ref"`
+		} `json:"base"`
+	} `json:"pull_request"`
+	Label *struct {
+		Name string `json:"name"`
+	} `json:"label"`
+	Issue *struct {
+		Number      int             `json:"number"`
+		PullRequest json.RawMessage `json:"pull_request"`
+	} `json:"issue"`
+	Comment *struct {
+		Body string `json:"body"`
+	} `json:"comment"`
+}
+
+// Parse reduces a verified delivery to the event workflows match on and the
+// trigger summary its runs keep. Events workflows do not use give an Event
+// with no Name.
+func Parse(event string, body []byte) (workflow.Event, runs.Trigger, error) {
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return workflow.Event{}, runs.Trigger{}, fmt.Errorf("the %s payload is not JSON: %w", event, err)
+	}
+	repo := p.Repository.FullName
+	trig := runs.Trigger{Kind: event, Repository: repo, Sender: p.Sender.Login}
+	ev := workflow.Event{Action: p.Action, Repository: repo}
+	switch event {
+	case workflow.EventPush:
+		if p.Deleted {
+			return workflow.Event{}, trig, nil // a deleted branch has nothing to run
+		}
+		ev.Name = event
+		ev.Branch, _ = strings.CutPrefix(p.Ref, "refs/heads/")
+		if !strings.HasPrefix(p.Ref, "refs/heads/") {
+			ev.Branch = "" // a tag
+		}
+		trig.Ref, trig.SHA = p.Ref, p.After
+	case workflow.EventPullRequest:
+		if p.PullRequest == nil {
+			return workflow.Event{}, trig, errors.New("a pull_request payload without pull_request")
+		}
+		ev.Name, ev.Branch = event, p.PullRequest.Base.Ref
+		if p.Label != nil {
+			ev.Label = p.Label.Name
+		}
+		trig.Ref, trig.SHA, trig.PRNumber = p.PullRequest.Head.Ref, p.PullRequest.Head.SHA, p.Number
+	case workflow.EventIssueComment:
+		if p.Issue == nil || p.Comment == nil {
+			return workflow.Event{}, trig, errors.New("an issue_comment payload without issue or comment")
+		}
+		ev.Name, ev.Comment = event, p.Comment.Body
+		ev.OnPullRequest = len(p.Issue.PullRequest) > 0 && string(p.Issue.PullRequest) != "null"
+		if ev.OnPullRequest {
+			// The comment names no commit: the pull request's head ref
+			// is what to fetch.
+			trig.PRNumber, trig.Ref = p.Issue.Number, fmt.Sprintf("refs/pull/%d/head", p.Issue.Number)
+		}
+	}
+	return ev, trig, nil
+}
