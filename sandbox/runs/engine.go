@@ -44,8 +44,10 @@ type Costs interface {
 	SandboxCost(ctx context.Context, tenantID, sandboxID string) (float64, error)
 }
 
-// Notifier tells the outside world a run ended (Slack, Jira, webhooks).
+// Notifier tells the outside world a run started (a pending commit status)
+// and ended (GitHub, Slack, Jira, webhooks).
 type Notifier interface {
+	RunStarted(ctx context.Context, def workflow.Definition, r Run) error
 	RunEnded(ctx context.Context, def workflow.Definition, r Run, steps []Step) error
 }
 
@@ -313,6 +315,21 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 	if err := e.store.start(ctx, &r); err != nil {
 		return r, err
 	}
+	// The start is told in the background (retries must not hold the run
+	// up); the end is told after it, so a pending status never lands last.
+	started := make(chan struct{})
+	if e.cfg.Notifier != nil {
+		e.wg.Add(1)
+		go func(r Run) {
+			defer e.wg.Done()
+			defer close(started)
+			if err := e.cfg.Notifier.RunStarted(context.WithoutCancel(ctx), v.Def, r); err != nil {
+				e.cfg.Logger.Warn("notify run start", "run", r.ID, "err", err)
+			}
+		}(r)
+	} else {
+		close(started)
+	}
 	runCtx, stop := context.WithTimeoutCause(ctx, time.Duration(v.Def.Timeout())*time.Second, errTimedOut)
 	defer stop()
 	fmt.Fprintf(a.log, "==> run %s #%d of %s (version %d)\n", r.ID, r.Number, r.Workflow, r.WorkflowVersion)
@@ -325,6 +342,7 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 	if err != nil {
 		return out, err
 	}
+	<-started
 	e.notify(ctx, v.Def, out)
 	return out, nil
 }

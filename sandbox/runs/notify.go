@@ -10,6 +10,7 @@ import (
 
 // runSender is what NotifyWith needs of *notify.Sender.
 type runSender interface {
+	RunStarted(ctx context.Context, n workflow.Notify, r notify.RunResult) error
 	RunEnded(ctx context.Context, n workflow.Notify, r notify.RunResult) error
 }
 
@@ -22,6 +23,10 @@ func NotifyWith(s runSender, publicURL string) Notifier {
 type runNotifier struct {
 	s    runSender
 	base string
+}
+
+func (n runNotifier) RunStarted(ctx context.Context, def workflow.Definition, r Run) error {
+	return n.s.RunStarted(ctx, def.Notify, Result(r, nil, n.base))
 }
 
 func (n runNotifier) RunEnded(ctx context.Context, def workflow.Definition, r Run, steps []Step) error {

@@ -68,7 +68,12 @@ func newEnv(t *testing.T, d dbtest.DB, vals map[string]string, tweak func(*notif
 	cfg := notify.Config{
 		Backoff: []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}, AttemptTimeout: 500 * time.Millisecond,
 		AllowPrivate: true, SlackWebhookHost: "127.0.0.1",
-		Sleep: func(ctx context.Context, d time.Duration) error { mu.Lock(); sleeps = append(sleeps, d); mu.Unlock(); return nil },
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			sleeps = append(sleeps, d)
+			mu.Unlock()
+			return nil
+		},
 	}
 	if tweak != nil {
 		tweak(&cfg)

@@ -75,13 +75,22 @@ func (r RunResult) Summary() string {
 }
 
 // RunEnded sends the run's result everywhere n says, if n.On includes its
-// outcome (an empty On means every outcome). Each destination is tried
-// independently; the error joins those that failed.
+// outcome (an empty On means every outcome); a GitHub commit status is set
+// in any case. Each destination is tried independently; the error joins
+// those that failed.
 func (s *Sender) RunEnded(ctx context.Context, n workflow.Notify, r RunResult) error {
-	if len(n.On) > 0 && !slices.Contains(n.On, r.outcome()) {
-		return nil
-	}
 	var errs []error
+	on := len(n.On) == 0 || slices.Contains(n.On, r.outcome())
+	if n.GitHub != nil {
+		// The commit status is set whatever On says: a pending status must
+		// not stay pending.
+		if err := s.githubRun(ctx, *n.GitHub, r, on); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !on {
+		return errors.Join(errs...)
+	}
 	if n.Slack != nil {
 		if _, err := s.Slack(ctx, r.TenantID, *n.Slack, EventRunEnded, slackRun(r)); err != nil {
 			errs = append(errs, err)

@@ -50,7 +50,9 @@ type Config struct {
 	// SlackWebhookHost is the host incoming webhook URLs must point to
 	// (SlackWebhookHost).
 	SlackWebhookHost string
-	Clock            func() time.Time
+	// GitHubAPI is the GitHub REST API base (https://api.github.com).
+	GitHubAPI string
+	Clock     func() time.Time
 	// Sleep waits between attempts; nil waits for real (tests may record).
 	Sleep  func(ctx context.Context, d time.Duration) error
 	Logger *slog.Logger
@@ -65,6 +67,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SlackAPI == "" {
 		c.SlackAPI = "https://slack.com/api"
+	}
+	if c.GitHubAPI == "" {
+		c.GitHubAPI = "https://api.github.com"
 	}
 	if c.SlackWebhookHost == "" {
 		c.SlackWebhookHost = SlackWebhookHost
@@ -160,6 +165,7 @@ const (
 	KindWebhook = "webhook"
 	KindSlack   = "slack"
 	KindJira    = "jira"
+	KindGitHub  = "github"
 )
 
 // Deliveries returns the tenant's delivery log, newest first, at most
