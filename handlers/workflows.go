@@ -320,22 +320,60 @@ func (h *Handlers) APIRun(c echo.Context) error {
 }
 
 // APIRunLog returns the run's log as text: the live log (bounded) while it
-// executes here, else the stored output of its steps.
+// executes here, else the stored output of its steps. With ?follow=1 the
+// answer streams: what was written so far, then each new write, until the
+// run ends (its last line says how) or the client goes.
 func (h *Handlers) APIRunLog(c echo.Context) error {
 	eng, err := h.runEngine()
 	if err != nil {
 		return err
 	}
+	ctx := c.Request().Context()
 	tenantID := CallerOf(c).Tenant.ID
-	r, steps, err := eng.Store().Get(c.Request().Context(), tenantID, c.Param("id"))
+	r, steps, err := eng.Store().Get(ctx, tenantID, c.Param("id"))
 	if err != nil {
 		return err
 	}
-	if l, ok := eng.Log(tenantID, r.ID); ok {
-		past, _, sub := l.Subscribe()
-		sub.Close()
+	l, live := eng.Log(tenantID, r.ID)
+	if !live {
+		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(storedLog(r, steps)))
+	}
+	past, _, sub := l.Subscribe()
+	defer sub.Close()
+	follow := c.QueryParam("follow") == "1" || c.QueryParam("follow") == "true"
+	if !follow {
 		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", past)
 	}
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(past); err != nil {
+		return nil
+	}
+	w.Flush()
+	for {
+		select {
+		case chunk, open := <-sub.C:
+			if !open {
+				if sub.Dropped() {
+					io.WriteString(w, "\n[the log went faster than this connection: reconnect to catch up]\n")
+				}
+				w.Flush()
+				return nil
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return nil
+			}
+			w.Flush()
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// storedLog is an ended (or not yet started) run's log from its steps.
+func storedLog(r runs.Run, steps []runs.Step) string {
 	var b strings.Builder
 	for _, st := range steps {
 		fmt.Fprintf(&b, "==> step %d: %s (%s)\n%s", st.Index+1, st.Name, st.State, st.Output)
@@ -344,7 +382,7 @@ func (h *Handlers) APIRunLog(c echo.Context) error {
 		}
 	}
 	fmt.Fprintf(&b, "==> %s %s\n", r.State, r.StateReason)
-	return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(b.String()))
+	return b.String()
 }
 
 // APICancelRun cancels the tenant's run :id; its sandbox is destroyed.

@@ -310,9 +310,12 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 	}
 	v, err := e.wf.Get(ctx, r.TenantID, r.Workflow, r.WorkflowVersion)
 	if err != nil {
-		return e.end(ctx, r, nil, StateFailed, "workflow version unavailable: "+err.Error())
+		state, reason := e.stopped(ctx, "workflow version unavailable: "+err.Error())
+		return e.end(ctx, r, nil, state, reason)
 	}
-	if err := e.store.start(ctx, &r); err != nil {
+	// Recorded whatever ctx says: a cancel from here on ends the run
+	// through the sandbox path below, as cancelled.
+	if err := e.store.start(context.WithoutCancel(ctx), &r); err != nil {
 		return r, err
 	}
 	// The start is told in the background (retries must not hold the run

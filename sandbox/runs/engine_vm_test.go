@@ -3,9 +3,13 @@ package runs_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +28,8 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/notify"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
@@ -202,7 +208,8 @@ var admin = audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada Admin"}
 func (e *vmEnv) create(t *testing.T, src string) runs.Run {
 	t.Helper()
 	v, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(src), nil)
-	if errors.Is(err, tenants.ErrInvalid) && strings.Contains(err.Error(), "unchanged") {
+	var fe *tenants.FieldError
+	if errors.As(err, &fe) && fe.Rule == "unchanged" { // -count=N runs the same table again
 		name := strings.Fields(strings.SplitN(src, "\n", 2)[0])[1]
 		v, err = e.wf.Current(bg, e.tenant.ID, name)
 	}
@@ -393,5 +400,99 @@ steps:
 	}
 	if got, err := e.engine.Cancel(ctx, admin, e.tenant.ID, again.ID); err != nil || got.State != runs.StateCancelled {
 		t.Errorf("Cancel(rerun) = %+v, %v; want cancelled", got, err)
+	}
+}
+
+// hookRecorder is a local server recording what it is sent.
+type hookRecorder struct {
+	*httptest.Server
+	mu   sync.Mutex
+	got  []string // "METHOD PATH BODY"
+	code int
+}
+
+func newRecorder(t *testing.T, code int, answer string) *hookRecorder {
+	h := &hookRecorder{code: code}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.got = append(h.got, r.Method+" "+r.URL.Path+" "+string(b))
+		h.mu.Unlock()
+		w.WriteHeader(h.code)
+		io.WriteString(w, answer)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *hookRecorder) requests() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got...)
+}
+
+// TestEngineNotifies runs a pull request's workflow on a VM and checks what
+// GitHub, Slack and a Standard Webhooks endpoint (local servers) are told.
+func TestEngineNotifies(t *testing.T) {
+	e := need(t)
+	github := newRecorder(t, 201, `{"id":1}`)
+	slack := newRecorder(t, 200, "ok")
+	hook := newRecorder(t, 204, "")
+	root := make([]byte, 32)
+	rand.Read(root)
+	ss, err := secrets.New(e.db, root, secrets.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"GH_TOKEN": "ghp_x", "SLACK_URL": slack.URL + "/services/T/B/X", "HOOK_KEY": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+		_ = ss.Revoke(bg, admin, e.tenant.ID, name) // from an earlier -count round
+		if _, err := ss.Create(bg, admin, e.tenant.ID, secrets.NewSecret{Name: name, Value: v, Hosts: []string{"127.0.0.1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sender := notify.New(e.db, notify.HostScoped(ss), notify.Config{AllowPrivate: true, GitHubAPI: github.URL, SlackWebhookHost: "127.0.0.1",
+		Backoff: []time.Duration{10 * time.Millisecond}})
+	eng := runs.NewEngine(runs.NewStore(e.db, nil), e.wf, e.svc, runs.Config{Notifier: runs.NotifyWith(sender, "https://stockade.test")})
+	t.Cleanup(func() { eng.Close(bg) })
+	v, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(`name: pr-check
+triggers: [{event: pull_request}]
+steps:
+  - name: test
+    run: echo testing; exit 1
+notify:
+  github: {token_secret: GH_TOKEN}
+  slack: {webhook_url_secret: SLACK_URL}
+  webhooks:
+    - url: `+hook.URL+`/stockade
+      secret: HOOK_KEY
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha := "6dcb09b5b57875f334f61aebed695e2e4193db5e"
+	r, err := eng.Store().Create(bg, admin, e.tenant.ID, runs.NewRun{Version: v,
+		Trigger: runs.Trigger{Kind: "pull_request", Repository: "acme/app", Ref: "topic", SHA: sha, PRNumber: 9, Sender: "octocat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 3*time.Minute)
+	defer cancel()
+	got, err := eng.Run(ctx, r)
+	if err != nil || got.State != runs.StateFailed {
+		t.Fatalf("Run() = %+v, %v; want failed", got, err)
+	}
+	e.gone(t, got)
+	gh := github.requests()
+	if len(gh) != 3 || !strings.HasPrefix(gh[0], "POST /repos/acme/app/statuses/"+sha+` {"state":"pending"`) ||
+		!strings.HasPrefix(gh[1], "POST /repos/acme/app/statuses/"+sha+` {"state":"failure"`) ||
+		!strings.HasPrefix(gh[2], "POST /repos/acme/app/issues/9/comments ") || !strings.Contains(gh[1], "https://stockade.test/runs/"+r.ID) {
+		t.Errorf("GitHub was sent %q; want pending, then failure with the run's link, then a comment on PR 9", gh)
+	}
+	if s := slack.requests(); len(s) != 1 || !strings.HasPrefix(s[0], "POST /services/T/B/X ") || !strings.Contains(s[0], fmt.Sprintf("pr-check #%d failed on acme/app#9", r.Number)) {
+		t.Errorf("Slack was sent %q; want one message about the failed run", s)
+	}
+	if h := hook.requests(); len(h) != 1 || !strings.Contains(h[0], `"type":"run.ended"`) || !strings.Contains(h[0], `"state":"failed"`) ||
+		!strings.Contains(h[0], `"exit_code":1`) {
+		t.Errorf("the webhook was sent %q; want one run.ended with the failed step's exit code", h)
 	}
 }

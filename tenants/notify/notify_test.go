@@ -501,3 +501,86 @@ func TestSign(t *testing.T) {
 		t.Errorf("Key(short) = %v; want ErrInvalid", err)
 	}
 }
+
+func TestGitHub(t *testing.T) {
+	ctx := context.Background()
+	d := dbtest.DB{Name: "sqlite", DB: dbtest.SQLite(t)}
+	srv := newServer(t, `{"id":1}`, 201)
+	e := newEnv(t, d, map[string]string{"GITHUB_TOKEN": "ghp_secret"}, func(c *notify.Config) { c.GitHubAPI = srv.URL })
+	sha := "6dcb09b5b57875f334f61aebed695e2e4193db5e"
+	code := 2
+	run := notify.RunResult{TenantID: e.tenant.ID, RunID: "r1", Workflow: "tests", Number: 4, State: "failed", Repository: "acme/app", SHA: sha,
+		PRNumber: 7, URL: "https://stockade.test/runs/r1", Steps: []notify.Step{{Name: "unit | fast", State: "failed", ExitCode: &code}}}
+	gh := &workflow.GitHub{TokenSecret: "GITHUB_TOKEN"}
+	no := false
+
+	type status struct {
+		State, TargetURL, Description, Context string
+	}
+	decode := func(r recorded) (status, string) {
+		var st struct {
+			State       string `json:"state"`
+			TargetURL   string `json:"target_url"`
+			Description string `json:"description"`
+			Context     string `json:"context"`
+			Body        string `json:"body"`
+		}
+		if err := json.Unmarshal(r.body, &st); err != nil {
+			t.Fatalf("body %s: %v", r.body, err)
+		}
+		return status{st.State, st.TargetURL, st.Description, st.Context}, st.Body
+	}
+	tests := []struct {
+		name   string
+		do     func() error
+		paths  []string
+		states []string
+	}{
+		{"started: pending status", func() error { return e.sender.RunStarted(ctx, workflow.Notify{GitHub: gh}, run) },
+			[]string{"/repos/acme/app/statuses/" + sha}, []string{"pending"}},
+		{"ended: status and comment", func() error { return e.sender.RunEnded(ctx, workflow.Notify{GitHub: gh}, run) },
+			[]string{"/repos/acme/app/statuses/" + sha, "/repos/acme/app/issues/7/comments"}, []string{"failure", ""}},
+		{"on excludes failure: the status still, no comment", func() error {
+			return e.sender.RunEnded(ctx, workflow.Notify{On: []string{"success"}, GitHub: gh}, run)
+		}, []string{"/repos/acme/app/statuses/" + sha}, []string{"failure"}},
+		{"statuses off", func() error {
+			return e.sender.RunEnded(ctx, workflow.Notify{GitHub: &workflow.GitHub{TokenSecret: "GITHUB_TOKEN", Status: &no}}, run)
+		}, []string{"/repos/acme/app/issues/7/comments"}, []string{""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv.mu.Lock()
+			srv.reqs = nil
+			srv.mu.Unlock()
+			if err := tt.do(); err != nil {
+				t.Fatalf("call = %v", err)
+			}
+			reqs := srv.requests()
+			if len(reqs) != len(tt.paths) {
+				t.Fatalf("requests = %d; want %d", len(reqs), len(tt.paths))
+			}
+			for i, r := range reqs {
+				if r.method != http.MethodPost || r.path != tt.paths[i] || r.header.Get("Authorization") != "Bearer ghp_secret" ||
+					r.header.Get("Accept") != "application/vnd.github+json" || r.header.Get("X-GitHub-Api-Version") == "" {
+					t.Errorf("request %d = %s %s auth %q accept %q; want POST %s with the bearer token and GitHub's media type", i, r.method, r.path,
+						r.header.Get("Authorization"), r.header.Get("Accept"), tt.paths[i])
+				}
+				st, body := decode(r)
+				if tt.states[i] != "" {
+					if st.State != tt.states[i] || st.Context != "stockade/tests" || st.TargetURL != run.URL || st.Description == "" || len(st.Description) > 140 {
+						t.Errorf("status = %+v; want %s, context stockade/tests, the run's URL, a short description", st, tt.states[i])
+					}
+				} else if !strings.Contains(body, "tests #4 failed") || !strings.Contains(body, `unit \| fast`) || !strings.Contains(body, "](https://stockade.test/runs/r1)") {
+					t.Errorf("comment = %q; want the summary, escaped step names and a link", body)
+				}
+			}
+		})
+	}
+	// A run without a commit or pull request asks nothing of GitHub.
+	srv.mu.Lock()
+	srv.reqs = nil
+	srv.mu.Unlock()
+	if err := e.sender.RunEnded(ctx, workflow.Notify{GitHub: gh}, notify.RunResult{TenantID: e.tenant.ID, Workflow: "tests", State: "failed"}); err != nil || len(srv.requests()) != 0 {
+		t.Errorf("RunEnded(manual run) = %v with %d requests; want none", err, len(srv.requests()))
+	}
+}
