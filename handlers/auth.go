@@ -61,11 +61,7 @@ func (h *Handlers) LoginCallback(c echo.Context) error {
 	id, returnTo, err := h.idp.Finish(c.Response(), c.Request())
 	if err != nil {
 		h.log.WarnContext(ctx, "login failed", "err", err, "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
-		_ = h.audit.Record(ctx, audit.Event{
-			Type: "auth.login_failed", Outcome: "failure",
-			ActorKind: "anonymous", RemoteAddr: c.RealIP(), RequestID: c.Response().Header().Get(echo.HeaderXRequestID),
-			Details: map[string]any{"reason": err.Error()},
-		})
+		h.AuditAuthFailure(c, audit.TypeLoginFailed, "", map[string]any{"reason": err.Error()})
 		return render(c, http.StatusUnauthorized, views.LoginPage(h.page(c, "Sign in", "login"), views.LoginView{
 			ProviderName: h.cfg.ProviderName, DevIdP: h.cfg.DevIdP,
 			Error: "Sign-in did not complete. Please try again.",

@@ -69,6 +69,9 @@ type Handlers struct {
 	compliance Compliance
 	workflows  *workflow.Store // nil: workflow API answers "unavailable"
 	runs       *runs.Engine    // nil: run API answers "unavailable"
+	// authFailures rate-limits the audit events of failed sign-ins and
+	// tokens: anyone can cause them.
+	authFailures *audit.Limiter
 }
 
 // Deps are the services handlers call.
@@ -120,7 +123,7 @@ func New(cfg Config, d Deps) *Handlers {
 	}
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
-		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs}
+		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst)}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -336,8 +336,10 @@ func (h *Handlers) APIRunLog(c echo.Context) error {
 	}
 	l, live := eng.Log(tenantID, r.ID)
 	if !live {
+		c.Response().Header().Set(LogSourceHeader, "stored")
 		return c.Blob(http.StatusOK, "text/plain; charset=utf-8", []byte(storedLog(r, steps)))
 	}
+	c.Response().Header().Set(LogSourceHeader, "live")
 	past, _, sub := l.Subscribe()
 	defer sub.Close()
 	follow := c.QueryParam("follow") == "1" || c.QueryParam("follow") == "true"
@@ -371,6 +373,11 @@ func (h *Handlers) APIRunLog(c echo.Context) error {
 		}
 	}
 }
+
+// LogSourceHeader says whether a run log answer is the live log ("live")
+// or the steps' stored output ("stored": the run is not executing on this
+// server).
+const LogSourceHeader = "X-Stockade-Log"
 
 // storedLog is an ended (or not yet started) run's log from its steps.
 func storedLog(r runs.Run, steps []runs.Step) string {

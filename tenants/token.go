@@ -142,9 +142,23 @@ func (s *Store) RevokeToken(ctx context.Context, actor audit.Actor, tenantID, to
 	return nil
 }
 
+// TokenError is a known token that may no longer be used: its tenant's
+// security team wants to hear of it. It wraps ErrUnauthorized.
+type TokenError struct {
+	TenantID, Prefix, Reason string // reason: revoked, expired
+}
+
+func (e *TokenError) Error() string {
+	return fmt.Sprintf("authenticate token %s: %s", e.Prefix, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrUnauthorized) hold.
+func (e *TokenError) Unwrap() error { return ErrUnauthorized }
+
 // AuthenticateToken returns the live token whose secret this is, and its
 // tenant. Unknown, malformed, expired and revoked tokens are all
 // ErrUnauthorized. Lookup is by hash, so no constant-time compare is needed.
+// Expired and revoked ones are a *TokenError naming their tenant.
 func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken, Tenant, error) {
 	if !tokenPattern.MatchString(secret) {
 		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: malformed: %w", ErrUnauthorized)
@@ -160,9 +174,9 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 	now := s.now()
 	switch {
 	case tok.RevokedAt != nil:
-		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token %s: revoked: %w", tok.Prefix, ErrUnauthorized)
+		return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "revoked"}
 	case !now.Before(tok.ExpiresAt):
-		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token %s: expired: %w", tok.Prefix, ErrUnauthorized)
+		return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "expired"}
 	}
 	var t Tenant
 	if err := db.Take(&t, "id = ?", tok.TenantID).Error; err != nil {

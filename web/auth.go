@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
 // authenticate establishes the caller: an API token (bearer, API routes
@@ -24,6 +25,16 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				return tenants.ErrUnauthorized
 			}
 			tok, tenant, err := s.store.AuthenticateToken(ctx, strings.TrimSpace(secret))
+			if errors.Is(err, tenants.ErrUnauthorized) {
+				// Known but dead tokens go to their tenant's log; unknown ones
+				// to the platform's (never any part of the secret).
+				tenantID, details := "", map[string]any{"reason": "unknown or malformed", "path": c.Request().URL.Path}
+				var te *tenants.TokenError
+				if errors.As(err, &te) {
+					tenantID, details["reason"], details["token_prefix"] = te.TenantID, te.Reason, te.Prefix
+				}
+				s.handlers.AuditAuthFailure(c, audit.TypeTokenFailed, tenantID, details)
+			}
 			if err != nil {
 				return err
 			}

@@ -218,24 +218,22 @@ func isRunBoolFlag(a string) bool {
 	return a == "wait" || a == "f" || a == "follow"
 }
 
-// followRun prints the run's log as it grows (polling) until the run ends;
-// a run that did not succeed is exit status 1.
+// followRun streams the run's live log (GET .../log?follow=1) until the
+// run ends, then exits 1 unless it succeeded. A queued run, or one running
+// on another replica (the answer is the stored log), is polled.
 func followRun(ctx context.Context, c *apiClient, id string, stdout, stderr io.Writer) error {
-	printed := 0
+	streamed := false
 	for {
 		var r runView
 		if err := c.json(ctx, "GET", "/api/v1/runs/"+url.PathEscape(id), nil, &r); err != nil {
 			return err
 		}
-		log, err := runLog(ctx, c, id)
-		if err != nil {
-			return err
-		}
-		// Once the run ended its log is the stored output of its steps,
-		// which differs from the live one: printed whole only when none of
-		// the live one was.
 		if r.ended() {
-			if printed == 0 {
+			if !streamed {
+				log, err := runLog(ctx, c, id)
+				if err != nil {
+					return err
+				}
 				io.WriteString(stdout, log)
 			}
 			if r.State != "succeeded" {
@@ -244,9 +242,19 @@ func followRun(ctx context.Context, c *apiClient, id string, stdout, stderr io.W
 			}
 			return nil
 		}
-		if len(log) > printed {
-			io.WriteString(stdout, log[printed:])
-			printed = len(log)
+		if r.State == "running" && !streamed {
+			resp, err := c.do(ctx, "GET", "/api/v1/runs/"+url.PathEscape(id)+"/log?follow=1", nil, "")
+			if err != nil {
+				return err
+			}
+			if resp.Header.Get("X-Stockade-Log") == "live" {
+				_, err = io.Copy(stdout, resp.Body)
+				streamed = err == nil
+			}
+			resp.Body.Close()
+			if streamed {
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():

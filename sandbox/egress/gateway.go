@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
 // Resolver turns a name into addresses (net.Resolver is one).
@@ -90,7 +91,7 @@ type Gateway struct {
 	log   *slog.Logger
 	rules *ruleCache
 	// denials rate-limits the audit events of refused connections.
-	denials *denials
+	denials *audit.Limiter
 
 	mu       sync.Mutex
 	counters map[string]*counter
@@ -131,7 +132,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "egress"),
 		rules:    &ruleCache{src: cfg.Policies, ttl: cfg.CacheTTL, clock: cfg.Clock, m: map[string]cachedRules{}},
 		counters: map[string]*counter{},
-		denials:  newDenials(cfg.DenialAuditWindow),
+		denials:  audit.NewLimiter(cfg.DenialAuditWindow, 1),
 	}, nil
 }
 
@@ -158,7 +159,7 @@ func (g *Gateway) Bytes(sandboxID string) (up, down int64) {
 
 // Forget drops a sandbox's live counters (once it is destroyed).
 func (g *Gateway) Forget(sandboxID string) {
-	g.denials.forget(sandboxID)
+	g.denials.Forget(sandboxID + "\x00")
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.counters[sandboxID]; c != nil && c.conns.Load() == 0 {

@@ -111,6 +111,10 @@ type Engine struct {
 	active map[string]*active // run id -> its execution
 	closed bool
 	wg     sync.WaitGroup
+	// bg bounds notifications, which outlive their run's context (a
+	// cancelled run is still reported); cancelled when Close gives up.
+	bg     context.Context
+	stopBG context.CancelFunc
 }
 
 type active struct {
@@ -131,7 +135,9 @@ var (
 // without sandboxes) fails every run it executes, saying so.
 func NewEngine(store *Store, wf Workflows, sbx Sandboxes, cfg Config) *Engine {
 	cfg.setDefaults()
-	return &Engine{store: store, wf: wf, sbx: sbx, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), active: map[string]*active{}}
+	bg, stop := context.WithCancel(context.Background())
+	return &Engine{store: store, wf: wf, sbx: sbx, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), active: map[string]*active{},
+		bg: bg, stopBG: stop}
 }
 
 // Store is the engine's store.
@@ -144,9 +150,7 @@ func (e *Engine) Start(r Run) error {
 	if err != nil {
 		return err
 	}
-	e.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
 		if _, err := e.execute(ctx, r, a); err != nil {
 			e.cfg.Logger.Warn("workflow run", "run", r.ID, "tenant", r.TenantID, "err", err)
 		}
@@ -177,6 +181,9 @@ func (e *Engine) register(parent context.Context, r Run) (context.Context, *acti
 	ctx, cancel := context.WithCancelCause(parent)
 	a := &active{tenantID: r.TenantID, log: NewLog(e.cfg.LogBytes, 0), done: make(chan struct{}), cancel: cancel}
 	e.active[r.ID] = a
+	// Counted under the lock that Close takes before waiting: no run
+	// starts once Close is waiting. execute says Done.
+	e.wg.Add(1)
 	return ctx, a, nil
 }
 
@@ -243,7 +250,7 @@ func (e *Engine) Rerun(ctx context.Context, actor audit.Actor, tenantID, id stri
 }
 
 // Close cancels every executing run (each destroys its sandbox) and waits
-// for them, within ctx.
+// for them and their notifications, within ctx.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -255,8 +262,12 @@ func (e *Engine) Close(ctx context.Context) error {
 	go func() { e.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		e.stopBG()
 		return nil
 	case <-ctx.Done():
+		// Notifications still retrying are abandoned (their delivery log
+		// says how far they got).
+		e.stopBG()
 		return fmt.Errorf("close run engine: %w", ctx.Err())
 	}
 }
@@ -293,14 +304,21 @@ func actorFor(r Run) audit.Actor {
 // execute runs r to its end. Its sandbox is destroyed before the run is
 // recorded as ended, whatever happened.
 func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
-	defer func() {
-		a.cancel(nil)
-		a.log.Close()
-		e.mu.Lock()
-		delete(e.active, r.ID)
-		e.mu.Unlock()
-		close(a.done)
-	}()
+	// over ends the run's presence here: its log closes (followers see the
+	// end), Cancel stops waiting. Notifications may still be under way.
+	var once sync.Once
+	over := func() {
+		once.Do(func() {
+			a.cancel(nil)
+			a.log.Close()
+			e.mu.Lock()
+			delete(e.active, r.ID)
+			e.mu.Unlock()
+			close(a.done)
+		})
+	}
+	defer e.wg.Done()
+	defer over()
 	// Wait for a slot; a cancel while waiting ends the run as cancelled.
 	select {
 	case e.slots <- struct{}{}:
@@ -326,7 +344,7 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 		go func(r Run) {
 			defer e.wg.Done()
 			defer close(started)
-			if err := e.cfg.Notifier.RunStarted(context.WithoutCancel(ctx), v.Def, r); err != nil {
+			if err := e.cfg.Notifier.RunStarted(e.bg, v.Def, r); err != nil {
 				e.cfg.Logger.Warn("notify run start", "run", r.ID, "err", err)
 			}
 		}(r)
@@ -342,11 +360,12 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 	}
 	fmt.Fprintf(a.log, "==> %s %s\n", state, reason)
 	out, err := e.end(ctx, r, arts, state, reason)
+	over()
 	if err != nil {
 		return out, err
 	}
 	<-started
-	e.notify(ctx, v.Def, out)
+	e.notify(v.Def, out)
 	return out, nil
 }
 
@@ -591,11 +610,11 @@ func (e *Engine) cost(ctx context.Context, r Run) float64 {
 	return c
 }
 
-func (e *Engine) notify(ctx context.Context, def workflow.Definition, r Run) {
+func (e *Engine) notify(def workflow.Definition, r Run) {
 	if e.cfg.Notifier == nil {
 		return
 	}
-	nctx := context.WithoutCancel(ctx)
+	nctx := e.bg
 	_, steps, err := e.store.Get(nctx, r.TenantID, r.ID)
 	if err != nil {
 		e.cfg.Logger.Warn("notify run end", "run", r.ID, "err", err)

@@ -32,6 +32,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
+	"github.com/stockade-dev/stockade/web/webtest"
 )
 
 // The engine runs here on the real sandbox service, on one VM of the local
@@ -495,4 +496,55 @@ notify:
 		!strings.Contains(h[0], `"exit_code":1`) {
 		t.Errorf("the webhook was sent %q; want one run.ended with the failed step's exit code", h)
 	}
+}
+
+// TestLiveLogOverHTTP starts a run through the API and follows its log
+// (GET /api/v1/runs/:id/log?follow=1): lines arrive while the run is still
+// running, and the stream ends with the run.
+func TestLiveLogOverHTTP(t *testing.T) {
+	e := need(t)
+	w := webtest.New(t, webtest.Options{DB: e.db, Sandboxes: e.svc, Workflows: e.wf, Runs: e.engine})
+	tok := w.WithToken(w.Token(t, e.tenant, tenants.RoleAdmin))
+	src := "name: ticks\ntriggers: [{event: manual}]\nsteps:\n  - name: tick\n    run: for i in 1 2 3; do echo tick $i; sleep 1; done\n"
+	if s, body, _ := tok.Request(t, http.MethodPut, "/api/v1/workflows/ticks", "application/yaml", strings.NewReader(src)); s != http.StatusOK &&
+		!strings.Contains(body, "unchanged") {
+		t.Fatalf("PUT workflow = %d %s", s, body)
+	}
+	var run struct {
+		ID string `json:"id"`
+	}
+	if s, body := tok.JSON(t, http.MethodPost, "/api/v1/workflows/ticks/runs", nil, &run); s != http.StatusCreated {
+		t.Fatalf("POST run = %d %s", s, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, w.URL+"/api/v1/runs/"+run.ID+"/log?follow=1", nil)
+	req.Header.Set("Authorization", "Bearer "+tok.Bearer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET log?follow=1 = %v, %v", resp, err)
+	}
+	defer resp.Body.Close()
+	var (
+		seen        bytes.Buffer
+		stateAtTick string
+		buf         = make([]byte, 4096)
+	)
+	for {
+		n, err := resp.Body.Read(buf)
+		seen.Write(buf[:n])
+		if stateAtTick == "" && strings.Contains(seen.String(), "tick 1") {
+			r, _, _ := e.engine.Store().Get(bg, e.tenant.ID, run.ID)
+			stateAtTick = string(r.State)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if stateAtTick != string(runs.StateRunning) {
+		t.Errorf("run state when 'tick 1' arrived = %q; want running (the log must be live)", stateAtTick)
+	}
+	if !strings.Contains(seen.String(), "tick 3") || !strings.Contains(seen.String(), "==> succeeded") {
+		t.Errorf("followed log = %q; want every tick and the end", seen.String())
+	}
+	r, _, _ := e.engine.Store().Get(bg, e.tenant.ID, run.ID)
+	e.gone(t, r)
 }
