@@ -341,9 +341,11 @@ func TestDomainTypeDetection(t *testing.T) {
 	t.Parallel()
 	guest := systemGuest(t)
 	h := hypervisortest.Connect(t, hypervisor.Config{
-		URI:          systemURI,
-		ProbeKernel:  guest.Kernel,
-		ProbeTimeout: 10 * time.Second,
+		URI:         systemURI,
+		ProbeKernel: guest.Kernel,
+		// Generous: under TCG with other packages' VMs booting at the same
+		// time (CI runs packages in parallel) the panic took over 10 s.
+		ProbeTimeout: 40 * time.Second,
 	})
 	ctx := context.Background()
 
