@@ -93,6 +93,9 @@ type Config struct {
 	// Freezes refuses creates for a frozen tenant (incident response).
 	// Nil: no tenant is ever frozen.
 	Freezes Freezes
+	// Outbox gets sandbox.created and sandbox.destroyed for the tenant's
+	// outgoing webhooks, in the transactions of those changes. Nil: none.
+	Outbox Outbox
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -169,6 +172,7 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
 		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
+	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }

@@ -23,6 +23,9 @@ import (
 type Store struct {
 	db    *gorm.DB
 	clock func() time.Time
+	// outbox, when set, gets the lifecycle events of the changes
+	// (lifecycle.go), in their transactions.
+	outbox Outbox
 }
 
 // NewStore returns a Store on db (opened and migrated by tenants.Open and
@@ -108,6 +111,9 @@ func (s *Store) create(ctx context.Context, actor audit.Actor, sb *Sandbox) erro
 			return err
 		}
 		if err := s.event(tx, sb, actorName(actor), now); err != nil {
+			return err
+		}
+		if err := s.announce(tx, *sb); err != nil {
 			return err
 		}
 		return s.audit(tx, actor.Event(sb.TenantID, audit.TypeSandboxCreated, "sandbox", sb.ID, map[string]any{
@@ -310,6 +316,9 @@ func (s *Store) transition(ctx context.Context, id string, c change) (Sandbox, b
 			return err
 		}
 		if err := meter(tx, sb, c, now); err != nil {
+			return err
+		}
+		if err := s.announce(tx, sb); err != nil {
 			return err
 		}
 		if c.Audit != nil {

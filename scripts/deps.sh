@@ -4,7 +4,7 @@
 set -eu
 PKGS="gcc pkg-config libvirt-dev libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
 busybox-static crun tini postgresql debootstrap e2fsprogs squashfs-tools cpio xz-utils
-chromium chromium-driver fonts-dejavu-core ca-certificates"
+chromium chromium-driver fonts-dejavu-core ca-certificates git"
 missing=""
 for p in $PKGS; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -62,6 +62,12 @@ const (
 	PermWorkflowsWrite Permission = "workflows.write"
 	// PermRunsWrite: start runs by hand, cancel and re-run them.
 	PermRunsWrite Permission = "runs.write"
+	// PermIntegrationsRead: the tenant's outgoing webhook endpoints (URLs
+	// and secret names, never values) and their delivery log.
+	PermIntegrationsRead Permission = "integrations.read"
+	// PermIntegrationsWrite: create, enable, disable and delete outgoing
+	// webhook endpoints, send test events.
+	PermIntegrationsWrite Permission = "integrations.write"
 )
 
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
@@ -70,9 +76,9 @@ var grants = map[Role][]Permission{
 	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
 		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
 		PermSecretsRead, PermSecretsWrite, PermComplianceRead, PermComplianceRun, PermUsageRead, PermUsageExport,
-		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite},
+		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite, PermIntegrationsRead, PermIntegrationsWrite},
 	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
-		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead},
+		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead, PermIntegrationsRead},
 	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
 		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermWorkflowsRead, PermRunsWrite},
 	// Auditors read what ran in sandboxes (commands and output) but start nothing.

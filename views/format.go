@@ -110,6 +110,8 @@ func tenantNav() []navItem {
 		{NavDashboard, "Dashboard", "/"},
 		{NavSandboxes, "Sandboxes", "/sandboxes"},
 		{NavTerminals, "Terminals", "/terminals"},
+		{NavWorkflows, "Workflows", "/workflows"},
+		{NavRuns, "Runs", "/runs"},
 		{NavVMs, "VMs", "/vms"},
 		{NavPolicy, "Policy", "/policy"},
 		{NavEgress, "Egress", "/egress"},

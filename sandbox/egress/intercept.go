@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -97,6 +98,10 @@ func swapRequest(req *http.Request, repl *strings.Replacer) error {
 	stripHopHeaders(req.Header)
 	for k, vs := range req.Header {
 		for i, v := range vs {
+			if k == "Authorization" {
+				vs[i] = swapAuthorization(v, repl)
+				continue
+			}
 			vs[i] = repl.Replace(v)
 		}
 		req.Header[k] = vs
@@ -116,6 +121,32 @@ func swapRequest(req *http.Request, repl *strings.Replacer) error {
 		req.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	}
 	return nil
+}
+
+// swapAuthorization replaces placeholders in an Authorization value,
+// inside Basic credentials too: git and most HTTP clients send a token as
+// the password of "Basic base64(user:token)", where a plain replace never
+// sees it. repl only ever holds the secrets scoped to the request's host.
+func swapAuthorization(v string, repl *strings.Replacer) string {
+	v = repl.Replace(v)
+	scheme, cred, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return v
+	}
+	cred = strings.TrimSpace(cred)
+	enc := base64.StdEncoding
+	raw, err := enc.DecodeString(cred)
+	if err != nil {
+		// Some clients leave the padding out.
+		if raw, err = base64.RawStdEncoding.DecodeString(cred); err != nil {
+			return v
+		}
+	}
+	swapped := repl.Replace(string(raw))
+	if swapped == string(raw) {
+		return v
+	}
+	return scheme + " " + enc.EncodeToString([]byte(swapped))
 }
 
 func writeTLSError(c net.Conn, status int, body string) {

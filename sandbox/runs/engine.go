@@ -69,9 +69,15 @@ type Config struct {
 	DestroyTimeout time.Duration
 	// Grace is how long a run's sandbox may outlive its timeout, so that
 	// the sandbox's own lifetime is only a backstop (1 min).
-	Grace    time.Duration
+	Grace time.Duration
+	// GitURL is where a run's repository is cloned from, as
+	// GitURL/owner/name.git (DefaultGitURL).
+	GitURL   string
 	Costs    Costs    // nil: cost 0 (LedgerCosts prices from the usage ledger)
 	Notifier Notifier // nil: no notifications
+	// Outbox gets run.completed for the tenant's outgoing webhooks, in the
+	// transaction ending each run. Nil: none.
+	Outbox Outbox
 	Logger   *slog.Logger
 }
 
@@ -96,6 +102,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.GitURL == "" {
+		c.GitURL = DefaultGitURL
 	}
 }
 
@@ -136,6 +145,9 @@ var (
 func NewEngine(store *Store, wf Workflows, sbx Sandboxes, cfg Config) *Engine {
 	cfg.setDefaults()
 	bg, stop := context.WithCancel(context.Background())
+	if cfg.Outbox != nil {
+		store.outbox = cfg.Outbox
+	}
 	return &Engine{store: store, wf: wf, sbx: sbx, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), active: map[string]*active{},
 		bg: bg, stopBG: stop}
 }
@@ -396,6 +408,17 @@ func (e *Engine) inSandbox(ctx, runCtx context.Context, r *Run, def workflow.Def
 	}
 	state, reason := StateSucceeded, ""
 	env := runEnv(*r)
+	if repo := checkoutRepository(*r, def); repo != "" {
+		dir, why := e.checkout(runCtx, *r, def, sb, repo, log)
+		if runCtx.Err() != nil {
+			state, reason := e.stopped(runCtx, "")
+			return state, reason, nil
+		}
+		if why != "" {
+			return StateFailed, why, nil
+		}
+		env["STOCKADE_CHECKOUT_DIR"] = dir
+	}
 	for i, st := range def.Steps {
 		ok, why := e.step(runCtx, *r, sb.ID, i, st, env, log)
 		if runCtx.Err() != nil {

@@ -457,6 +457,7 @@ func TestEngineNotifies(t *testing.T) {
 	t.Cleanup(func() { eng.Close(bg) })
 	v, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(`name: pr-check
 triggers: [{event: pull_request}]
+checkout: false
 steps:
   - name: test
     run: echo testing; exit 1

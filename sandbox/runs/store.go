@@ -24,6 +24,9 @@ var ErrDuplicateDelivery = errors.New("duplicate delivery")
 type Store struct {
 	db    *gorm.DB
 	clock func() time.Time
+	// outbox, when set, gets run.completed in the transaction ending a run
+	// (outbox.go).
+	outbox Outbox
 }
 
 // NewStore returns a Store on db (opened and migrated). A nil clock means
@@ -267,6 +270,9 @@ func (s *Store) finish(ctx context.Context, r *Run, state State, reason string, 
 		}
 		if res.RowsAffected == 0 {
 			return fmt.Errorf("%w: run %s already ended", tenants.ErrConflict, r.ID)
+		}
+		if err := s.completed(tx, *r, state, reason, artifacts, cost, now); err != nil {
+			return err
 		}
 		return tx.Model(&Step{}).Where("run_id = ? AND tenant_id = ? AND state IN ?", r.ID, r.TenantID, []string{StepPending, StepRunning}).
 			Update("state", StepSkipped).Error

@@ -90,6 +90,14 @@ const (
 	TypeWorkflowSettingsUpdated = "workflow.settings_updated"
 	TypeWorkflowRunCreated      = "workflow.run_created"
 	TypeWorkflowRunCancelled    = "workflow.run_cancelled"
+
+	// Integrations: an outgoing webhook endpoint created, enabled or
+	// disabled, deleted, or sent a test event (details: url, secret name,
+	// event types; never the secret).
+	TypeWebhookCreated = "integration.webhook_created"
+	TypeWebhookUpdated = "integration.webhook_updated"
+	TypeWebhookDeleted = "integration.webhook_deleted"
+	TypeWebhookTested  = "integration.webhook_tested"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -168,6 +176,11 @@ var codes = map[string]string{
 	TypeWorkflowSettingsUpdated: "SW1502I",
 	TypeWorkflowRunCreated:      "SW1503I",
 	TypeWorkflowRunCancelled:    "SW1504I",
+
+	TypeWebhookCreated: "SI1600I",
+	TypeWebhookUpdated: "SI1601I",
+	TypeWebhookDeleted: "SI1602I",
+	TypeWebhookTested:  "SI1603I",
 }
 
 // Code returns the stable code of an event type.

@@ -135,7 +135,8 @@ func Tables() []string {
 		"terminal_sessions", "policies", "egress_events", "secrets", "tenant_cas",
 		"usage_meters", "usage_ledger", "usage_samples", "price_books",
 		"compliance_results", "compliance_changes", "probe_runs",
-		"workflows", "workflow_settings", "github_deliveries", "workflow_runs", "workflow_run_steps", "notify_deliveries"}
+		"workflows", "workflow_settings", "github_deliveries", "workflow_runs", "workflow_run_steps", "notify_deliveries",
+		"webhook_endpoints", "integration_outbox", "webhook_deliveries"}
 }
 
 // Equal reports whether two Count results match, and describes the first

@@ -33,7 +33,7 @@ import (
 //	ListUnitPrice       the price book's price per ConsumedUnit in force at ChargePeriodStart
 //	BilledCost          ConsumedQuantity x ListUnitPrice
 //	BillingCurrency     the price book's ISO 4217 currency
-//	Tags                JSON object: template, user, tenant
+//	Tags                JSON object: tenant (slug), template, user (id), user_name
 var Columns = []string{
 	"BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
 	"ChargeDescription", "SubAccountId", "SubAccountName", "ResourceId", "ResourceType", "ServiceName", "SkuId",
@@ -92,6 +92,23 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 	for _, t := range tn {
 		slugs[t.ID] = t.Slug
 	}
+	// Who started the sandboxes, by name (a few rows: one per user).
+	var people []struct {
+		TenantID string `gorm:"column:tenant_id"`
+		UserID   string `gorm:"column:user_id"`
+		UserName string `gorm:"column:user_name"`
+	}
+	pq := s.db.WithContext(ctx).Model(&Meter{}).Distinct("tenant_id", "user_id", "user_name").Where("user_name <> ''")
+	if q.TenantID != "" {
+		pq = pq.Where("tenant_id = ?", q.TenantID)
+	}
+	if err := pq.Scan(&people).Error; err != nil {
+		return res, fmt.Errorf("export usage: user names: %w", err)
+	}
+	names := map[[2]string]string{}
+	for _, p := range people {
+		names[[2]string{p.TenantID, p.UserID}] = p.UserName
+	}
 	db := s.db.WithContext(ctx).Model(&Entry{}).Where("period_start >= ? AND period_start < ?", ts(q.Range.From), ts(q.Range.To))
 	if q.TenantID != "" {
 		db = db.Where("tenant_id = ?", q.TenantID)
@@ -138,7 +155,8 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 		key := [3]string{e.TenantID, e.Template, e.UserID}
 		tags, ok := tagsOf[key]
 		if !ok {
-			b, _ := json.Marshal(map[string]string{"tenant": slugs[e.TenantID], "template": e.Template, "user": e.UserID})
+			b, _ := json.Marshal(map[string]string{"tenant": slugs[e.TenantID], "template": e.Template, "user": e.UserID,
+				"user_name": names[[2]string{e.TenantID, e.UserID}]})
 			tags = string(b)
 			if len(tagsOf) > 10000 {
 				clear(tagsOf)

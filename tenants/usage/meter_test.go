@@ -51,7 +51,7 @@ func (e *env) tenant(t *testing.T, slug string) tenants.Tenant {
 func (e *env) open(t *testing.T, tenantID, id string, vcpus, mib int, at time.Time) {
 	t.Helper()
 	err := e.db.Transaction(func(tx *gorm.DB) error {
-		return usage.Open(tx, usage.Meter{SandboxID: id, TenantID: tenantID, Template: "debian", UserID: "dev@example.com",
+		return usage.Open(tx, usage.Meter{SandboxID: id, TenantID: tenantID, Template: "debian", UserID: "dev@example.com", UserName: "Dev",
 			VCPUs: vcpus, MemoryMiB: mib, StartedAt: at})
 	})
 	if err != nil {
@@ -337,7 +337,7 @@ func TestExportMatchesLedger(t *testing.T) {
 			if _, ok := row["ConsumedQuantity"].(float64); !ok {
 				t.Errorf("Got(ConsumedQuantity) = %T; want a JSON number", row["ConsumedQuantity"])
 			}
-			if tags, ok := row["Tags"].(map[string]any); !ok || tags["template"] != "debian" {
+			if tags, ok := row["Tags"].(map[string]any); !ok || tags["template"] != "debian" || tags["user_name"] != "Dev" {
 				t.Errorf("Got(Tags) = %v; want an object with the template", row["Tags"])
 			}
 		}

@@ -24,7 +24,11 @@ type Definition struct {
 	Repositories   []string `json:"repositories,omitempty"`
 	Sandbox        Sandbox  `json:"sandbox,omitempty"`
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty"`
-	Steps          []Step   `json:"steps"`
+	// Checkout clones the run's repository (its trigger's, or the one
+	// repository named above) into /workspace/<name> before the steps,
+	// with notify.github.token_secret as the token; default true.
+	Checkout *bool  `json:"checkout,omitempty"`
+	Steps    []Step `json:"steps"`
 	// Artifacts are paths in the sandbox (relative to /workspace) to keep
 	// after the run.
 	Artifacts []string `json:"artifacts,omitempty"`
@@ -166,6 +170,9 @@ func (d Definition) SecretNames() []string {
 	}
 	return out
 }
+
+// Checkouts reports whether runs clone their repository first.
+func (d Definition) Checkouts() bool { return d.Checkout == nil || *d.Checkout }
 
 // HasManual reports whether the workflow may be started by hand.
 func (d Definition) HasManual() bool {
