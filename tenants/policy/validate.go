@@ -4,17 +4,12 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/schema"
 )
 
 //go:embed schema.json
@@ -32,46 +27,26 @@ const maxDocBytes = 256 << 10
 // Errors lists every failing path of a document, each a
 // *tenants.FieldError whose Field is a JSON pointer ("/resources/max_vcpus").
 // It wraps tenants.ErrInvalid through each of them.
-type Errors []*tenants.FieldError
-
-func (e Errors) Error() string {
-	parts := make([]string, 0, len(e))
-	for _, fe := range e {
-		parts = append(parts, fe.Error())
-	}
-	return "policy does not match its schema: " + strings.Join(parts, "; ")
-}
-
-// Unwrap lets errors.Is find tenants.ErrInvalid and errors.As each field.
-func (e Errors) Unwrap() []error {
-	out := make([]error, 0, len(e))
-	for _, fe := range e {
-		out = append(out, fe)
-	}
-	return out
-}
+type Errors = schema.Errors
 
 // Validator checks documents against the compiled schema.
 type Validator struct {
-	schema *jsonschema.Schema
-	print  *message.Printer
+	schema *schema.Schema
 }
 
 // NewValidator compiles the schema.
 func NewValidator() (*Validator, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
+	sch, err := schema.Compile(SchemaURL, schemaJSON)
 	if err != nil {
-		return nil, fmt.Errorf("read policy schema: %w", err)
+		return nil, fmt.Errorf("policy schema: %w", err)
 	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource(SchemaURL, doc); err != nil {
-		return nil, fmt.Errorf("load policy schema: %w", err)
-	}
-	sch, err := c.Compile(SchemaURL)
-	if err != nil {
-		return nil, fmt.Errorf("compile policy schema: %w", err)
-	}
-	return &Validator{schema: sch, print: message.NewPrinter(language.English)}, nil
+	return &Validator{schema: sch}, nil
+}
+
+// words say what is wrong in the policy's terms.
+var words = schema.Words{
+	Unknown: func(string) string { return "is not a policy setting" },
+	Pattern: patternDetail,
 }
 
 // Parse checks raw against the schema and the rules a schema cannot say
@@ -85,23 +60,19 @@ func (v *Validator) Parse(raw []byte) (Doc, error) {
 	if err != nil {
 		return Doc{}, Errors{{Field: "/", Rule: "syntax", Detail: "not valid JSON: " + err.Error()}}
 	}
-	var errs Errors
-	if err := v.schema.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return Doc{}, fmt.Errorf("validate policy: %w", err)
-		}
-		errs = v.collect(ve, errs)
+	errs, err := v.schema.Check(inst, words)
+	if err != nil {
+		return Doc{}, fmt.Errorf("validate policy: %w", err)
 	}
 	if len(errs) > 0 {
-		return Doc{}, sortErrors(errs)
+		return Doc{}, errs.Sort()
 	}
 	var d Doc
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return Doc{}, Errors{{Field: "/", Rule: "syntax", Detail: err.Error()}}
 	}
 	if errs := d.crossCheck(); len(errs) > 0 {
-		return Doc{}, sortErrors(errs)
+		return Doc{}, errs.Sort()
 	}
 	d.normalize()
 	return d, nil
@@ -118,41 +89,6 @@ func (v *Validator) Check(d Doc) (Doc, error) {
 	return v.Parse(raw)
 }
 
-func sortErrors(errs Errors) Errors {
-	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Field < errs[j].Field })
-	return errs
-}
-
-// collect appends the leaves of ve: the causes that say what is wrong.
-func (v *Validator) collect(ve *jsonschema.ValidationError, errs Errors) Errors {
-	if len(ve.Causes) > 0 {
-		for _, c := range ve.Causes {
-			errs = v.collect(c, errs)
-		}
-		return errs
-	}
-	path := pointer(ve.InstanceLocation)
-	switch k := ve.ErrorKind.(type) {
-	case *kind.Required:
-		for _, m := range k.Missing {
-			errs = append(errs, &tenants.FieldError{Field: join(path, m), Rule: "required", Detail: "is required"})
-		}
-	case *kind.AdditionalProperties:
-		for _, p := range k.Properties {
-			errs = append(errs, &tenants.FieldError{Field: join(path, p), Rule: "unknown", Detail: "is not a policy setting"})
-		}
-	case *kind.Pattern:
-		errs = append(errs, &tenants.FieldError{Field: path, Rule: "pattern", Detail: patternDetail(ve.InstanceLocation, k.Got)})
-	default:
-		rule := "schema"
-		if kp := ve.ErrorKind.KeywordPath(); len(kp) > 0 {
-			rule = kp[len(kp)-1]
-		}
-		errs = append(errs, &tenants.FieldError{Field: path, Rule: rule, Detail: ve.ErrorKind.LocalizedString(v.print)})
-	}
-	return errs
-}
-
 // patternDetail says in words what a pattern wants, by the field it is on.
 func patternDetail(loc []string, got string) string {
 	last := ""
@@ -161,20 +97,13 @@ func patternDetail(loc []string, got string) string {
 	}
 	switch {
 	case last == "domain":
-		return fmt.Sprintf("%q is not a domain: use a host like api.github.com or a wildcard like *.example.com, lowercase", truncate(got))
+		return fmt.Sprintf("%q is not a domain: use a host like api.github.com or a wildcard like *.example.com, lowercase", schema.Truncate(got))
 	case len(loc) >= 2 && loc[len(loc)-2] == "secrets":
-		return fmt.Sprintf("%q is not a secret name: letters, digits and _, not starting with a digit", truncate(got))
+		return fmt.Sprintf("%q is not a secret name: letters, digits and _, not starting with a digit", schema.Truncate(got))
 	case len(loc) >= 2 && loc[len(loc)-2] == "notify_emails":
-		return fmt.Sprintf("%q is not an email address", truncate(got))
+		return fmt.Sprintf("%q is not an email address", schema.Truncate(got))
 	}
-	return fmt.Sprintf("%q has the wrong form", truncate(got))
-}
-
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
+	return fmt.Sprintf("%q has the wrong form", schema.Truncate(got))
 }
 
 // crossCheck holds the rules between fields.
@@ -189,25 +118,4 @@ func (d Doc) crossCheck() Errors {
 			Detail: fmt.Sprintf("must be at most max_timeout_seconds (%d)", d.Lifetime.MaxTimeoutSeconds)})
 	}
 	return errs
-}
-
-// pointer makes a JSON pointer (RFC 6901) of instance location tokens.
-func pointer(tokens []string) string {
-	if len(tokens) == 0 {
-		return "/"
-	}
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteString("/")
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
-	}
-	return b.String()
-}
-
-func join(parent, name string) string {
-	name = strings.NewReplacer("~", "~0", "/", "~1").Replace(name)
-	if parent == "/" {
-		return "/" + name
-	}
-	return parent + "/" + name
 }

@@ -4,19 +4,15 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 	"gopkg.in/yaml.v3"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/schema"
 )
 
 //go:embed schema.json
@@ -38,46 +34,26 @@ const maxNodes = 20000
 // *tenants.FieldError whose Field is a JSON pointer ("/steps/0/run") and
 // whose Detail starts with the YAML line ("line 7: is required"). It wraps
 // tenants.ErrInvalid through each of them.
-type Errors []*tenants.FieldError
-
-func (e Errors) Error() string {
-	parts := make([]string, 0, len(e))
-	for _, fe := range e {
-		parts = append(parts, fe.Error())
-	}
-	return "workflow does not match its schema: " + strings.Join(parts, "; ")
-}
-
-// Unwrap lets errors.Is find tenants.ErrInvalid and errors.As each field.
-func (e Errors) Unwrap() []error {
-	out := make([]error, 0, len(e))
-	for _, fe := range e {
-		out = append(out, fe)
-	}
-	return out
-}
+type Errors = schema.Errors
 
 // Parser checks workflow YAML against the compiled schema.
 type Parser struct {
-	schema *jsonschema.Schema
-	print  *message.Printer
+	schema *schema.Schema
 }
 
 // NewParser compiles the schema.
 func NewParser() (*Parser, error) {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
+	sch, err := schema.Compile(SchemaURL, schemaJSON)
 	if err != nil {
-		return nil, fmt.Errorf("read workflow schema: %w", err)
+		return nil, fmt.Errorf("workflow schema: %w", err)
 	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource(SchemaURL, doc); err != nil {
-		return nil, fmt.Errorf("load workflow schema: %w", err)
-	}
-	sch, err := c.Compile(SchemaURL)
-	if err != nil {
-		return nil, fmt.Errorf("compile workflow schema: %w", err)
-	}
-	return &Parser{schema: sch, print: message.NewPrinter(language.English)}, nil
+	return &Parser{schema: sch}, nil
+}
+
+// words say what is wrong in a workflow's terms.
+var words = schema.Words{
+	Unknown: func(name string) string { return fmt.Sprintf("%q is not a workflow setting here", name) },
+	Pattern: patternDetail,
 }
 
 // lines maps JSON pointers of the document to their YAML line.
@@ -121,13 +97,12 @@ func (p *Parser) Parse(src []byte) (Definition, error) {
 	if ferr != nil {
 		return Definition{}, Errors{ferr}
 	}
-	var errs Errors
-	if err := p.schema.Validate(inst); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return Definition{}, fmt.Errorf("validate workflow: %w", err)
-		}
-		errs = p.collect(ve, ls, errs)
+	errs, err := p.schema.Check(inst, words)
+	if err != nil {
+		return Definition{}, fmt.Errorf("validate workflow: %w", err)
+	}
+	for _, e := range errs {
+		e.Detail = fmt.Sprintf("line %d: %s", ls.at(e.Field), e.Detail)
 	}
 	if len(errs) > 0 {
 		return Definition{}, sortErrors(errs, ls)
@@ -177,7 +152,7 @@ func (w *walker) value(n *yaml.Node, ptr string) (any, *tenants.FieldError) {
 			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
 				return nil, w.fail(k, ptr, "syntax", "keys must be plain names")
 			}
-			child := join(ptr, k.Value)
+			child := schema.Join(ptr, k.Value)
 			if _, dup := m[k.Value]; dup {
 				return nil, w.fail(k, child, "duplicate", fmt.Sprintf("%q appears twice", k.Value))
 			}
@@ -193,7 +168,7 @@ func (w *walker) value(n *yaml.Node, ptr string) (any, *tenants.FieldError) {
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
 		for i, c := range n.Content {
-			val, err := w.value(c, join(ptr, strconv.Itoa(i)))
+			val, err := w.value(c, schema.Join(ptr, strconv.Itoa(i)))
 			if err != nil {
 				return nil, err
 			}
@@ -245,39 +220,6 @@ func sortErrors(errs Errors, ls lines) Errors {
 	return errs
 }
 
-// collect appends the leaves of ve: the causes that say what is wrong.
-func (p *Parser) collect(ve *jsonschema.ValidationError, ls lines, errs Errors) Errors {
-	if len(ve.Causes) > 0 {
-		for _, c := range ve.Causes {
-			errs = p.collect(c, ls, errs)
-		}
-		return errs
-	}
-	path := pointer(ve.InstanceLocation)
-	at := func(ptr, rule, detail string) *tenants.FieldError {
-		return &tenants.FieldError{Field: ptr, Rule: rule, Detail: fmt.Sprintf("line %d: %s", ls.at(ptr), detail)}
-	}
-	switch k := ve.ErrorKind.(type) {
-	case *kind.Required:
-		for _, m := range k.Missing {
-			errs = append(errs, at(join(path, m), "required", "is required"))
-		}
-	case *kind.AdditionalProperties:
-		for _, name := range k.Properties {
-			errs = append(errs, at(join(path, name), "unknown", fmt.Sprintf("%q is not a workflow setting here", name)))
-		}
-	case *kind.Pattern:
-		errs = append(errs, at(path, "pattern", patternDetail(ve.InstanceLocation, k.Got)))
-	default:
-		rule := "schema"
-		if kp := ve.ErrorKind.KeywordPath(); len(kp) > 0 {
-			rule = kp[len(kp)-1]
-		}
-		errs = append(errs, at(path, rule, ve.ErrorKind.LocalizedString(p.print)))
-	}
-	return errs
-}
-
 // patternDetail says in words what a pattern wants, by the field it is on.
 func patternDetail(loc []string, got string) string {
 	last, parent := "", ""
@@ -287,7 +229,7 @@ func patternDetail(loc []string, got string) string {
 	if len(loc) > 1 {
 		parent = loc[len(loc)-2]
 	}
-	g := truncate(got)
+	g := schema.Truncate(got)
 	switch {
 	case len(loc) == 1 && last == "name":
 		return fmt.Sprintf("%q is not a workflow name: 1-63 lowercase letters, digits and '-', starting with a letter or digit", g)
@@ -309,13 +251,6 @@ func patternDetail(loc []string, got string) string {
 		return fmt.Sprintf("%q is not a template name", g)
 	}
 	return fmt.Sprintf("%q has the wrong form", g)
-}
-
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }
 
 // crossCheck holds the rules between fields, said more plainly than a
@@ -357,7 +292,7 @@ func (d Definition) crossCheck(ls lines) Errors {
 	}
 	for i, a := range d.Artifacts {
 		if hasDotDot(a) {
-			bad(fmt.Sprintf("/artifacts/%d", i), "path", fmt.Sprintf("%q climbs out with '..': artifacts are paths in the sandbox", truncate(a)))
+			bad(fmt.Sprintf("/artifacts/%d", i), "path", fmt.Sprintf("%q climbs out with '..': artifacts are paths in the sandbox", schema.Truncate(a)))
 		}
 	}
 	if s := d.Notify.Slack; s != nil {
@@ -389,25 +324,4 @@ func hasDotDot(p string) bool {
 		}
 	}
 	return false
-}
-
-// pointer makes a JSON pointer (RFC 6901) of instance location tokens.
-func pointer(tokens []string) string {
-	if len(tokens) == 0 {
-		return "/"
-	}
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteString("/")
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
-	}
-	return b.String()
-}
-
-func join(parent, name string) string {
-	name = strings.NewReplacer("~", "~0", "/", "~1").Replace(name)
-	if parent == "/" {
-		return "/" + name
-	}
-	return parent + "/" + name
 }
