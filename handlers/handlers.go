@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -69,6 +70,9 @@ type Handlers struct {
 	compliance Compliance
 	workflows  *workflow.Store // nil: workflow API answers "unavailable"
 	runs       *runs.Engine    // nil: run API answers "unavailable"
+	// integrations keeps outgoing webhook endpoints and deliveries; nil:
+	// their pages and API answer "unavailable".
+	integrations *integrations.Store
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -105,6 +109,9 @@ type Deps struct {
 	Workflows *workflow.Store
 	// Runs executes workflow runs; nil answers "unavailable".
 	Runs *runs.Engine
+	// Integrations keeps the tenants' outgoing webhook endpoints and their
+	// deliveries; nil answers "unavailable".
+	Integrations *integrations.Store
 }
 
 // New returns the handlers.
@@ -123,7 +130,8 @@ func New(cfg Config, d Deps) *Handlers {
 	}
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
-		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst)}
+		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
+		integrations: d.Integrations}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

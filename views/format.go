@@ -126,6 +126,7 @@ func settingsNav() []navItem {
 		{NavMembers, "Members", "/settings/members"},
 		{NavTokens, "API tokens", "/settings/tokens"},
 		{NavSecrets, "Secrets", "/settings/secrets"},
+		{NavIntegrations, "Integrations", "/settings/integrations"},
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -89,6 +90,9 @@ type AppConfig struct {
 	// Runs executes workflow runs; nil serves the run API as unavailable
 	// and refuses GitHub deliveries.
 	Runs *runs.Engine
+	// Integrations keeps outgoing webhook endpoints and their deliveries;
+	// nil serves their pages and API as unavailable.
+	Integrations *integrations.Store
 }
 
 // App is the assembled web app: the server and its relying party.
@@ -158,7 +162,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 	}, handlers.Deps{
 		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs, Sandboxes: cfg.Sandboxes, Terminals: cfg.Terminals,
 		Secrets: cfg.Secrets, Policies: cfg.Policies, Egress: cfg.Egress, Usage: cfg.Usage,
-		Compliance: cfg.Compliance, Workflows: cfg.Workflows, Runs: cfg.Runs,
+		Compliance: cfg.Compliance, Workflows: cfg.Workflows, Runs: cfg.Runs, Integrations: cfg.Integrations,
 		Ready: func(ctx context.Context) error {
 			if !a.rp.ready() {
 				return errors.New("identity provider not ready")

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -89,8 +90,18 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 			tn.ID, secretName); err != nil {
 			t.Fatalf("set workflow settings in %s: %v", slug, err)
 		}
+		// And a webhook endpoint with a delivery, for the integration lists.
+		hook, err := env.Integrations.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
+			integrations.NewEndpoint{URL: "https://hooks." + slug + ".example.com/in", SecretName: secretName})
+		if err != nil {
+			t.Fatalf("create webhook endpoint in %s: %v", slug, err)
+		}
+		hookTest, err := env.Integrations.SendTest(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID, hook.ID)
+		if err != nil {
+			t.Fatalf("send test event in %s: %v", slug, err)
+		}
 		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID, secretName, run,
-			wfRun}
+			wfRun, hook.ID, hookTest.ID, hookTest.EventID}
 		return it
 	}
 	a := setup("alpha-co", "Alpha Company")
@@ -330,6 +341,17 @@ func snapshot(t *testing.T, env *webtest.Env, path, id string) any {
 		return s
 	case strings.Contains(path, "/runs/"):
 		return runSnapshot(t, env, id)
+	case strings.Contains(path, "/integrations/"):
+		var ep integrations.Endpoint
+		if err := env.DB.Take(&ep, "id = ?", id).Error; err != nil {
+			t.Fatalf("read webhook endpoint %s: %v", id, err)
+		}
+		var deliveries int64
+		env.DB.Model(&integrations.Delivery{}).Where("endpoint_id = ?", id).Count(&deliveries)
+		return struct {
+			Endpoint   integrations.Endpoint
+			Deliveries int64
+		}{ep, deliveries}
 	case strings.Contains(path, "/compliance/probes/"):
 		row := map[string]any{}
 		if err := env.DB.Table("probe_runs").Where("id = ?", id).Take(&row).Error; err != nil {

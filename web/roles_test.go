@@ -18,6 +18,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -74,6 +75,17 @@ func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
 		by := fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug)
 		sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, by)
 		return terminaltest.Record(t, f.env.DB, f.env.Terminals.Config().DataDir, f.tenant.ID, sb.ID, by).ID, true
+	case strings.Contains(path, "/integrations/:id"), strings.Contains(path, "/integrations/webhooks/:id"):
+		// Written directly and disabled: the store caps enabled endpoints
+		// per tenant, and this table makes one per caller and route.
+		n, now := f.next(), time.Now().UTC()
+		ep := integrations.Endpoint{ID: fmt.Sprintf("01900000-0000-7000-8000-%012d", n), TenantID: f.tenant.ID,
+			URL: fmt.Sprintf("https://hooks-%d.%s.example.com/in", n, f.tenant.Slug), SecretName: "HOOK_KEY", EventTypesJSON: "[]",
+			Enabled: false, CreatedAt: now, UpdatedAt: now}
+		if err := f.env.DB.Create(&ep).Error; err != nil {
+			t.Fatalf("create webhook endpoint: %v", err)
+		}
+		return ep.ID, true
 	case strings.Contains(path, "/runs/:id"):
 		n := f.next()
 		return recordRun(t, f.env, f.tenant.ID, fmt.Sprintf("object-%d", n), fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug)), true
@@ -125,6 +137,12 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {"developer"}, "ttl": {"30d"}}, nil
 	case "POST /settings/secrets":
 		return url.Values{"name": {fmt.Sprintf("FORM_SECRET_%d", n)}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"7d"}}, nil
+	case "POST /settings/integrations":
+		return url.Values{"url": {fmt.Sprintf("https://form-%d.example.com/in", n)}, "secret_name": {"HOOK_KEY"}}, nil
+	case "POST /api/v1/integrations/webhooks":
+		return nil, map[string]any{"url": fmt.Sprintf("https://api-%d.example.com/in", n), "secret_name": "HOOK_KEY"}
+	case "PATCH /api/v1/integrations/webhooks/:id":
+		return nil, map[string]any{"enabled": false}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
 	case "POST /policy", "POST /policy/raw", "PUT /api/v1/policy", "POST /api/v1/policy/preview":
@@ -172,6 +190,10 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 		// creates it (a new description each time, so never "unchanged").
 		return nil, map[string]any{"name": missingID, "description": fmt.Sprintf("role table %d", n),
 			"triggers": []map[string]string{{"event": "manual"}}, "steps": []map[string]string{{"name": "s", "run": "true"}}}
+	case "POST /workflows":
+		// The editor's form: a new workflow, so an allowed call saves it.
+		return url.Values{"name": {""}, "base_version": {"0"}, "source": {fmt.Sprintf(
+			"name: form-workflow-%d\ntriggers:\n  - event: manual\nsteps:\n  - name: s\n    run: \"true\"\n", n)}}, nil
 	case "PUT /api/v1/tenants/:id/quota":
 		return nil, map[string]int{"max_vms": 4, "max_vcpus": 8, "max_memory_mib": 8192, "max_sandboxes": 16, "max_cpu_hours_monthly": 1000}
 	}

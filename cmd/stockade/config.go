@@ -45,6 +45,11 @@ type config struct {
 	// MetricsTokenFile holds the bearer token /metrics requires; empty:
 	// /metrics answers loopback connections only.
 	MetricsTokenFile string
+	// GitHubAPI is the GitHub REST API base results are posted to, and
+	// GitHubURL where workflow runs clone repositories from (GitHub
+	// Enterprise Server, or a local server in tests).
+	GitHubAPI string
+	GitHubURL string
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -76,6 +81,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	metricsTenants, _ := strconv.Atoi(def("STOCKADE_METRICS_TENANTS", "200"))
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", metricsTenants, `tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
+	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
+	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -88,6 +95,11 @@ func (c *config) check() error {
 		return fmt.Errorf("STOCKADE_PUBLIC_URL %q: must be an http(s) URL", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	for name, v := range map[string]string{"STOCKADE_GITHUB_API": c.GitHubAPI, "STOCKADE_GITHUB_URL": c.GitHubURL} {
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s %q: must be an http(s) URL", name, v)
+		}
+	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -98,7 +99,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// After the VM pools: it reconciles sandboxes with the agents of the VMs
 	// they adopted.
 	// Each tenant's policy (pol, above) bounds its sandboxes at create.
-	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol, Freezes: store})
+	// Outgoing webhooks: lifecycle and run events go to an outbox in the
+	// transactions of their changes; a dispatcher (below) delivers them.
+	hooks := integrations.NewStore(db, integrations.Config{})
+	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol, Freezes: store,
+		Outbox: hooks})
 	if err := sbx.Start(ctx); err != nil {
 		return err
 	}
@@ -141,9 +146,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	sender := notify.New(db, notify.HostScoped(sec), notify.Config{Logger: log})
-	runEngine := runs.NewEngine(runs.NewStore(db, nil), wfs, sbx, runs.Config{ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"),
-		Logger: log, Notifier: runs.NotifyWith(sender, cfg.PublicURL), Costs: runs.LedgerCosts(usagestore.NewStore(db, nil))})
+	sender := notify.New(db, notify.HostScoped(sec), notify.Config{Logger: log, GitHubAPI: cfg.GitHubAPI})
+	dispatchCtx, stopDispatch := context.WithCancel(ctx)
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		integrations.NewDispatcher(hooks, sender, integrations.DispatcherConfig{Logger: log}).Run(dispatchCtx)
+	}()
+	defer func() { stopDispatch(); <-dispatched }()
+	runEngine := runs.NewEngine(runs.NewStore(db, nil), wfs, sbx, runs.Config{Outbox: hooks, ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"),
+		Logger: log, GitURL: cfg.GitHubURL, Notifier: runs.NotifyWith(sender, cfg.PublicURL), Costs: runs.LedgerCosts(usagestore.NewStore(db, nil))})
 	if err := runEngine.Recover(ctx); err != nil {
 		return err
 	}
@@ -170,7 +182,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Version: version, Log: log, VMs: vms, Sandboxes: sbx, Terminals: terms, Secrets: sec, Policies: pol,
 		Egress: egressEvents, Usage: usagestore.NewStore(db, nil),
 		UsageMetrics: usagestore.MetricsConfig{MaxTenants: cfg.MetricsTenants}, Compliance: comp,
-		Workflows: wfs, Runs: runEngine,
+		Workflows: wfs, Runs: runEngine, Integrations: hooks,
 	}, store, auditLog)
 	if err != nil {
 		return err

@@ -113,8 +113,11 @@ func (e *Engine) checkout(ctx context.Context, r Run, def workflow.Definition, s
 	case res.ExitCode != 0:
 		text, _ := capture.text()
 		why := fmt.Sprintf("checkout %s at %s: exit code %d", repo, target, res.ExitCode)
-		if res.ExitCode == 127 {
+		switch {
+		case res.ExitCode == 127:
 			why += " (the sandbox template needs git: the debian template has it)"
+		case strings.Contains(text, "could not read Username") || strings.Contains(text, "Authentication failed"):
+			why += fmt.Sprintf(" (the git host refused the credentials: is secret %q right, and scoped to %s?)", secret, hostOf(e.cfg.GitURL))
 		}
 		if tail := lastLines(text, 3); tail != "" {
 			why += ": " + truncate(tail, 400)

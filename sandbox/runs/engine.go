@@ -75,10 +75,11 @@ type Config struct {
 	GitURL   string
 	Costs    Costs    // nil: cost 0 (LedgerCosts prices from the usage ledger)
 	Notifier Notifier // nil: no notifications
+	Logger   *slog.Logger
+
 	// Outbox gets run.completed for the tenant's outgoing webhooks, in the
 	// transaction ending each run. Nil: none.
 	Outbox Outbox
-	Logger   *slog.Logger
 }
 
 func (c *Config) setDefaults() {

@@ -292,6 +292,17 @@ steps:
     run: echo $NOPE
     env: [NOPE]
 `, runs.StateFailed, "NOPE", []string{"skipped"}, []int{-1}, []string{""}, nil},
+		// The workflow's one repository is checked out first, with its
+		// GitHub token: missing, the run fails before any step, saying so.
+		{"a checkout token that is not there", `name: checkout-no-token
+triggers: [{event: manual}]
+repositories: [acme/app]
+steps:
+  - name: s
+    run: echo never
+notify:
+  github: {token_secret: NO_GH_TOKEN}
+`, runs.StateFailed, "checkout acme/app: secret NO_GH_TOKEN is not available to sandboxes", []string{"skipped"}, []int{-1}, []string{""}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

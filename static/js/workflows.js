@@ -78,9 +78,13 @@
       }
       if (stick) log.scrollTop = log.scrollHeight;
     }
-    function say(text) { if (status) status.textContent = text; }
-    es.addEventListener("open", function () { say("live"); });
-    es.addEventListener("snapshot", function (ev) { write(JSON.parse(ev.data), true); say("live"); });
+    function say(text, live) {
+      if (!status) return;
+      status.textContent = text;
+      if (live) { status.setAttribute("data-live", ""); } else { status.removeAttribute("data-live"); }
+    }
+    es.addEventListener("open", function () { say("live", true); });
+    es.addEventListener("snapshot", function (ev) { write(JSON.parse(ev.data), true); say("live", true); });
     es.addEventListener("log", function (ev) { write(JSON.parse(ev.data), false); });
     es.addEventListener("end", function (ev) {
       es.close();

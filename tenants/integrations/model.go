@@ -25,7 +25,9 @@ const (
 )
 
 // EventTypes lists the types an endpoint can subscribe to.
-func EventTypes() []string { return []string{EventSandboxCreated, EventSandboxDestroyed, EventRunCompleted} }
+func EventTypes() []string {
+	return []string{EventSandboxCreated, EventSandboxDestroyed, EventRunCompleted}
+}
 
 // Endpoint is an outgoing webhook endpoint of a tenant.
 type Endpoint struct {

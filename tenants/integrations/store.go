@@ -61,7 +61,21 @@ type NewEndpoint struct {
 // secretName is the tenant secret name rule (tenants/secrets).
 var secretName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
 
-const maxEndpoints = 20
+// maxEnabled bounds a tenant's enabled endpoints: every event is sent to
+// each of them.
+const maxEnabled = 20
+
+// checkRoom refuses one more enabled endpoint over the bound, inside tx.
+func checkRoom(tx *gorm.DB, tenantID string) error {
+	var n int64
+	if err := tx.Model(&Endpoint{}).Where("tenant_id = ? AND enabled = ?", tenantID, true).Count(&n).Error; err != nil {
+		return err
+	}
+	if n >= maxEnabled {
+		return fmt.Errorf("%w: a tenant has at most %d enabled webhook endpoints", tenants.ErrConflict, maxEnabled)
+	}
+	return nil
+}
 
 // check validates ne and returns it normalised.
 func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
@@ -150,12 +164,8 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 	ep := Endpoint{ID: newID(), TenantID: tenantID, URL: ne.URL, SecretName: ne.SecretName, EventTypesJSON: string(types),
 		Description: ne.Description, Enabled: true, CreatedBy: actorName(actor), CreatedAt: now, UpdatedAt: now}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var n int64
-		if err := tx.Model(&Endpoint{}).Where("tenant_id = ?", tenantID).Count(&n).Error; err != nil {
+		if err := checkRoom(tx, tenantID); err != nil {
 			return err
-		}
-		if n >= maxEndpoints {
-			return fmt.Errorf("%w: a tenant has at most %d webhook endpoints", tenants.ErrConflict, maxEndpoints)
 		}
 		if err := tx.Create(&ep).Error; err != nil {
 			return err
@@ -203,6 +213,19 @@ func (s *Store) Endpoint(ctx context.Context, tenantID, id string) (Endpoint, er
 func (s *Store) SetEnabled(ctx context.Context, actor audit.Actor, tenantID, id string, enabled bool) (Endpoint, error) {
 	var ep Endpoint
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if enabled {
+			if err := tx.Take(&ep, "tenant_id = ? AND id = ?", tenantID, id).Error; err != nil {
+				if errors.Is(err, gorm.ErrRecordNotFound) {
+					return tenants.ErrNotFound
+				}
+				return err
+			}
+			if !ep.Enabled {
+				if err := checkRoom(tx, tenantID); err != nil {
+					return err
+				}
+			}
+		}
 		res := tx.Model(&Endpoint{}).Where("tenant_id = ? AND id = ?", tenantID, id).
 			Updates(map[string]any{"enabled": enabled, "updated_at": s.now()})
 		if res.Error != nil {

@@ -200,3 +200,39 @@ func TestOutboxInTransaction(t *testing.T) {
 	}
 }
 
+// TestEnabledBound: a tenant has at most 20 enabled endpoints; creating or
+// enabling one more is a conflict, disabled ones do not count.
+func TestEnabledBound(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s := integrations.NewStore(d.DB, integrations.Config{})
+			tn := newTenant(t, d.DB, "bound")
+			create := func() (integrations.Endpoint, error) {
+				return s.Create(ctx, admin, tn.ID, integrations.NewEndpoint{URL: "https://h.example.com/", SecretName: "HOOK"})
+			}
+			var first integrations.Endpoint
+			for i := range 20 {
+				ep, err := create()
+				if err != nil {
+					t.Fatalf("Create #%d: %v", i+1, err)
+				}
+				if i == 0 {
+					first = ep
+				}
+			}
+			if _, err := create(); !errors.Is(err, tenants.ErrConflict) {
+				t.Errorf("Got(Create #21) = %v; want tenants.ErrConflict", err)
+			}
+			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := create(); err != nil {
+				t.Errorf("Got(Create after disabling one) = %v; want nil", err)
+			}
+			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, true); !errors.Is(err, tenants.ErrConflict) {
+				t.Errorf("Got(enable #21) = %v; want tenants.ErrConflict", err)
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -72,6 +73,9 @@ type Options struct {
 	Workflows *workflow.Store
 	// Runs executes runs; nil: an engine on DB running in Sandboxes.
 	Runs *runs.Engine
+	// Integrations keeps webhook endpoints; nil: a store on DB with the
+	// production rules (https, public hosts only).
+	Integrations *integrations.Store
 }
 
 // Env is a running app.
@@ -87,6 +91,9 @@ type Env struct {
 	Usage     *usage.Store
 	Workflows *workflow.Store
 	Runs      *runs.Engine
+	// Integrations keeps webhook endpoints and deliveries (nothing
+	// dispatches them unless the test runs an integrations.Dispatcher).
+	Integrations *integrations.Store
 }
 
 // New starts the app; it stops at the end of the test.
@@ -157,6 +164,10 @@ func New(t testing.TB, o Options) *Env {
 		// Before the database closes: runs still executing end.
 		t.Cleanup(func() { eng.Close(context.Background()) })
 	}
+	hooks := o.Integrations
+	if hooks == nil {
+		hooks = integrations.NewStore(db, integrations.Config{Clock: o.Clock})
+	}
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +177,7 @@ func New(t testing.TB, o Options) *Env {
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
 		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
 		Secrets: sec, Policies: pol, Egress: egressEvents, Usage: use, UsageMetrics: o.UsageMetrics,
-		Compliance: comp, Workflows: wfs, Runs: eng,
+		Compliance: comp, Workflows: wfs, Runs: eng, Integrations: hooks,
 	}, store, al)
 	if err != nil {
 		cancel()
@@ -181,7 +192,7 @@ func New(t testing.TB, o Options) *Env {
 		t.Fatalf("ConnectDevIdP: %v", err)
 	}
 	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms, Secrets: sec, Policies: pol, Usage: use,
-		Workflows: wfs, Runs: eng}
+		Workflows: wfs, Runs: eng, Integrations: hooks}
 }
 
 // rootKey is the test app's root key (cookies, secrets at rest).

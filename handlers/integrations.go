@@ -1,0 +1,266 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/integrations"
+	"github.com/stockade-dev/stockade/views"
+)
+
+// errNoIntegrations: the server runs without the integrations store.
+var errNoIntegrations = fmt.Errorf("integrations: %w", vmpool.ErrUnavailable)
+
+func (h *Handlers) integrationsStore() (*integrations.Store, error) {
+	if h.integrations == nil {
+		return nil, errNoIntegrations
+	}
+	return h.integrations, nil
+}
+
+const recentDeliveries = 50
+
+func (h *Handlers) integrationsView(c echo.Context, form views.WebhookForm) (views.IntegrationsView, error) {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return views.IntegrationsView{}, err
+	}
+	ctx, cl := c.Request().Context(), CallerOf(c)
+	eps, err := s.Endpoints(ctx, cl.Tenant.ID)
+	if err != nil {
+		return views.IntegrationsView{}, err
+	}
+	dls, err := s.Deliveries(ctx, cl.Tenant.ID, "", recentDeliveries)
+	if err != nil {
+		return views.IntegrationsView{}, err
+	}
+	v := views.IntegrationsView{CanEdit: tenants.Can(cl.Role, tenants.PermIntegrationsWrite), Form: form, EventTypes: integrations.EventTypes()}
+	urls := map[string]string{}
+	for _, ep := range eps {
+		urls[ep.ID] = ep.URL
+		v.Endpoints = append(v.Endpoints, views.WebhookRow{ID: ep.ID, URL: ep.URL, SecretName: ep.SecretName, EventTypes: ep.EventTypes(),
+			Description: ep.Description, Enabled: ep.Enabled, CreatedBy: ep.CreatedBy, CreatedAt: ep.CreatedAt})
+	}
+	for _, d := range dls {
+		v.Deliveries = append(v.Deliveries, views.WebhookDeliveryRow{ID: d.ID, EventType: d.EventType, EventID: d.EventID,
+			Endpoint: orDeleted(urls[d.EndpointID]), State: d.State, Attempts: d.Attempts, StatusCode: d.StatusCode, Error: d.Error,
+			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt})
+	}
+	return v, nil
+}
+
+func orDeleted(url string) string {
+	if url == "" {
+		return "(deleted endpoint)"
+	}
+	return url
+}
+
+// IntegrationsPage shows the tenant's outgoing webhook endpoints and their
+// recent deliveries; admins add, enable, disable, test and delete them.
+func (h *Handlers) IntegrationsPage(c echo.Context) error {
+	v, err := h.integrationsView(c, views.WebhookForm{})
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Integrations(h.page(c, "Integrations", views.NavIntegrations), v))
+}
+
+// CreateWebhook adds an endpoint from the form; a refused one shows the
+// form again with what was typed and the errors in place.
+func (h *Handlers) CreateWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if err := c.Request().ParseForm(); err != nil {
+		return fmt.Errorf("%w: %v", tenants.ErrInvalid, err)
+	}
+	form := views.WebhookForm{URL: strings.TrimSpace(c.FormValue("url")), SecretName: strings.TrimSpace(c.FormValue("secret_name")),
+		Description: strings.TrimSpace(c.FormValue("description")), EventTypes: c.Request().Form["event_types"]}
+	_, err = s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, integrations.NewEndpoint{URL: form.URL, SecretName: form.SecretName,
+		EventTypes: form.EventTypes, Description: form.Description})
+	if err != nil {
+		status := http.StatusUnprocessableEntity
+		if errors.Is(err, tenants.ErrConflict) {
+			form.Errors = map[string]string{"url": "this tenant has as many endpoints as allowed: delete one first"}
+		} else if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+		v, verr := h.integrationsView(c, form)
+		if verr != nil {
+			return verr
+		}
+		return render(c, status, views.Integrations(h.page(c, "Integrations", views.NavIntegrations), v))
+	}
+	h.flash(c, "success", "Endpoint added. Send it a test event to check its secret and URL.")
+	return redirect(c, "/settings/integrations")
+}
+
+// EnableWebhook enables an endpoint from the page.
+func (h *Handlers) EnableWebhook(c echo.Context) error { return h.setWebhookEnabled(c, true) }
+
+// DisableWebhook disables an endpoint from the page: it gets no new events.
+func (h *Handlers) DisableWebhook(c echo.Context) error { return h.setWebhookEnabled(c, false) }
+
+func (h *Handlers) setWebhookEnabled(c echo.Context, enable bool) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if _, err := s.SetEnabled(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), enable); err != nil {
+		return err
+	}
+	if enable {
+		h.flash(c, "success", "Endpoint enabled.")
+	} else {
+		h.flash(c, "success", "Endpoint disabled: it gets no new events.")
+	}
+	return redirect(c, "/settings/integrations")
+}
+
+// TestWebhook queues a webhook.test event for an endpoint from the page.
+func (h *Handlers) TestWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if _, err := s.SendTest(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	h.flash(c, "success", "Test event queued: its delivery shows below within seconds.")
+	return redirect(c, "/settings/integrations")
+}
+
+// DeleteWebhook deletes an endpoint from the page.
+func (h *Handlers) DeleteWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if err := s.Delete(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	h.flash(c, "success", "Endpoint deleted.")
+	return redirect(c, "/settings/integrations")
+}
+
+// APIWebhooks lists the tenant's endpoints.
+func (h *Handlers) APIWebhooks(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	list, err := s.Endpoints(c.Request().Context(), CallerOf(c).Tenant.ID)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []integrations.Endpoint{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"webhooks": list})
+}
+
+// APICreateWebhook adds an endpoint: {url, secret_name, event_types,
+// description}.
+func (h *Handlers) APICreateWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	var in integrations.NewEndpoint
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	ep, err := s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, in)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, ep)
+}
+
+// APIUpdateWebhook enables or disables an endpoint: {enabled}.
+func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.Enabled == nil {
+		return tenants.Invalid("enabled", "required", "must be true or false")
+	}
+	cl := CallerOf(c)
+	ep, err := s.SetEnabled(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), *in.Enabled)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ep)
+}
+
+// APIDeleteWebhook deletes an endpoint.
+func (h *Handlers) APIDeleteWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	if err := s.Delete(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// APITestWebhook queues a webhook.test event for an endpoint and answers
+// its delivery (pending).
+func (h *Handlers) APITestWebhook(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	d, err := s.SendTest(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, d)
+}
+
+// APIWebhookDeliveries lists the tenant's recent deliveries, newest first:
+// ?endpoint_id= for one endpoint, ?limit= up to 500 (default 100).
+func (h *Handlers) APIWebhookDeliveries(c echo.Context) error {
+	s, err := h.integrationsStore()
+	if err != nil {
+		return err
+	}
+	limit := 0
+	if l := c.QueryParam("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 500 {
+			return tenants.Invalid("limit", "range", "must be 1 to 500")
+		}
+	}
+	list, err := s.Deliveries(c.Request().Context(), CallerOf(c).Tenant.ID, c.QueryParam("endpoint_id"), limit)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []integrations.Delivery{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"deliveries": list})
+}
