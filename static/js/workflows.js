@@ -89,6 +89,12 @@
     es.addEventListener("end", function (ev) {
       es.close();
       var end = JSON.parse(ev.data);
+      if (end.state === "queued" || end.state === "running") {
+        // Not executing on this server (another replica has it): what is
+        // stored so far is shown; a reload later shows more.
+        say("run " + end.state + " elsewhere: reload for news");
+        return;
+      }
       say("run " + end.state);
       pre.removeAttribute("data-events-url");
       if (!summaryURL) return;
