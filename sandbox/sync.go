@@ -160,7 +160,7 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 		default:
 			// Stopped in the guest (or stopped here with its record left
 			// there): record why, then clean it up.
-			s.stopped(ctx, sb, a, s.stoppedAt(a, list.Now, now))
+			s.stopped(ctx, sb, a, stoppedAt(a, s.cfg.Clock()))
 		}
 	}
 	for _, a := range list.Sandboxes {
@@ -239,17 +239,13 @@ func (s *Service) adopt(ctx context.Context, sb Sandbox, a agentproto.SandboxInf
 }
 
 // stoppedAt is when, on the host's clock, the agent took the final sample
-// of a sandbox that stopped: the guest's clock only measures how long ago
-// (its offset from the host's does not matter). Nil when unknown.
-func (s *Service) stoppedAt(a agentproto.SandboxInfo, guestNow, hostNow time.Time) *time.Time {
-	if a.Final == nil || a.Final.SampledAtGuest.IsZero() || guestNow.IsZero() {
+// of a sandbox that stopped: the agent says how long ago on its monotonic
+// clock (its wall clock may be off). Nil when unknown.
+func stoppedAt(a agentproto.SandboxInfo, hostNow time.Time) *time.Time {
+	if a.Final == nil {
 		return nil
 	}
-	ago := guestNow.Sub(a.Final.SampledAtGuest)
-	if ago < 0 {
-		ago = 0
-	}
-	at := hostNow.Add(-ago)
+	at := hostNow.Add(-a.StoppedAgo)
 	return &at
 }
 

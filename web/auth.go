@@ -96,6 +96,7 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 				return next(c)
 			case r.Perm == tenants.PermOperator:
 				if !cl.Operator {
+					s.handlers.AuditAccessDenied(c, "", map[string]any{"permission": string(r.Perm)})
 					return forbidden("this needs a platform operator")
 				}
 				return next(c)
@@ -107,6 +108,7 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 				return c.Redirect(http.StatusSeeOther, "/tenants/choose")
 			}
 			if !tenants.Can(cl.Role, r.Perm) {
+				s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(r.Perm), "role": string(cl.Role)})
 				return forbidden("the " + string(cl.Role) + " role does not allow " + string(r.Perm))
 			}
 			return next(c)

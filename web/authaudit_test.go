@@ -76,3 +76,32 @@ func TestTokenFailuresAudited(t *testing.T) {
 		})
 	}
 }
+
+// A signed-in caller refused by a route's permission is audited
+// auth.access_denied in its tenant's log (outcome denied, the route and the
+// permission), rate-limited; the refusal writes nothing else.
+func TestAccessDeniedAudited(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) {
+			env := webtest.New(t, webtest.Options{DB: d.DB})
+			acme := env.Tenant(t, "acme")
+			dev := env.WithToken(env.Token(t, acme, tenants.RoleDeveloper))
+			before := env.Counts(t)
+			for i := 0; i < 15; i++ {
+				if s, _, _ := dev.Request(t, http.MethodGet, "/api/v1/members", "", nil); s != http.StatusForbidden {
+					t.Fatalf("Got(GET /api/v1/members as a developer) = %d; want 403", s)
+				}
+			}
+			env.Unchanged(t, before)
+			evs := env.Events(t, audit.TypeAccessDenied)
+			if len(evs) == 0 || len(evs) > 10 {
+				t.Fatalf("Got(access_denied events for 15 refusals) = %d; want 1 to 10 (rate-limited)", len(evs))
+			}
+			e := evs[0]
+			if e.TenantID != acme.ID || e.Outcome != audit.OutcomeDenied || e.ActorKind != "token" ||
+				e.Details["route"] != "/api/v1/members" || e.Details["permission"] != string(tenants.PermMembersRead) {
+				t.Errorf("Got(event) = %+v; want the tenant's, denied, by the token, naming the route and permission", e)
+			}
+		})
+	}
+}

@@ -224,10 +224,15 @@ type sandbox struct {
 func (sb *sandbox) info() agentproto.SandboxInfo {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return agentproto.SandboxInfo{
+	info := agentproto.SandboxInfo{
 		ID: sb.id, Template: sb.spec.Template, State: sb.state, Reason: sb.reason,
 		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup, Final: sb.final,
 	}
+	if sb.final != nil {
+		// SampledAtGuest still holds its monotonic reading here.
+		info.StoppedAgo = max(time.Since(sb.final.SampledAtGuest), 0)
+	}
+	return info
 }
 
 func (sb *sandbox) ctlPath() string { return filepath.Join(sb.dir, "ctl.sock") }
@@ -773,7 +778,7 @@ func (m *Manager) List() agentproto.SandboxList {
 		sbs = append(sbs, sb)
 	}
 	m.mu.Unlock()
-	out := agentproto.SandboxList{Sandboxes: make([]agentproto.SandboxInfo, 0, len(sbs)), Templates: m.templates.list(), Now: time.Now()}
+	out := agentproto.SandboxList{Sandboxes: make([]agentproto.SandboxInfo, 0, len(sbs)), Templates: m.templates.list()}
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, sb.info())
 	}

@@ -94,6 +94,10 @@ type SandboxInfo struct {
 	// Final is the sandbox's last cgroup sample, read once its processes
 	// were gone: set when it stopped (and in the answer to sandbox.destroy).
 	Final *SandboxStats `json:"final_stats,omitempty"`
+	// StoppedAgo is how long before this answer the final sample was
+	// taken, on the guest's monotonic clock: the host dates the stop from it
+	// (the guest's wall clock may be off, or stepped).
+	StoppedAgo time.Duration `json:"stopped_ago_ns,omitempty"`
 }
 
 // Startup times the steps of sandbox.create inside the guest.
@@ -119,10 +123,6 @@ type TemplateInfo struct {
 type SandboxList struct {
 	Sandboxes []SandboxInfo  `json:"sandboxes"`
 	Templates []TemplateInfo `json:"templates"`
-	// Now is the guest's clock when it answered: with a Final sample's
-	// SampledAtGuest it says how long ago a sandbox stopped, whatever the
-	// guest clock's offset.
-	Now time.Time `json:"now"`
 }
 
 // SandboxStats is a sandbox's cgroup and disk usage.

@@ -92,9 +92,10 @@ func TestGatewayAuditsDenials(t *testing.T) {
 		return resp.StatusCode
 	}
 	sent := 0
-	denials := func() []audit.Event {
+	denials := func(want int) []audit.Event {
 		t.Helper()
-		// The audit event is written after the response: wait for it.
+		// The egress event and then the audit event are written after the
+		// response: wait for both (a second at most).
 		var evs []audit.Event
 		for range 50 {
 			evs, err = log.List(ctx, ten.ID, audit.Filter{Type: audit.TypeEgressDenied})
@@ -102,7 +103,7 @@ func TestGatewayAuditsDenials(t *testing.T) {
 				t.Fatal(err)
 			}
 			n, _ := store.Events(ctx, ten.ID, egress.Filter{})
-			if len(n) >= sent {
+			if len(n) >= sent && len(evs) >= want {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -132,11 +133,11 @@ func TestGatewayAuditsDenials(t *testing.T) {
 			}
 			sent++
 		}
-		if evs := denials(); len(evs) != st.wantAudited {
+		if evs := denials(st.wantAudited); len(evs) != st.wantAudited {
 			t.Fatalf("%s: Got(egress.denied events) = %d; want %d", st.name, len(evs), st.wantAudited)
 		}
 	}
-	evs := denials()
+	evs := denials(3)
 	last := evs[0] // newest first
 	if last.Outcome != audit.OutcomeDenied || last.Code != "SE1200W" || last.TargetID != "sb-1" || last.Details["host"] != "denied.test" {
 		t.Errorf("Got(last egress.denied) = %+v; want outcome denied, SE1200W, sandbox sb-1, host denied.test", last)
