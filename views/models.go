@@ -106,20 +106,11 @@ type DashboardView struct {
 	Quota []QuotaLineView
 }
 
-// AreaCard is one product area on the dashboard; Ready is false for areas that
-// arrive with a later release, whose Summary then says what they will hold.
+// AreaCard is one product area on the dashboard, linking to its page.
 type AreaCard struct {
 	Title   string
 	Href    string
 	Summary string
-	Ready   bool
-}
-
-// AreaView is a page for an area that is not built yet.
-type AreaView struct {
-	Title    string
-	Summary  string
-	WillHold []string
 }
 
 // MembersView is the tenant's member list (Settings > Members).

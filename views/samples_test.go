@@ -66,7 +66,7 @@ func sampleAreas() []AreaCard {
 		{Title: "Policy", Href: "/policy", Summary: "Limits, egress rules and credentials for every sandbox."},
 		{Title: "Usage", Href: "/usage", Summary: "CPU, memory and egress per sandbox, with billing exports."},
 		{Title: "Compliance", Href: "/compliance", Summary: "The security checklist evaluated from live evidence."},
-		{Title: "Audit", Href: "/audit", Summary: "Every security-relevant action, filterable and exportable.", Ready: true},
+		{Title: "Audit", Href: "/audit", Summary: "Every security-relevant action, filterable and exportable."},
 	}
 }
 
@@ -116,13 +116,6 @@ func samplePages() []samplePage {
 		{Name: "dashboard", Title: "Acme Corp", Page: samplePageModel("Dashboard", NavDashboard),
 			View: Dashboard(samplePageModel("Dashboard", NavDashboard), DashboardView{TenantName: "Acme Corp", Role: "admin",
 				Members: 3, ActiveTokens: 1, RecentAudit: sampleAudit()[:3], Areas: sampleAreas()})},
-		{Name: "sandboxes", Title: "Sandboxes", Page: samplePageModel("Sandboxes", NavSandboxes),
-			View: ComingSoon(samplePageModel("Sandboxes", NavSandboxes), AreaView{Title: "Sandboxes",
-				Summary: "Isolated containers inside this tenant's VMs where agents run tasks.",
-				WillHold: []string{"Start a sandbox from a template with the tenant policy's limits",
-					"Each sandbox's state, VM, resource use and lifetime",
-					"Run commands, upload and download files, open a terminal",
-					"Destroy a sandbox and see that its environment is gone"}})},
 		{Name: "members", Title: "Members", Page: samplePageModel("Members", NavMembers),
 			View: Members(samplePageModel("Members", NavMembers), MembersView{Rows: memberRows, CanEdit: true, Roles: roles})},
 		{Name: "members-invalid", Title: "Members", Page: invalid,

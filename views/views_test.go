@@ -197,7 +197,7 @@ func TestShell(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := render(t, ComingSoon(tt.page, AreaView{Title: "Audit"}))
+			out := render(t, Audit(tt.page, AuditView{}))
 			doc := parse(t, out)
 
 			current := all(doc, func(n *html.Node) bool { v, _ := attr(n, "aria-current"); return v == "page" })
