@@ -33,7 +33,10 @@ type DispatcherConfig struct {
 	// Concurrency bounds the deliveries in flight (4): one slow endpoint
 	// retrying for minutes must not hold up the others.
 	Concurrency int
-	Logger      *slog.Logger
+	// Retention is how long delivered and failed deliveries, and the
+	// events behind them, are kept (30 days); pruned hourly.
+	Retention time.Duration
+	Logger    *slog.Logger
 }
 
 func (c *DispatcherConfig) setDefaults() {
@@ -45,6 +48,9 @@ func (c *DispatcherConfig) setDefaults() {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = 4
+	}
+	if c.Retention <= 0 {
+		c.Retention = 30 * 24 * time.Hour
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -77,9 +83,18 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	defer d.wg.Wait()
 	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
+	var pruned time.Time
 	for {
 		if err := d.pass(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("dispatch webhooks", "err", err)
+		}
+		if now := d.store.now(); now.Sub(pruned) >= time.Hour {
+			pruned = now
+			if evs, dls, err := d.store.Prune(ctx, now.Add(-d.cfg.Retention)); err != nil && ctx.Err() == nil {
+				d.log.Warn("prune webhook deliveries", "err", err)
+			} else if evs+dls > 0 {
+				d.log.Info("pruned webhook deliveries", "events", evs, "deliveries", dls)
+			}
 		}
 		select {
 		case <-ctx.Done():

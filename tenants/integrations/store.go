@@ -366,3 +366,28 @@ func (s *Store) SendTest(ctx context.Context, actor audit.Actor, tenantID, endpo
 	}
 	return d, nil
 }
+
+// Prune deletes what is done and older than before: deliveries delivered
+// or failed, then outbox events fanned out that no delivery refers to any
+// more. Pending deliveries and their events stay whatever their age.
+func (s *Store) Prune(ctx context.Context, before time.Time) (events, deliveries int64, err error) {
+	cutoff := before.UTC().Truncate(time.Microsecond)
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Where("state <> ? AND updated_at < ?", DeliveryPending, cutoff).Delete(&Delivery{})
+		if res.Error != nil {
+			return res.Error
+		}
+		deliveries = res.RowsAffected
+		res = tx.Where("fanned_out_at IS NOT NULL AND fanned_out_at < ? AND id NOT IN (?)", cutoff,
+			tx.Model(&Delivery{}).Select("event_id")).Delete(&Event{})
+		if res.Error != nil {
+			return res.Error
+		}
+		events = res.RowsAffected
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("prune integrations: %w", err)
+	}
+	return events, deliveries, nil
+}

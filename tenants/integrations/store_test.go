@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -232,6 +233,64 @@ func TestEnabledBound(t *testing.T) {
 			}
 			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, true); !errors.Is(err, tenants.ErrConflict) {
 				t.Errorf("Got(enable #21) = %v; want tenants.ErrConflict", err)
+			}
+		})
+	}
+}
+
+// TestPrune: old delivered or failed deliveries go, then the fanned-out
+// events nothing refers to; a pending delivery and its event stay however
+// old, and so does anything newer than the cutoff.
+func TestPrune(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			s := integrations.NewStore(d.DB, integrations.Config{})
+			tn := newTenant(t, d.DB, "prune")
+			old, recent := time.Now().Add(-40*24*time.Hour).UTC(), time.Now().UTC()
+			event := func(name string, fanned time.Time) string {
+				t.Helper()
+				if err := s.Add(d.DB, tn.ID, integrations.EventSandboxCreated, map[string]any{"sandbox_id": name}); err != nil {
+					t.Fatal(err)
+				}
+				var ev integrations.Event
+				if err := d.DB.Where("payload LIKE ?", "%"+name+"%").Take(&ev).Error; err != nil {
+					t.Fatal(err)
+				}
+				if err := d.DB.Model(&ev).Update("fanned_out_at", fanned).Error; err != nil {
+					t.Fatal(err)
+				}
+				return ev.ID
+			}
+			delivery := func(eventID, state string, at time.Time) {
+				t.Helper()
+				dl := integrations.Delivery{ID: eventID + "-" + state, TenantID: tn.ID, EndpointID: "ep", EventID: eventID,
+					EventType: integrations.EventSandboxCreated, State: state, CreatedAt: at, UpdatedAt: at}
+				if err := d.DB.Create(&dl).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			delivered := event("old-delivered", old)
+			delivery(delivered, integrations.DeliveryDelivered, old)
+			pending := event("old-pending", old)
+			delivery(pending, integrations.DeliveryPending, old)
+			noEndpoint := event("old-no-endpoint", old)
+			fresh := event("recent", recent)
+			delivery(fresh, integrations.DeliveryFailed, recent)
+
+			evs, dls, err := s.Prune(ctx, time.Now().Add(-30*24*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if evs != 2 || dls != 1 {
+				t.Errorf("Got(Prune) = %d events, %d deliveries; want 2 (old-delivered, old-no-endpoint), 1", evs, dls)
+			}
+			for id, want := range map[string]int64{delivered: 0, noEndpoint: 0, pending: 1, fresh: 1} {
+				var n int64
+				d.DB.Model(&integrations.Event{}).Where("id = ?", id).Count(&n)
+				if n != want {
+					t.Errorf("Got(event %s rows after Prune) = %d; want %d", id, n, want)
+				}
 			}
 		})
 	}
