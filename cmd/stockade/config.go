@@ -30,7 +30,8 @@ type config struct {
 	SecretKey    string
 	DomainType   string
 	// EgressAllowCIDRs are operator ranges the egress gateway may reach
-	// although private (test-only use: 127.0.0.0/8).
+	// although private; loopback, unspecified and metadata ranges are
+	// refused (netguard.ParseAllowance).
 	EgressAllowCIDRs string
 	// Terminal recordings: keystrokes too, and how long they are kept.
 	RecordInput   bool
@@ -69,7 +70,7 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
-	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, loopback, link-local, CGNAT and metadata addresses are blocked)`)
+	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, link-local, CGNAT and reserved addresses are blocked; loopback, unspecified and metadata ones can never be allowed)`)
 	fs.BoolVar(&c.RecordInput, "record-input", getenv("STOCKADE_RECORD_INPUT") == "true" || getenv("STOCKADE_RECORD_INPUT") == "1",
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
 	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))

@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/integrations"
+	"github.com/stockade-dev/stockade/tenants/netguard"
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -71,9 +72,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	allowCIDRs, err := egress.ParseCIDRs(cfg.EgressAllowCIDRs)
+	allowCIDRs, err := netguard.ParseAllowance(cfg.EgressAllowCIDRs)
 	if err != nil {
-		return err
+		return fmt.Errorf("STOCKADE_EGRESS_ALLOW_CIDRS: %w", err)
 	}
 	egressEvents := egress.NewStore(db)
 	auditLog := audit.NewLog(db, nil)

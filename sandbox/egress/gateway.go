@@ -20,6 +20,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/netguard"
 )
 
 // Resolver turns a name into addresses (net.Resolver is one).
@@ -63,8 +64,11 @@ type Config struct {
 	Swapper Swapper
 	// Resolver defaults to net.DefaultResolver.
 	Resolver Resolver
-	// AllowCIDRs are operator ranges exempt from the private-address block
-	// (STOCKADE_EGRESS_ALLOW_CIDRS; tests use 127.0.0.0/8).
+	// AllowCIDRs are ranges exempt from the blocklist (tenants/netguard):
+	// the operator's STOCKADE_EGRESS_ALLOW_CIDRS, read by
+	// netguard.ParseAllowance, which refuses loopback, unspecified and
+	// metadata ranges; only a test injects 127.0.0.0/8 here. A zoned
+	// address is refused whatever this says.
 	AllowCIDRs []netip.Prefix
 	// UpstreamRoots verifies upstream servers when the gateway terminates
 	// TLS itself; nil means the system roots.
@@ -248,9 +252,9 @@ func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID strin
 
 	addrs, err := g.resolve(ctx, host)
 	if err != nil {
-		var b *blockedError
+		var b *netguard.Blocked
 		if errors.As(err, &b) {
-			s.deny(http.StatusForbidden, "blocked: "+b.why, "")
+			s.deny(http.StatusForbidden, "blocked: "+b.Error(), "")
 			return
 		}
 		s.fail(http.StatusBadGateway, err)
@@ -337,14 +341,14 @@ func proxyTarget(req *http.Request) (string, int, error) {
 	return host, port, nil
 }
 
-type blockedError struct{ why string }
-
-func (b *blockedError) Error() string { return "blocked: " + b.why }
-
 // resolve returns host's addresses, all of them checked: one blocked
 // address refuses the name (a name pointing at both a public and a private
-// address is a rebinding attempt).
+// address is a rebinding attempt). A literal with a zone is refused
+// (netguard.Blocked).
 func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if err := netguard.CheckHost(host, g.cfg.AllowCIDRs); err != nil {
+		return nil, err
+	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
@@ -360,17 +364,18 @@ func (g *Gateway) resolve(ctx context.Context, host string) ([]netip.Addr, error
 		}
 	}
 	for _, a := range addrs {
-		if why := checkAddr(a, g.cfg.AllowCIDRs); why != "" {
-			return nil, &blockedError{why: why}
+		if err := netguard.Check(a, g.cfg.AllowCIDRs); err != nil {
+			return nil, err
 		}
 	}
 	return addrs, nil
 }
 
 // dial connects to the first checked address that answers: the addresses
-// come from resolve, never from a second lookup.
+// come from resolve, never from a second lookup, and the dialer checks
+// each again as it connects.
 func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
-	d := net.Dialer{Timeout: g.cfg.DialTimeout}
+	d := netguard.Dialer(g.cfg.DialTimeout, g.cfg.AllowCIDRs)
 	var errs []error
 	for _, a := range addrs {
 		c, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String())

@@ -3,9 +3,10 @@
 // speaking the HTTP proxy protocol (CONNECT, or a plain request with an
 // absolute URL). The gateway decides by the tenant's policy (domains with
 // wildcards, ports, default deny), resolves the name itself, refuses
-// private, loopback, link-local, CGNAT and metadata addresses unless an
-// operator range allows them, dials the address it checked (no second
-// resolution: no DNS rebinding), logs every decision in egress_events and
+// the addresses of the shared blocklist (tenants/netguard: private,
+// loopback, link-local, CGNAT, metadata, IPv4-embedding IPv6 forms, and
+// any literal with a zone) unless an operator range allows them, dials the
+// address it checked (no second resolution: no DNS rebinding), logs every decision in egress_events and
 // counts bytes per sandbox. For hosts a tenant secret is scoped to, it
 // terminates TLS with the tenant's CA and swaps placeholders for the secret.
 package egress

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/netguard"
 )
 
 // Config tunes a Store.
@@ -109,8 +110,8 @@ func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 
 // CheckURL refuses what an endpoint may not be: anything but https (http
 // only under the test allowance), credentials in the URL, and loopback,
-// private or link-local hosts. Names are checked again on the address
-// actually dialled, by the sender.
+// private, link-local or zoned hosts (the tenants/netguard blocklist).
+// Names are checked again on the address actually dialled, by the sender.
 func (s *Store) CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Hostname() == "" || u.User != nil || (u.Scheme != "https" && u.Scheme != "http") || len(raw) > 2000 {
@@ -123,10 +124,10 @@ func (s *Store) CheckURL(raw string) error {
 		return tenants.Invalid("url", "https", "must use https: the payload and its signature would travel in clear")
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
-	if ip, err := netip.ParseAddr(host); err == nil {
-		if !public(ip) {
-			return tenants.Invalid("url", "public", "must not be a loopback, private or link-local address")
-		}
+	if err := netguard.CheckHost(host, nil); err != nil {
+		return tenants.Invalid("url", "public", "must not be a loopback, private, link-local or zoned address ("+err.Error()+")")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}
 	if host == "localhost" || !strings.Contains(host, ".") {
@@ -138,13 +139,6 @@ func (s *Store) CheckURL(raw string) error {
 		}
 	}
 	return nil
-}
-
-// public is the rule notify's sender dials by.
-func public(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() &&
-		!netip.MustParsePrefix("100.64.0.0/10").Contains(ip) && !netip.MustParsePrefix("fc00::/7").Contains(ip)
 }
 
 func (s *Store) audit(tx *gorm.DB, e audit.Event) error {

@@ -14,16 +14,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/netguard"
 )
 
 // Secrets gives the value of a tenant's secret for sending to host; a
@@ -107,22 +106,10 @@ func New(db *gorm.DB, secrets Secrets, cfg Config) *Sender {
 	cfg.setDefaults()
 	d := &net.Dialer{Timeout: cfg.AttemptTimeout}
 	if !cfg.AllowPrivate {
-		// Checked on the address actually dialled, after DNS: a name that
-		// resolves to a private address is refused too.
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			ip, err := netip.ParseAddr(host)
-			if err != nil {
-				return err
-			}
-			if !public(ip) {
-				return fmt.Errorf("%w: %s is not a public address", errRefused, ip)
-			}
-			return nil
-		}
+		// Checked on the address actually dialled, after DNS, against the
+		// blocklist the egress gateway uses: a name that resolves to a
+		// private address, or a zoned literal, is refused too.
+		d = netguard.Dialer(cfg.AttemptTimeout, nil)
 	}
 	tr := &http.Transport{DialContext: d.DialContext, TLSHandshakeTimeout: cfg.AttemptTimeout, ResponseHeaderTimeout: cfg.AttemptTimeout,
 		MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second, Proxy: nil}
@@ -130,14 +117,6 @@ func New(db *gorm.DB, secrets Secrets, cfg Config) *Sender {
 		// A redirect could take a signed request or a token elsewhere.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return &Sender{db: db, secrets: secrets, client: client, cfg: cfg}
-}
-
-var errRefused = errors.New("destination refused")
-
-func public(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() &&
-		!netip.MustParsePrefix("100.64.0.0/10").Contains(ip) && !netip.MustParsePrefix("fc00::/7").Contains(ip)
 }
 
 // Delivery is one attempt to send a message, as logged.
@@ -270,7 +249,7 @@ func (s *Sender) attempt(ctx context.Context, q request) (int, []byte, error) {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errRefused) {
+		if errors.Is(err, netguard.ErrBlocked) {
 			return 0, nil, &permanentError{err: redact(err)}
 		}
 		return 0, nil, redact(err)
