@@ -388,7 +388,7 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 }
 
 // tunnel answers CONNECT and splices, or terminates TLS for a host a
-// secret is scoped to.
+// secret is scoped to; either way pinned to host (pinning.go).
 func (s *conn) tunnel(ctx context.Context, req *http.Request, host string, up net.Conn) {
 	if sw := s.g.cfg.Swapper; sw != nil {
 		repl, ok, err := sw.ForHost(ctx, s.ev.TenantID, s.ev.SandboxID, host)
@@ -407,7 +407,14 @@ func (s *conn) tunnel(ctx context.Context, req *http.Request, host string, up ne
 		return
 	}
 	s.ev.Status = http.StatusOK
-	if err := splice(s.c, s.br, up); err != nil {
+	// Not intercepted: a TLS ClientHello must still name host.
+	gate := &helloGate{br: s.br, host: host, fail: func() { up.Close(); s.c.Close() }}
+	err := splice(s.c, gate, up)
+	if gate.err != nil {
+		s.ev.Decision, s.ev.Rule, s.ev.Status, s.ev.Error = DecisionDeny, "misdirected request", http.StatusMisdirectedRequest, gate.err.Error()
+		return
+	}
+	if err != nil {
 		s.ev.Error = err.Error()
 	}
 }
@@ -491,8 +498,9 @@ func (s *conn) record(ctx context.Context) {
 	s.g.log.Info("egress", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
 		"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "rule", s.ev.Rule, "addr", s.ev.Addr,
 		"status", s.ev.Status, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown, "err", s.ev.Error)
-	// A refusal by rule (403) is security-relevant: audited, rate-limited.
-	if s.ev.Decision == DecisionDeny && s.ev.Status == http.StatusForbidden {
+	// A refusal by rule (403) or of a misdirected tunnel (421) is
+	// security-relevant: audited, rate-limited.
+	if s.ev.Decision == DecisionDeny && (s.ev.Status == http.StatusForbidden || s.ev.Status == http.StatusMisdirectedRequest) {
 		defer func() { s.g.auditDenial(ctx, s.ev) }() // after Record: it names the event
 	}
 	if s.g.cfg.Store == nil {

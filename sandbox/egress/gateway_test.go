@@ -107,6 +107,15 @@ func newFixture(t testing.TB, allow string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.proxy = &url.URL{Scheme: "http", Host: serveGateway(t, f.gw, f.tenantID)}
+	return f
+}
+
+// serveGateway serves gw on a loopback listener standing in for the
+// agent's proxy listener, every connection as sandbox sb-1 on vm-1 of the
+// tenant; it returns the listener's address.
+func serveGateway(t testing.TB, gw *egress.Gateway, tenantID string) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,11 +127,10 @@ func newFixture(t testing.TB, allow string) *fixture {
 			if err != nil {
 				return
 			}
-			go f.gw.ServeConn(context.Background(), f.tenantID, "vm-1", "sb-1", c)
+			go gw.ServeConn(context.Background(), tenantID, "vm-1", "sb-1", c)
 		}
 	}()
-	f.proxy = &url.URL{Scheme: "http", Host: ln.Addr().String()}
-	return f
+	return ln.Addr().String()
 }
 
 func (f *fixture) client(roots bool) *http.Client {

@@ -45,6 +45,10 @@ func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *st
 		s.ev.Error = "sandbox TLS handshake: " + err.Error()
 		return
 	}
+	if err := checkSNI(host, down.ConnectionState().ServerName); err != nil {
+		s.misdirect(down, err)
+		return
+	}
 	upTLS := tls.Client(up, &tls.Config{ServerName: host, RootCAs: s.g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12})
 	defer upTLS.Close()
@@ -65,6 +69,10 @@ func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *st
 			return
 		}
 		down.SetReadDeadline(time.Time{})
+		if err := pinHost(req, host, s.ev.Port); err != nil {
+			s.misdirect(down, err)
+			return
+		}
 		if err := swapRequest(req, repl); err != nil {
 			s.ev.Error = err.Error()
 			writeTLSError(down, http.StatusBadRequest, "stockade egress: "+err.Error()+"\n")
