@@ -600,6 +600,7 @@ func schemas() obj {
 			"intercepted": boolean("the gateway terminated TLS to swap credentials"), "status": integer("the proxy's or upstream's HTTP status"),
 			"error": str("why an allowed connection failed"), "bytes_up": integer("bytes the sandbox sent"), "bytes_down": integer("bytes the sandbox received"),
 			"started_at": timeField(""), "duration_ms": integer(""),
+			"suppressed": integer("connections of the sandbox since its previous event that the per-sandbox rate limit kept out of the log (metered all the same)"),
 		}),
 		"TerminalControl": object([]string{"type"}, obj{
 			"type":    obj{"type": "string", "enum": []string{"hello", "resize", "role", "presence", "requested", "end", "error", "request", "take", "release", "cancel"}},

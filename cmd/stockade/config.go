@@ -33,6 +33,8 @@ type config struct {
 	// although private; loopback, unspecified and metadata ranges are
 	// refused (netguard.ParseAllowance).
 	EgressAllowCIDRs string
+	// EgressRetentionDays is how long egress events are kept.
+	EgressRetentionDays int
 	// Terminal recordings: keystrokes too, and how long they are kept.
 	RecordInput   bool
 	RetentionDays int
@@ -71,6 +73,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, link-local, CGNAT and reserved addresses are blocked; loopback, unspecified and metadata ones can never be allowed)`)
+	egressRetention, _ := strconv.Atoi(def("STOCKADE_EGRESS_RETENTION_DAYS", "90"))
+	fs.IntVar(&c.EgressRetentionDays, "egress-retention-days", egressRetention, "days egress events are kept (STOCKADE_EGRESS_RETENTION_DAYS)")
 	fs.BoolVar(&c.RecordInput, "record-input", getenv("STOCKADE_RECORD_INPUT") == "true" || getenv("STOCKADE_RECORD_INPUT") == "1",
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
 	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))
@@ -103,6 +107,9 @@ func (c *config) check() error {
 	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
+	}
+	if c.EgressRetentionDays <= 0 {
+		return errors.New("STOCKADE_EGRESS_RETENTION_DAYS: must be a positive number of days such as 90")
 	}
 	if c.MetricsTenants <= 0 {
 		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")

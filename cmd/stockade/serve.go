@@ -197,7 +197,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := app.ConnectDevIdP(ctx); err != nil {
 		return err
 	}
-	go sweepSessions(ctx, store, log)
+	go sweep(ctx, store, egressEvents, cfg.EgressRetentionDays, log)
 	// Audit retention: each tenant's policy audit.retention_days (0 keeps
 	// everything); every deletion is itself audited (audit.pruned).
 	go audit.NewRetention(auditLog, audit.RetentionConfig{Logger: log,
@@ -238,7 +238,9 @@ func dbKind(dsn string) string {
 	return "postgres"
 }
 
-func sweepSessions(ctx context.Context, store *tenants.Store, log *slog.Logger) {
+// sweep is the housekeeping loop: expired sessions, and egress events past
+// their retention (the usage ledger keeps their bytes).
+func sweep(ctx context.Context, store *tenants.Store, egressEvents *egress.Store, egressDays int, log *slog.Logger) {
 	t := time.NewTicker(15 * time.Minute)
 	defer t.Stop()
 	for {
@@ -250,6 +252,11 @@ func sweepSessions(ctx context.Context, store *tenants.Store, log *slog.Logger) 
 				log.Warn("sweep sessions", "err", err)
 			} else if n > 0 {
 				log.Info("swept expired sessions", "count", n)
+			}
+			if n, err := egressEvents.Prune(ctx, time.Now().AddDate(0, 0, -egressDays)); err != nil {
+				log.Warn("prune egress events", "err", err)
+			} else if n > 0 {
+				log.Info("pruned egress events", "count", n, "retention_days", egressDays)
 			}
 		}
 	}

@@ -15,15 +15,17 @@ type Auditor interface {
 // AuditActorID is the audit actor of the gateway's decisions.
 const AuditActorID = "egress-gateway"
 
-// denialKey is one sandbox asking for one host, for the audit limiter.
-func denialKey(sandboxID, host string) string { return sandboxID + "\x00" + host }
+// denialKey is one sandbox (or the VM, for a sandbox the guest made up)
+// asking for one host, for the audit limiter.
+func denialKey(key, host string) string { return key + "\x00" + host }
 
-// auditDenial records egress.denied for a refused connection, rate-limited.
-func (g *Gateway) auditDenial(ctx context.Context, ev Event) {
+// auditDenial records egress.denied for a refused connection, rate-limited
+// under key (conn.limitKey).
+func (g *Gateway) auditDenial(ctx context.Context, ev Event, key string) {
 	if g.cfg.Audit == nil {
 		return
 	}
-	ok, suppressed := g.denials.Admit(denialKey(ev.SandboxID, ev.Host), g.cfg.Clock())
+	ok, suppressed := g.denials.Admit(denialKey(key, ev.Host), g.cfg.Clock())
 	if !ok {
 		return
 	}

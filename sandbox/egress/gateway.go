@@ -87,6 +87,13 @@ type Config struct {
 	Audit Auditor
 	// DenialAuditWindow is that rate limit's window; default 1 min.
 	DenialAuditWindow time.Duration
+	// EventsPerWindow bounds the egress_events rows one sandbox writes per
+	// EventWindow (default 300 a minute): past it, connections are still
+	// served and metered, and the sandbox's next row counts them
+	// (Event.Suppressed). A guest naming sandboxes that are not its own
+	// shares one bound per VM.
+	EventsPerWindow int
+	EventWindow     time.Duration
 }
 
 // Gateway decides, dials and pipes sandbox connections.
@@ -96,6 +103,8 @@ type Gateway struct {
 	rules *ruleCache
 	// denials rate-limits the audit events of refused connections.
 	denials *audit.Limiter
+	// events rate-limits the egress_events rows of each sandbox.
+	events *audit.Limiter
 
 	mu       sync.Mutex
 	counters map[string]*counter
@@ -132,11 +141,18 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.DenialAuditWindow <= 0 {
 		cfg.DenialAuditWindow = time.Minute
 	}
+	if cfg.EventsPerWindow <= 0 {
+		cfg.EventsPerWindow = 300
+	}
+	if cfg.EventWindow <= 0 {
+		cfg.EventWindow = time.Minute
+	}
 	return &Gateway{
 		cfg: cfg, log: cfg.Logger.With("component", "egress"),
 		rules:    &ruleCache{src: cfg.Policies, ttl: cfg.CacheTTL, clock: cfg.Clock, m: map[string]cachedRules{}},
 		counters: map[string]*counter{},
 		denials:  audit.NewLimiter(cfg.DenialAuditWindow, 1),
+		events:   audit.NewLimiter(cfg.EventWindow, cfg.EventsPerWindow),
 	}, nil
 }
 
@@ -164,6 +180,7 @@ func (g *Gateway) Bytes(sandboxID string) (up, down int64) {
 // Forget drops a sandbox's live counters (once it is destroyed).
 func (g *Gateway) Forget(sandboxID string) {
 	g.denials.Forget(sandboxID + "\x00")
+	g.events.Forget(sandboxID + "\x00")
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.counters[sandboxID]; c != nil && c.conns.Load() == 0 {
@@ -171,6 +188,8 @@ func (g *Gateway) Forget(sandboxID string) {
 	}
 }
 
+// counter is the live counter of a sandbox the check confirmed: a
+// guest-chosen id never makes one.
 func (g *Gateway) counter(sandboxID string) *counter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -189,34 +208,51 @@ type conn struct {
 	c     *countConn
 	br    *bufio.Reader
 	start time.Time
+	// unknown: the guest named a sandbox that is not an active one of the
+	// tenant on this VM.
+	unknown bool
+}
+
+// limitKey is what the rate limits of s count under: its sandbox, or for
+// a sandbox the guest made up, its VM.
+func (s *conn) limitKey() string {
+	if s.unknown {
+		return "vm:" + s.ev.VMID
+	}
+	return s.ev.SandboxID
 }
 
 // ServeConn serves one connection of a sandbox: reads the proxy request,
 // decides, and pipes or refuses. It closes c.
 func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID string, c net.Conn) {
-	cnt := g.counter(sandboxID)
-	cnt.conns.Add(1)
-	defer cnt.conns.Add(-1)
-	cc := &countConn{Conn: c, cnt: cnt}
-	defer cc.Close()
 	// The session's end ends every connection on it.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-
-	s := &conn{g: g, c: cc, start: g.cfg.Clock(),
+	s := &conn{g: g, start: g.cfg.Clock(),
 		ev: Event{TenantID: tenantID, VMID: vmID, SandboxID: sandboxID}}
 	s.ev.StartedAt = s.start
-	defer s.record(ctx)
 
 	if g.cfg.Sandboxes != nil {
 		if err := g.cfg.Sandboxes.CheckEgress(ctx, tenantID, vmID, sandboxID); err != nil {
+			// Nothing is kept under the guest's id: no live counter, no
+			// metering, and its rate limits are the VM's.
+			s.c = &countConn{Conn: c, cnt: &counter{}}
+			defer s.c.Close()
+			defer s.record(ctx)
+			s.unknown = true
 			s.ev.Method = "-"
 			s.deny(http.StatusForbidden, "unknown sandbox", err.Error())
 			return
 		}
 	}
+	cnt := g.counter(sandboxID)
+	cnt.conns.Add(1)
+	defer cnt.conns.Add(-1)
+	s.c = &countConn{Conn: c, cnt: cnt}
+	defer s.c.Close()
+	defer s.record(ctx)
 	c.SetReadDeadline(time.Now().Add(g.cfg.HeaderTimeout))
-	lim := &capReader{r: cc, n: maxHeaderBytes}
+	lim := &capReader{r: s.c, n: maxHeaderBytes}
 	s.br = bufio.NewReaderSize(lim, 32<<10)
 	req, err := http.ReadRequest(s.br)
 	if err != nil {
@@ -488,21 +524,45 @@ func headerSafe(s string) string {
 	}, s)
 }
 
-// record stores the event with the bytes moved.
+// record stores the event with the bytes moved, within the sandbox's rate
+// limit; past it, only the bytes are metered.
 func (s *conn) record(ctx context.Context) {
 	s.ev.BytesUp, s.ev.BytesDown = s.c.up.Load(), s.c.down.Load()
-	s.ev.DurationMS = s.g.cfg.Clock().Sub(s.start).Milliseconds()
+	now := s.g.cfg.Clock()
+	s.ev.DurationMS = now.Sub(s.start).Milliseconds()
 	if s.ev.Decision == "" {
 		s.ev.Decision = DecisionDeny
+	}
+	s.ev.unmetered = s.unknown
+	s.ev.bound()
+	// A refusal by rule (403) or of a misdirected tunnel (421) is
+	// security-relevant: audited, rate-limited.
+	if s.ev.Decision == DecisionDeny && (s.ev.Status == http.StatusForbidden || s.ev.Status == http.StatusMisdirectedRequest) {
+		defer func() { s.g.auditDenial(ctx, s.ev, s.limitKey()) }() // after Record: it names the event
+	}
+	admitted, suppressed := s.g.events.Admit(s.limitKey()+"\x00", now)
+	if !admitted {
+		s.g.log.Debug("egress (over the event rate limit)", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
+			"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown)
+		if s.g.cfg.Store == nil || s.unknown {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		end := s.ev.StartedAt.Add(time.Duration(s.ev.DurationMS) * time.Millisecond)
+		if err := s.g.cfg.Store.Meter(rctx, s.ev.TenantID, s.ev.SandboxID, s.ev.BytesUp, s.ev.BytesDown, end); err != nil {
+			s.g.log.Error("meter egress", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "err", err)
+		}
+		return
+	}
+	s.ev.Suppressed = suppressed
+	if suppressed > 0 {
+		s.g.log.Warn("egress events rate-limited", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "vm", s.ev.VMID,
+			"suppressed", suppressed, "limit", s.g.cfg.EventsPerWindow, "window", s.g.cfg.EventWindow.String())
 	}
 	s.g.log.Info("egress", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
 		"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "rule", s.ev.Rule, "addr", s.ev.Addr,
 		"status", s.ev.Status, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown, "err", s.ev.Error)
-	// A refusal by rule (403) or of a misdirected tunnel (421) is
-	// security-relevant: audited, rate-limited.
-	if s.ev.Decision == DecisionDeny && (s.ev.Status == http.StatusForbidden || s.ev.Status == http.StatusMisdirectedRequest) {
-		defer func() { s.g.auditDenial(ctx, s.ev) }() // after Record: it names the event
-	}
 	if s.g.cfg.Store == nil {
 		return
 	}

@@ -3,7 +3,9 @@ package egress
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -37,6 +39,51 @@ type Event struct {
 	BytesDown     int64     `gorm:"column:bytes_down" json:"bytes_down"`
 	StartedAt     time.Time `gorm:"column:started_at" json:"started_at"`
 	DurationMS    int64     `gorm:"column:duration_ms" json:"duration_ms"`
+	// Suppressed counts the sandbox's connections since its previous row
+	// that the rate limit kept out of the table (metered all the same).
+	Suppressed int `gorm:"column:suppressed" json:"suppressed,omitempty"`
+
+	// unmetered: the connection is not billed to SandboxID (the guest
+	// named a sandbox that is not its own).
+	unmetered bool
+}
+
+// Bounds of the text fields of an event: everything in one comes from a
+// sandbox one way or another (a 64 KiB request line quoted in an error).
+const (
+	maxIDLen    = 64
+	maxMethod   = 32
+	maxHostLen  = 255
+	maxRuleLen  = 300
+	maxAddrLen  = 64
+	maxErrorLen = 512
+)
+
+// bound clips every text field to its bound, as valid UTF-8 (PostgreSQL
+// refuses anything else, and the row would be lost).
+func (e *Event) bound() {
+	e.SandboxID = clip(e.SandboxID, maxIDLen)
+	e.VMID = clip(e.VMID, maxIDLen)
+	e.Method = clip(e.Method, maxMethod)
+	e.Host = clip(e.Host, maxHostLen)
+	e.Rule = clip(e.Rule, maxRuleLen)
+	e.Addr = clip(e.Addr, maxAddrLen)
+	e.Error = clip(e.Error, maxErrorLen)
+}
+
+// clip makes s valid UTF-8 without NUL bytes and at most n bytes long,
+// marking a cut with "…".
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // TableName is the GORM table of Event.
@@ -66,11 +113,15 @@ func (s *Store) Record(ctx context.Context, e *Event) error {
 		e.ID = id.String()
 	}
 	e.StartedAt = e.StartedAt.UTC().Truncate(time.Microsecond)
+	e.bound()
 	// The bytes go into the usage ledger with the event, once: a connection
 	// is metered exactly when it is recorded.
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(e).Error; err != nil {
 			return err
+		}
+		if e.unmetered {
+			return nil
 		}
 		end := e.StartedAt.Add(time.Duration(e.DurationMS) * time.Millisecond)
 		return usage.Egress(tx, e.TenantID, e.SandboxID, e.BytesUp, e.BytesDown, end)
@@ -79,6 +130,40 @@ func (s *Store) Record(ctx context.Context, e *Event) error {
 		return fmt.Errorf("record egress event: %w", err)
 	}
 	return nil
+}
+
+// Meter puts a connection's bytes into the usage ledger without an event
+// row: for a connection the rate limit keeps out of egress_events.
+func (s *Store) Meter(ctx context.Context, tenantID, sandboxID string, up, down int64, at time.Time) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return usage.Egress(tx, tenantID, sandboxID, up, down, at.UTC().Truncate(time.Microsecond))
+	})
+	if err != nil {
+		return fmt.Errorf("meter egress of sandbox %s: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// pruneBatch bounds the rows one statement of Prune deletes, so neither
+// database holds a long transaction over a big table.
+const pruneBatch = 5000
+
+// Prune deletes every tenant's events that started before before and
+// returns how many; the usage ledger keeps their bytes.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	cutoff := before.UTC().Truncate(time.Microsecond)
+	var total int64
+	for {
+		res := s.db.WithContext(ctx).Where("id IN (?)",
+			s.db.Model(&Event{}).Select("id").Where("started_at < ?", cutoff).Limit(pruneBatch)).Delete(&Event{})
+		if res.Error != nil {
+			return total, fmt.Errorf("prune egress events before %s: %w", cutoff.Format(time.RFC3339), res.Error)
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < pruneBatch {
+			return total, nil
+		}
+	}
 }
 
 // Filter narrows Events.

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stockade-dev/stockade/tenants/netguard"
+)
+
+// TestConfigEgress: the egress retention is a positive number of days
+// (90 by default), and the operator's allowance can open private ranges
+// but never loopback or metadata: those are for tests, injected in code.
+func TestConfigEgress(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		days int    // kept; 0 when check must refuse
+		err  string // what the refusal names
+	}{
+		{"default retention", nil, 90, ""},
+		{"retention set", map[string]string{"STOCKADE_EGRESS_RETENTION_DAYS": "7"}, 7, ""},
+		{"retention zero", map[string]string{"STOCKADE_EGRESS_RETENTION_DAYS": "0"}, 0, "STOCKADE_EGRESS_RETENTION_DAYS"},
+		{"retention negative", map[string]string{"STOCKADE_EGRESS_RETENTION_DAYS": "-1"}, 0, "STOCKADE_EGRESS_RETENTION_DAYS"},
+		{"private allowance", map[string]string{"STOCKADE_EGRESS_ALLOW_CIDRS": "10.20.0.0/16"}, 90, ""},
+		{"loopback allowance", map[string]string{"STOCKADE_EGRESS_ALLOW_CIDRS": "10.20.0.0/16,127.0.0.0/8"}, 0, "never allowed"},
+		{"metadata allowance", map[string]string{"STOCKADE_EGRESS_ALLOW_CIDRS": "169.254.169.254"}, 0, "never allowed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := checkedConfig(t, tc.env)
+			if err == nil {
+				// What serve does with the allowance.
+				_, err = netguard.ParseAllowance(c.EgressAllowCIDRs)
+			}
+			if tc.days == 0 {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("Got(check) = %v; want an error naming %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.EgressRetentionDays != tc.days {
+				t.Errorf("Got(check) = %v, %d days; want nil, %d", err, c.EgressRetentionDays, tc.days)
+			}
+		})
+	}
+}
+
+// checkedConfig reads env (with a fresh data dir) as serve does and checks
+// it.
+func checkedConfig(t *testing.T, env map[string]string) (config, error) {
+	t.Helper()
+	all := map[string]string{"STOCKADE_DATA_DIR": t.TempDir()}
+	for k, v := range env {
+		all[k] = v
+	}
+	var c config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.flags(fs, func(k string) string { return all[k] })
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	return c, c.check()
+}
