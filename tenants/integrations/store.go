@@ -125,7 +125,11 @@ func (s *Store) CheckURL(raw string) error {
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if err := netguard.CheckHost(host, nil); err != nil {
-		return tenants.Invalid("url", "public", "must not be a loopback, private, link-local or zoned address ("+err.Error()+")")
+		var b *netguard.Blocked
+		if errors.As(err, &b) {
+			return tenants.Invalid("url", "public", fmt.Sprintf("must be a public address, not a %s (%s)", b.Why, strings.TrimPrefix(b.Error(), b.Why+" ")))
+		}
+		return tenants.Invalid("url", "public", "must be a public address")
 	}
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
