@@ -29,6 +29,9 @@ type EgressRow struct {
 	BytesDown     int64
 	PolicyVersion int
 	Intercepted   bool
+	// Suppressed counts the sandbox's connections before this one that
+	// the rate limit kept off the list (metered all the same).
+	Suppressed int
 }
 
 func egressSandboxURL(id string) string { return "/sandboxes/" + id }

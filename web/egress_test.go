@@ -24,7 +24,8 @@ func TestEgressEvents(t *testing.T) {
 	now := time.Now()
 	for _, ev := range []egress.Event{
 		{TenantID: a.ID, SandboxID: "sb-a1", Method: "CONNECT", Host: "api.github.com", Port: 443, Decision: egress.DecisionAllow, Rule: "allow api.github.com", StartedAt: now},
-		{TenantID: a.ID, SandboxID: "sb-a2", Method: "GET", Host: "evil-a.test", Port: 80, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now.Add(time.Second)},
+		{TenantID: a.ID, SandboxID: "sb-a2", Method: "GET", Host: "evil-a.test", Port: 80, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now.Add(time.Second),
+			Suppressed: 4},
 		{TenantID: b.ID, SandboxID: "sb-b1", Method: "GET", Host: "marker-b.test", Port: 80, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now},
 	} {
 		if err := st.Record(context.Background(), &ev); err != nil {
@@ -71,12 +72,18 @@ func TestEgressEvents(t *testing.T) {
 			if got := strings.Join(hosts, ","); got != tc.wantHosts {
 				t.Errorf("Got(hosts) = %q; want %q", got, tc.wantHosts)
 			}
+			for _, e := range out.Events {
+				if want := map[string]int{"evil-a.test": 4}[e.Host]; e.Suppressed != want {
+					t.Errorf("Got(suppressed of %s) = %d; want %d", e.Host, e.Suppressed, want)
+				}
+			}
 		})
 	}
 	t.Run("page", func(t *testing.T) {
 		env.Member(t, a, "dev@egress-a.test", tenants.RoleDeveloper)
 		code, page := env.Login(t, "dev@egress-a.test").GetPage(t, "/egress?decision=deny")
 		if code != 200 || !strings.Contains(page, "evil-a.test:80") || !strings.Contains(page, "default deny") ||
+			!strings.Contains(page, "4 earlier connections not listed (rate limit)") ||
 			strings.Contains(page, "api.github.com") || strings.Contains(page, "marker-b.test") {
 			t.Errorf("Got(GET /egress?decision=deny) = %d; want 200 with A's denied connection only:\n%s", code, page)
 		}
