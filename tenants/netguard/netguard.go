@@ -26,13 +26,17 @@ var ErrBlocked = errors.New("address blocked")
 
 // Blocked says why an address was refused; errors.Is(err, ErrBlocked).
 type Blocked struct {
-	Addr netip.Addr // zone stripped
+	Addr netip.Addr // zone stripped; invalid when Host is not an address
 	Zone string     // the zone the address came with, if any
+	Host string     // what was refused when it is not an address
 	Why  string     // "loopback address", "zoned address", ...
 }
 
 func (b *Blocked) Error() string {
-	if b.Zone != "" {
+	switch {
+	case !b.Addr.IsValid():
+		return fmt.Sprintf("%s %.100q", b.Why, b.Host)
+	case b.Zone != "":
 		return fmt.Sprintf("%s %s%%%s", b.Why, b.Addr, b.Zone)
 	}
 	return b.Why + " " + b.Addr.String()
@@ -108,7 +112,7 @@ func Ranges() []Range { return append([]Range(nil), ranges...) }
 // the fixed ranges, so only a test can inject those.
 func Check(a netip.Addr, allow []netip.Prefix) error {
 	if !a.IsValid() {
-		return &Blocked{Addr: a, Why: "invalid address"}
+		return &Blocked{Why: "invalid address"}
 	}
 	zone := a.Zone()
 	a = a.WithZone("").Unmap()
@@ -155,7 +159,7 @@ func CheckHost(host string, allow []netip.Prefix) error {
 	if strings.Contains(h, "%") {
 		// Not a literal netip reads, but something with a zone mark:
 		// refused rather than guessed at.
-		return &Blocked{Why: "zoned address", Zone: h[strings.Index(h, "%")+1:]}
+		return &Blocked{Why: "zoned address", Host: host}
 	}
 	return nil
 }
@@ -204,7 +208,7 @@ func Control(allow []netip.Prefix) func(network, address string, c syscall.RawCo
 	return func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return &Blocked{Why: fmt.Sprintf("unreadable address %q", address)}
+			return &Blocked{Why: "unreadable address", Host: address}
 		}
 		return Check(ap.Addr(), allow)
 	}

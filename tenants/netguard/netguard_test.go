@@ -92,6 +92,9 @@ func TestCheckHost(t *testing.T) {
 			if got := errors.Is(err, netguard.ErrBlocked); got != tc.blocked {
 				t.Errorf("Got(CheckHost(%s)) = %v; want blocked %v", tc.host, err, tc.blocked)
 			}
+			if err != nil && strings.Contains(err.Error(), "invalid IP") {
+				t.Errorf("Got(CheckHost(%s)) = %q; want the refused host named", tc.host, err)
+			}
 		})
 	}
 }
