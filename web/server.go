@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,9 @@ type Config struct {
 	DevIdPPath string
 	// MetricsToken, when set, is the bearer token /metrics requires (the
 	// per-tenant usage is there); when empty /metrics answers only
-	// connections from this machine's loopback.
+	// connections from this machine's loopback, and only when PublicURL is
+	// itself a loopback URL (behind a local TLS proxy every request comes
+	// from loopback).
 	MetricsToken string
 }
 
@@ -90,7 +93,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	if cfg.DevIdP != nil {
 		e.Any(cfg.DevIdPPath+"/*", echo.WrapHandler(cfg.DevIdP))
 	}
-	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
+	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, LoopbackURL(cfg.PublicURL), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
 	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
 		Skipper: func(c echo.Context) bool {
@@ -229,9 +232,11 @@ func staticHandler() http.Handler {
 }
 
 // metricsGuard lets a scraper through with the bearer token (constant-time
-// compare), or, with no token configured, from loopback only: the metrics
-// carry every tenant's usage and cost.
-func metricsGuard(token string, next http.Handler) http.Handler {
+// compare), or, with no token configured, from loopback only and only when
+// the server is published on loopback (localOnly): the metrics carry every
+// tenant's usage and cost, and a TLS proxy on this machine in front of a
+// public URL makes every request look like loopback.
+func metricsGuard(token string, localOnly bool, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token != "" {
@@ -243,6 +248,10 @@ func metricsGuard(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if !localOnly {
+			http.Error(w, "STOCKADE_PUBLIC_URL is not a loopback URL: metrics need the bearer token of STOCKADE_METRICS_TOKEN_FILE", http.StatusForbidden)
+			return
+		}
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			http.Error(w, "metrics are served to this machine only; set STOCKADE_METRICS_TOKEN_FILE to scrape from elsewhere", http.StatusForbidden)
@@ -250,4 +259,24 @@ func metricsGuard(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// LoopbackURL reports whether u is an http(s) URL whose host is a loopback
+// address or "localhost": only this machine reaches it.
+func LoopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") {
+		return false
+	}
+	return LoopbackHost(p.Hostname())
+}
+
+// LoopbackHost reports whether host (no port) is a loopback IP literal or
+// localhost.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
