@@ -77,7 +77,9 @@ var grants = map[Role][]Permission{
 		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
 		PermSecretsRead, PermSecretsWrite, PermComplianceRead, PermComplianceRun, PermUsageRead, PermUsageExport,
 		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite, PermIntegrationsRead, PermIntegrationsWrite},
-	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
+	// Managers read the whole tenant and change nothing (ARCHITECTURE: "read
+	// all of the tenant, usage, compliance"): no VM controls either.
+	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermSandboxesRead,
 		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead, PermIntegrationsRead},
 	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
 		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermWorkflowsRead, PermRunsWrite},
