@@ -100,6 +100,33 @@ func Can(role Role, p Permission) bool {
 	return false
 }
 
+// covers reports whether role a grants every permission role b grants.
+func covers(a, b Role) bool {
+	for _, p := range grants[b] {
+		if !Can(a, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// CapRole is the role a token of role tok acts with when the person who
+// made it now has role member: tok when member covers it, member when tok
+// covers member (an admin token of a demoted admin acts as the new role);
+// ok is false when neither covers the other (a developer token of a member
+// who is now an auditor): the token may not act at all.
+func CapRole(tok, member Role) (Role, bool) {
+	switch {
+	case !tok.Valid() || !member.Valid():
+		return "", false
+	case covers(member, tok):
+		return tok, true
+	case covers(tok, member):
+		return member, true
+	}
+	return "", false
+}
+
 // TenantScoped reports whether p needs an active tenant.
 func (p Permission) TenantScoped() bool {
 	switch p {
