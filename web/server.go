@@ -43,6 +43,11 @@ type Config struct {
 	// itself a loopback URL (behind a local TLS proxy every request comes
 	// from loopback).
 	MetricsToken string
+	// BodyTimeout and BodyMinRate bound how long a request body may take to
+	// arrive: BodyTimeout plus its size at BodyMinRate bytes per second
+	// (defaults DefaultBodyTimeout, DefaultBodyMinRate).
+	BodyTimeout time.Duration
+	BodyMinRate int64
 }
 
 // Server is the configured Echo instance.
@@ -67,6 +72,12 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = h.SessionIdle()
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.BodyMinRate <= 0 {
+		cfg.BodyMinRate = DefaultBodyMinRate
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	// Only the direct peer's address: we do not trust X-Forwarded-For unless
@@ -83,6 +94,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog(m))
 	e.Use(s.securityHeaders)
+	e.Use(s.bodyDeadline)
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
 		return c.Request().Method == http.MethodPut && c.Path() == FileUploadPath
@@ -95,21 +107,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	}
 	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, LoopbackURL(cfg.PublicURL), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
-	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
-		Skipper: func(c echo.Context) bool {
-			// API calls with a bearer token carry no ambient credentials.
-			b, _ := c.Get(bearerKey).(bool)
-			return b
-		},
-		TokenLookup:    "header:X-CSRF-Token,form:_csrf",
-		ContextKey:     handlers.CSRFContextKey,
-		CookieName:     "stockade_csrf",
-		CookiePath:     "/",
-		CookieHTTPOnly: true,
-		CookieSecure:   cfg.SecureCookies,
-		CookieSameSite: http.SameSiteStrictMode,
-	})
-	app := e.Group("", s.authenticate, csrf)
+	app := e.Group("", s.authenticate, s.csrf)
 	s.routes = Routes(h)
 	for _, r := range s.routes {
 		app.Add(r.Method, r.Path, r.Handler, s.authorize(r))

@@ -138,6 +138,9 @@ func (c *Client) SetCookie(name, value string) {
 // SessionCookieName is the session cookie of the test server (plain http).
 const SessionCookieName = "stockade_session"
 
+// CSRFCookieName is the CSRF cookie of the test server (plain http).
+const CSRFCookieName = "stockade_csrf"
+
 // Session returns the client's session cookie value, or "".
 func (c *Client) Session() string { return c.Cookie(SessionCookieName) }
 
