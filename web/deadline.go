@@ -31,7 +31,7 @@ var errBodyTimeout = echo.NewHTTPError(http.StatusRequestTimeout, "the request b
 // BodyMinRate. Requests without a body (every GET, so WebSocket upgrades
 // and Server-Sent Events streams among them) get none: their connection
 // then belongs to the handler. Once the body has been read to its end the
-// deadline is lifted, so a long response (a streamed exec) is not cut.
+// deadline is gone, so a long response (a streamed exec) is not cut.
 func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
@@ -84,8 +84,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	switch {
 	case b.done:
 	case errors.Is(err, io.EOF):
+		// The body is in: net/http clears the read deadline itself as it
+		// starts watching for the client going away, so the response may
+		// take its time (TestBodyDeadlineLiftedOnceBodyIsIn holds it to that).
 		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{}) // the body is in; the response may take its time
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return n, errBodyTimeout
 	case n > 0:
