@@ -154,7 +154,7 @@ func checkGitHubURL(name, v string, paths ...string) (string, error) {
 	case u.User != nil:
 		return "", fmt.Errorf("%s: must not carry credentials (user:password@); secrets go in the tenant's secrets", name)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(v, "#"):
-		return "", fmt.Errorf("%s %q: must not have a query or fragment", name, v)
+		return "", fmt.Errorf("%s: must not have a query or fragment (%s://%s...)", name, u.Scheme, u.Host)
 	}
 	p := strings.TrimSuffix(u.EscapedPath(), "/")
 	if p != "" && !slices.Contains(paths, p) {

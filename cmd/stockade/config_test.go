@@ -47,7 +47,7 @@ func TestConfigGitHubURLs(t *testing.T) {
 		{"path in url", map[string]string{"STOCKADE_GITHUB_URL": "https://evil.example/github.com"}, "", "", "STOCKADE_GITHUB_URL"},
 		{"enterprise path in url", map[string]string{"STOCKADE_GITHUB_URL": "https://ghe.example.com/api/v3"}, "", "", "STOCKADE_GITHUB_URL"},
 		{"other path in api", map[string]string{"STOCKADE_GITHUB_API": "https://api.github.com/repos/acme"}, "", "", "STOCKADE_GITHUB_API"},
-		{"query in api", map[string]string{"STOCKADE_GITHUB_API": "https://api.github.com?access_token=x"}, "", "", "STOCKADE_GITHUB_API"},
+		{"query in api", map[string]string{"STOCKADE_GITHUB_API": "https://api.github.com?access_token=s3cret"}, "", "", "STOCKADE_GITHUB_API"},
 		{"query in url", map[string]string{"STOCKADE_GITHUB_URL": "https://github.com/?x=1"}, "", "", "STOCKADE_GITHUB_URL"},
 		{"fragment", map[string]string{"STOCKADE_GITHUB_URL": "https://github.com#x"}, "", "", "STOCKADE_GITHUB_URL"},
 	}
