@@ -57,12 +57,15 @@ type config struct {
 	// DevIdP allows the development identity provider on an address other
 	// machines reach (--dev-idp, STOCKADE_DEV_IDP).
 	DevIdP bool
-	// envErrs are the environment values that did not parse: check reports
-	// them, naming the variable, instead of running with a zero value.
-	envErrs []error
+	// envErrs are the environment values that did not parse, by flag name:
+	// check reports them, naming the variable, instead of running with a
+	// zero value, unless the flag overrode the variable.
+	envErrs map[string]error
+	fs      *flag.FlagSet
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
+	c.fs = fs
 	def := func(env, d string) string {
 		if v := getenv(env); v != "" {
 			return v
@@ -80,17 +83,17 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, loopback, link-local, CGNAT and metadata addresses are blocked)`)
-	fs.BoolVar(&c.RecordInput, "record-input", c.envBool(getenv, "STOCKADE_RECORD_INPUT", false),
+	fs.BoolVar(&c.RecordInput, "record-input", c.envBool(getenv, "record-input", "STOCKADE_RECORD_INPUT", false),
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
-	fs.IntVar(&c.RetentionDays, "recording-retention-days", c.envInt(getenv, "STOCKADE_RECORDING_RETENTION_DAYS", 90),
+	fs.IntVar(&c.RetentionDays, "recording-retention-days", c.envInt(getenv, "recording-retention-days", "STOCKADE_RECORDING_RETENTION_DAYS", 90),
 		"days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
-	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", c.envDuration(getenv, "STOCKADE_COMPLIANCE_INTERVAL", 5*time.Minute),
+	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", c.envDuration(getenv, "compliance-interval", "STOCKADE_COMPLIANCE_INTERVAL", 5*time.Minute),
 		"how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
-	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.envDuration(getenv, "STOCKADE_PROBE_INTERVAL", 24*time.Hour),
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.envDuration(getenv, "probe-interval", "STOCKADE_PROBE_INTERVAL", 24*time.Hour),
 		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
-	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "STOCKADE_METRICS_TENANTS", 200),
+	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),
 		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
-	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "STOCKADE_DEV_IDP", false),
+	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),
 		"run the development identity provider (anyone signs in as any email, no password) even on a non-loopback address (STOCKADE_DEV_IDP)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
@@ -98,44 +101,51 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
+func (c *config) envErr(flagName string, err error) {
+	if c.envErrs == nil {
+		c.envErrs = map[string]error{}
+	}
+	c.envErrs[flagName] = err
+}
+
 // envInt reads an integer variable; a value that does not parse is kept
 // for check to report.
-func (c *config) envInt(getenv func(string) string, name string, def int) int {
+func (c *config) envInt(getenv func(string) string, flagName, name string, def int) int {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("%s %q: must be a whole number such as %d", name, v, def))
+		c.envErr(flagName, fmt.Errorf("%s %q: must be a whole number such as %d", name, v, def))
 		return def
 	}
 	return n
 }
 
 // envDuration reads a duration variable ("5m", "24h"); "0" is zero.
-func (c *config) envDuration(getenv func(string) string, name string, def time.Duration) time.Duration {
+func (c *config) envDuration(getenv func(string) string, flagName, name string, def time.Duration) time.Duration {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("%s %q: must be a duration such as %s", name, v, def))
+		c.envErr(flagName, fmt.Errorf("%s %q: must be a duration such as %s", name, v, def))
 		return def
 	}
 	return d
 }
 
 // envBool reads a boolean variable: true/false, 1/0 (strconv.ParseBool).
-func (c *config) envBool(getenv func(string) string, name string, def bool) bool {
+func (c *config) envBool(getenv func(string) string, flagName, name string, def bool) bool {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		c.envErrs = append(c.envErrs, fmt.Errorf("%s %q: must be true or false", name, v))
+		c.envErr(flagName, fmt.Errorf("%s %q: must be true or false", name, v))
 		return def
 	}
 	return b
@@ -181,8 +191,20 @@ func (c *config) devIdPReach() string {
 }
 
 func (c *config) check() error {
+	if c.fs != nil {
+		c.fs.Visit(func(f *flag.Flag) { delete(c.envErrs, f.Name) }) // the flag wins
+	}
 	if len(c.envErrs) > 0 {
-		return errors.Join(c.envErrs...)
+		names := make([]string, 0, len(c.envErrs))
+		for n := range c.envErrs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		errs := make([]error, len(names))
+		for i, n := range names {
+			errs[i] = c.envErrs[n]
+		}
+		return errors.Join(errs...)
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Addr

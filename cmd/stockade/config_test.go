@@ -99,6 +99,12 @@ func TestConfigBadValues(t *testing.T) {
 			t.Errorf("Got(check()) = %v, %+v; want nil, 30 days, 90s, on-demand probe, 7 tenants, input recorded", err, c)
 		}
 	})
+	t.Run("a flag overrides a bad variable", func(t *testing.T) {
+		c, err := parseConfig(t, map[string]string{"STOCKADE_RECORDING_RETENTION_DAYS": "abc"}, "--recording-retention-days", "30")
+		if err != nil || c.RetentionDays != 30 {
+			t.Errorf("Got(check()) = %v, %d days; want nil, 30 (flags win)", err, c.RetentionDays)
+		}
+	})
 	t.Run("serve stops", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
