@@ -94,6 +94,22 @@ func (e *env) member(t *testing.T, tn tenants.Tenant, subject string, role tenan
 	return u, m
 }
 
+// adminOf returns an actor for an active admin of the tenant (made on
+// first use): tokens are made by members.
+func (e *env) adminOf(t *testing.T, tn tenants.Tenant) audit.Actor {
+	t.Helper()
+	email := "token-admin@" + tn.Slug + ".example.com"
+	u := e.login(t, "token-admin-"+tn.Slug, email)
+	if _, err := e.store.RoleOf(ctx, tn.ID, u.ID); errors.Is(err, tenants.ErrNotFound) {
+		if _, err := e.store.InviteMember(ctx, admin, tn.ID, email, tenants.RoleAdmin); err != nil {
+			t.Fatalf("InviteMember(%s) = %v", email, err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return audit.Actor{Kind: audit.ActorUser, ID: u.ID, Name: email, RemoteAddr: "192.0.2.1", RequestID: "req-2"}
+}
+
 // events returns the tenant's audit events of one type.
 func (e *env) events(t *testing.T, tenantID, typ string) []audit.Event {
 	t.Helper()

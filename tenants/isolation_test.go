@@ -33,7 +33,7 @@ func TestTenantIsolation(t *testing.T) {
 			n++
 			sub := "dev" + string(rune('a'+n))
 			u, m := e.member(t, own, sub, tenants.RoleDeveloper)
-			_, tok, err := e.store.CreateToken(ctx, admin, own.ID, tenants.NewToken{Name: sub, Role: tenants.RoleDeveloper})
+			_, tok, err := e.store.CreateToken(ctx, e.adminOf(t, own), own.ID, tenants.NewToken{Name: sub, Role: tenants.RoleDeveloper})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func TestTenantIsolation(t *testing.T) {
 		})
 
 		t.Run("token tenant", func(t *testing.T) {
-			secret, _, err := e.store.CreateToken(ctx, admin, own.ID, tenants.NewToken{Name: "x", Role: tenants.RoleAdmin})
+			secret, _, err := e.store.CreateToken(ctx, e.adminOf(t, own), own.ID, tenants.NewToken{Name: "x", Role: tenants.RoleAdmin})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -141,7 +141,8 @@ func lastActiveAdmin(tx *gorm.DB, m Membership) (bool, error) {
 }
 
 // SetMemberRole changes a member's role. Demoting the last active admin is
-// ErrConflict.
+// ErrConflict. The member's tokens are capped at the new role (each
+// audited token.role_capped), or revoked when CapRole refuses them.
 func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, membershipID string, role Role) error {
 	if err := checkRole(role); err != nil {
 		return err
@@ -170,8 +171,15 @@ func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, 
 			Update("role", role).Error; err != nil {
 			return err
 		}
-		return s.write(tx, actor.Event(tenantID, audit.TypeMemberRoleChanged, "membership", m.ID,
-			map[string]any{"email": m.Email, "from": string(m.Role), "to": string(role)}))
+		if err := s.write(tx, actor.Event(tenantID, audit.TypeMemberRoleChanged, "membership", m.ID,
+			map[string]any{"email": m.Email, "from": string(m.Role), "to": string(role)})); err != nil {
+			return err
+		}
+		if m.UserID == nil {
+			return nil
+		}
+		// Their tokens may do no more than they may now.
+		return s.capTokensOf(tx, actor, tenantID, *m.UserID, role)
 	})
 	if err != nil {
 		return fmt.Errorf("set role of membership %s: %w", membershipID, err)
@@ -179,8 +187,9 @@ func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, 
 	return nil
 }
 
-// RemoveMember deletes a membership. Removing the last active admin is
-// ErrConflict.
+// RemoveMember deletes a membership and revokes the tokens its person made
+// in the tenant (each audited token.revoked, reason member_removed).
+// Removing the last active admin is ErrConflict.
 func (s *Store) RemoveMember(ctx context.Context, actor audit.Actor, tenantID, membershipID string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {
 		if _, err := lockTenant(tx, tenantID); err != nil {
@@ -200,8 +209,15 @@ func (s *Store) RemoveMember(ctx context.Context, actor audit.Actor, tenantID, m
 		if err := tx.Where("id = ? AND tenant_id = ?", m.ID, tenantID).Delete(&Membership{}).Error; err != nil {
 			return err
 		}
-		return s.write(tx, actor.Event(tenantID, audit.TypeMemberRemoved, "membership", m.ID,
-			map[string]any{"email": m.Email, "role": string(m.Role)}))
+		if err := s.write(tx, actor.Event(tenantID, audit.TypeMemberRemoved, "membership", m.ID,
+			map[string]any{"email": m.Email, "role": string(m.Role)})); err != nil {
+			return err
+		}
+		if m.UserID == nil {
+			return nil
+		}
+		// Their tokens leave with them.
+		return s.revokeTokensOf(tx, actor, tenantID, *m.UserID, "member_removed")
 	})
 	if err != nil {
 		return fmt.Errorf("remove membership %s: %w", membershipID, err)

@@ -64,17 +64,22 @@ func (m Membership) Active() bool { return m.UserID != nil && m.ActivatedAt != n
 // APIToken is a bearer token for /api/v1. Only a hash of the secret is kept;
 // Prefix is the visible start of the token, for people to tell tokens apart.
 type APIToken struct {
-	ID         string `gorm:"primaryKey"`
-	TenantID   string
-	Name       string
-	Prefix     string
-	Hash       string `json:"-"`
-	Role       Role
-	CreatedBy  string
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-	LastUsedAt *time.Time
-	RevokedAt  *time.Time
+	ID        string `gorm:"primaryKey"`
+	TenantID  string
+	Name      string
+	Prefix    string
+	Hash      string `json:"-"`
+	Role      Role
+	CreatedBy string // the actor's id: a user, a token, or a system actor
+	// CreatedByUserID is the person behind the token: the user who made it,
+	// or made the token that made it; nil for operator-made tokens (CLI).
+	// Authentication requires that person to be an active member still,
+	// and caps the token's role at theirs.
+	CreatedByUserID *string
+	CreatedAt       time.Time
+	ExpiresAt       time.Time
+	LastUsedAt      *time.Time
+	RevokedAt       *time.Time
 }
 
 // Session is a signed-in browser. ID is the SHA-256 of the cookie value.

@@ -77,7 +77,9 @@ var grants = map[Role][]Permission{
 		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
 		PermSecretsRead, PermSecretsWrite, PermComplianceRead, PermComplianceRun, PermUsageRead, PermUsageExport,
 		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite, PermIntegrationsRead, PermIntegrationsWrite},
-	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermVMsWrite, PermSandboxesRead,
+	// Managers read the whole tenant and change nothing (ARCHITECTURE: "read
+	// all of the tenant, usage, compliance"): no VM controls either.
+	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermSandboxesRead,
 		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead, PermIntegrationsRead},
 	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
 		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermWorkflowsRead, PermRunsWrite},
@@ -96,6 +98,33 @@ func Can(role Role, p Permission) bool {
 		}
 	}
 	return false
+}
+
+// covers reports whether role a grants every permission role b grants.
+func covers(a, b Role) bool {
+	for _, p := range grants[b] {
+		if !Can(a, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// CapRole is the role a token of role tok acts with when the person who
+// made it now has role member: tok when member covers it, member when tok
+// covers member (an admin token of a demoted admin acts as the new role);
+// ok is false when neither covers the other (a developer token of a member
+// who is now an auditor): the token may not act at all.
+func CapRole(tok, member Role) (Role, bool) {
+	switch {
+	case !tok.Valid() || !member.Valid():
+		return "", false
+	case covers(member, tok):
+		return tok, true
+	case covers(tok, member):
+		return member, true
+	}
+	return "", false
 }
 
 // TenantScoped reports whether p needs an active tenant.

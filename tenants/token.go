@@ -91,6 +91,9 @@ func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID str
 		if _, err := lockTenant(tx, tenantID); err != nil {
 			return err
 		}
+		if tok.CreatedByUserID, err = tokenCreator(tx, actor, tenantID, tok.Role); err != nil {
+			return err
+		}
 		if err := tx.Create(&tok).Error; err != nil {
 			return err
 		}
@@ -102,6 +105,107 @@ func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID str
 		return "", APIToken{}, fmt.Errorf("create token %q in tenant %s: %w", name, tenantID, err)
 	}
 	return secret, tok, nil
+}
+
+// tokenCreator is the person behind a new token of role made by actor in
+// the tenant: a user actor must be an active member whose role covers the
+// token's; a token actor passes on its own person (checked the same way);
+// system actors (admin commands) have none.
+func tokenCreator(tx *gorm.DB, actor audit.Actor, tenantID string, role Role) (*string, error) {
+	var userID string
+	switch actor.Kind {
+	case audit.ActorUser:
+		userID = actor.ID
+	case audit.ActorToken:
+		var parent APIToken
+		if err := tx.Take(&parent, "id = ? AND tenant_id = ?", actor.ID, tenantID).Error; err != nil {
+			return nil, fmt.Errorf("creating token: %w", notFound(err))
+		}
+		if parent.CreatedByUserID == nil {
+			return nil, nil
+		}
+		userID = *parent.CreatedByUserID
+	default:
+		return nil, nil
+	}
+	var m Membership
+	err := tx.Take(&m, "tenant_id = ? AND user_id = ? AND activated_at IS NOT NULL", tenantID, userID).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, fmt.Errorf("%w: only a member of the tenant may make its tokens", ErrForbidden)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if got, ok := CapRole(role, m.Role); !ok || got != role {
+		return nil, fmt.Errorf("%w: a %s may not make a token with the %s role", ErrForbidden, m.Role, role)
+	}
+	return &userID, nil
+}
+
+// tokensOf returns the live tokens of the user in the tenant, inside tx.
+func tokensOf(tx *gorm.DB, tenantID, userID string) ([]APIToken, error) {
+	var out []APIToken
+	err := tx.Where("tenant_id = ? AND created_by_user_id = ? AND revoked_at IS NULL", tenantID, userID).Order("id").Find(&out).Error
+	return out, err
+}
+
+// revokeTokensOf revokes the user's live tokens in the tenant inside tx,
+// each audited as token.revoked with reason.
+func (s *Store) revokeTokensOf(tx *gorm.DB, actor audit.Actor, tenantID, userID, reason string) error {
+	toks, err := tokensOf(tx, tenantID, userID)
+	if err != nil {
+		return err
+	}
+	for _, tok := range toks {
+		if err := s.revoke(tx, actor, tok, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capTokensOf lowers the role of the user's live tokens in the tenant to
+// what role allows (CapRole) inside tx, each audited as token.role_capped;
+// a token CapRole refuses outright is revoked (reason member_role_changed).
+func (s *Store) capTokensOf(tx *gorm.DB, actor audit.Actor, tenantID, userID string, role Role) error {
+	toks, err := tokensOf(tx, tenantID, userID)
+	if err != nil {
+		return err
+	}
+	for _, tok := range toks {
+		capped, ok := CapRole(tok.Role, role)
+		switch {
+		case !ok:
+			if err := s.revoke(tx, actor, tok, "member_role_changed"); err != nil {
+				return err
+			}
+		case capped != tok.Role:
+			if err := tx.Model(&APIToken{}).Where("id = ? AND tenant_id = ?", tok.ID, tenantID).Update("role", capped).Error; err != nil {
+				return err
+			}
+			if err := s.write(tx, actor.Event(tenantID, audit.TypeTokenRoleCapped, "token", tok.ID, map[string]any{
+				"name": tok.Name, "prefix": tok.Prefix, "from": string(tok.Role), "to": string(capped),
+			})); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// revoke revokes one live token inside tx and audits it; reason is ""
+// when a person revoked it by hand.
+func (s *Store) revoke(tx *gorm.DB, actor audit.Actor, tok APIToken, reason string) error {
+	res := tx.Model(&APIToken{}).Where("id = ? AND tenant_id = ? AND revoked_at IS NULL", tok.ID, tok.TenantID).
+		Update("revoked_at", s.now())
+	if res.Error != nil || res.RowsAffected == 0 {
+		return res.Error
+	}
+	details := map[string]any{"name": tok.Name, "prefix": tok.Prefix}
+	if reason != "" {
+		details["reason"] = reason
+	}
+	return s.write(tx, actor.Event(tok.TenantID, audit.TypeTokenRevoked, "token", tok.ID, details))
 }
 
 // ListTokens returns the tenant's tokens, newest first, including revoked
@@ -125,16 +229,7 @@ func (s *Store) RevokeToken(ctx context.Context, actor audit.Actor, tenantID, to
 		if tok.RevokedAt != nil {
 			return nil
 		}
-		res := tx.Model(&APIToken{}).Where("id = ? AND tenant_id = ? AND revoked_at IS NULL", tokenID, tenantID).
-			Update("revoked_at", s.now())
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return nil
-		}
-		return s.write(tx, actor.Event(tenantID, audit.TypeTokenRevoked, "token", tok.ID,
-			map[string]any{"name": tok.Name, "prefix": tok.Prefix}))
+		return s.revoke(tx, actor, tok, "")
 	})
 	if err != nil {
 		return fmt.Errorf("revoke token %s: %w", tokenID, err)
@@ -145,7 +240,9 @@ func (s *Store) RevokeToken(ctx context.Context, actor audit.Actor, tenantID, to
 // TokenError is a known token that may no longer be used: its tenant's
 // security team wants to hear of it. It wraps ErrUnauthorized.
 type TokenError struct {
-	TenantID, Prefix, Reason string // reason: revoked, expired
+	// Reason: revoked, expired, creator_not_member (the person who made it
+	// left the tenant), creator_role (their role no longer covers it).
+	TenantID, Prefix, Reason string
 }
 
 func (e *TokenError) Error() string {
@@ -159,6 +256,12 @@ func (e *TokenError) Unwrap() error { return ErrUnauthorized }
 // tenant. Unknown, malformed, expired and revoked tokens are all
 // ErrUnauthorized. Lookup is by hash, so no constant-time compare is needed.
 // Expired and revoked ones are a *TokenError naming their tenant.
+//
+// A token made by a person acts only while that person is an active member
+// of the tenant, and with at most their current role: the returned token's
+// Role is the role it acts with (CapRole of its own and theirs). Removal
+// and demotion also revoke or cap the stored token; this check is what
+// holds whatever the stored row says.
 func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken, Tenant, error) {
 	if !tokenPattern.MatchString(secret) {
 		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: malformed: %w", ErrUnauthorized)
@@ -177,6 +280,21 @@ func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken,
 		return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "revoked"}
 	case !now.Before(tok.ExpiresAt):
 		return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "expired"}
+	}
+	if tok.CreatedByUserID != nil {
+		var m Membership
+		err := db.Take(&m, "tenant_id = ? AND user_id = ? AND activated_at IS NOT NULL", tok.TenantID, *tok.CreatedByUserID).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "creator_not_member"}
+		}
+		if err != nil {
+			return APIToken{}, Tenant{}, fmt.Errorf("authenticate token %s: creator: %w", tok.Prefix, err)
+		}
+		role, ok := CapRole(tok.Role, m.Role)
+		if !ok {
+			return APIToken{}, Tenant{}, &TokenError{TenantID: tok.TenantID, Prefix: tok.Prefix, Reason: "creator_role"}
+		}
+		tok.Role = role
 	}
 	var t Tenant
 	if err := db.Take(&t, "id = ?", tok.TenantID).Error; err != nil {

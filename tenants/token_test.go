@@ -17,7 +17,8 @@ import (
 func TestCreateAndAuthenticateToken(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
-		secret, tok, err := e.store.CreateToken(ctx, admin, acme.ID, tenants.NewToken{Name: "ci runner", Role: tenants.RoleDeveloper})
+		maker := e.adminOf(t, acme)
+		secret, tok, err := e.store.CreateToken(ctx, maker, acme.ID, tenants.NewToken{Name: "ci runner", Role: tenants.RoleDeveloper})
 		if err != nil {
 			t.Fatalf("CreateToken = %v", err)
 		}
@@ -31,7 +32,7 @@ func TestCreateAndAuthenticateToken(t *testing.T) {
 		if want := e.clock.Now().Truncate(time.Microsecond).Add(720 * time.Hour); !tok.ExpiresAt.Equal(want) {
 			t.Errorf("Got(ExpiresAt) = %v; want %v (default 720h)", tok.ExpiresAt, want)
 		}
-		if tok.CreatedBy != admin.ID || tok.TenantID != acme.ID || tok.LastUsedAt != nil {
+		if tok.CreatedBy != maker.ID || tok.CreatedByUserID == nil || *tok.CreatedByUserID != maker.ID || tok.TenantID != acme.ID || tok.LastUsedAt != nil {
 			t.Errorf("Got(token) = %+v", tok)
 		}
 
@@ -106,11 +107,11 @@ func TestCreateAndAuthenticateToken(t *testing.T) {
 func TestTokenExpiryAndRevocation(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
-		short, _, err := e.store.CreateToken(ctx, admin, acme.ID, tenants.NewToken{Name: "short", Role: tenants.RoleAuditor, TTL: time.Hour})
+		short, _, err := e.store.CreateToken(ctx, e.adminOf(t, acme), acme.ID, tenants.NewToken{Name: "short", Role: tenants.RoleAuditor, TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		long, longTok, err := e.store.CreateToken(ctx, admin, acme.ID, tenants.NewToken{Name: "long", Role: tenants.RoleAdmin, TTL: 8760 * time.Hour})
+		long, longTok, err := e.store.CreateToken(ctx, e.adminOf(t, acme), acme.ID, tenants.NewToken{Name: "long", Role: tenants.RoleAdmin, TTL: 8760 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,6 +150,7 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 func TestCreateTokenValidation(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		acme := e.tenant(t, "acme")
+		maker := e.adminOf(t, acme)
 		cases := []struct {
 			name        string
 			nt          tenants.NewToken
@@ -165,7 +167,7 @@ func TestCreateTokenValidation(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				before := dbtest.Count(t, e.db)
-				secret, _, err := e.store.CreateToken(ctx, admin, acme.ID, c.nt)
+				secret, _, err := e.store.CreateToken(ctx, maker, acme.ID, c.nt)
 				wantField(t, err, c.field, c.rule)
 				if secret != "" {
 					t.Errorf("Got(secret) = %q on error; want empty", secret)
@@ -173,8 +175,184 @@ func TestCreateTokenValidation(t *testing.T) {
 				unchanged(t, e.db, before)
 			})
 		}
-		if _, _, err := e.store.CreateToken(ctx, admin, acme.ID, tenants.NewToken{Name: strings.Repeat("x", 64), Role: tenants.RoleBilling}); err != nil {
+		if _, _, err := e.store.CreateToken(ctx, maker, acme.ID, tenants.NewToken{Name: strings.Repeat("x", 64), Role: tenants.RoleBilling}); err != nil {
 			t.Errorf("Got(CreateToken 64-char name) = %v; want nil", err)
 		}
 	})
+}
+
+// TestTokensFollowTheirCreator: a token made by a person does no more than
+// that person may. Demoting them caps their tokens (or revokes those the new
+// role does not cover), removing them revokes every one, each audited; and
+// authentication checks the person's current membership and role whatever
+// the stored token says (a row the change missed, written before it, or
+// restored from a backup).
+func TestTokensFollowTheirCreator(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		ann, annM := e.member(t, acme, "ann", tenants.RoleAdmin)
+		_, _ = e.member(t, acme, "bob", tenants.RoleAdmin)
+		bob := e.adminOf(t, acme) // a third admin who demotes and removes
+		annActor := audit.Actor{Kind: audit.ActorUser, ID: ann.ID, Name: ann.Email}
+		mk := func(actor audit.Actor, name string, role tenants.Role) (string, tenants.APIToken) {
+			t.Helper()
+			secret, tok, err := e.store.CreateToken(ctx, actor, acme.ID, tenants.NewToken{Name: name, Role: role})
+			if err != nil {
+				t.Fatalf("CreateToken(%s, %s) = %v", name, role, err)
+			}
+			return secret, tok
+		}
+		adminSecret, adminTok := mk(annActor, "ann-admin", tenants.RoleAdmin)
+		devSecret, devTok := mk(annActor, "ann-dev", tenants.RoleDeveloper)
+		audSecret, audTok := mk(annActor, "ann-auditor", tenants.RoleAuditor)
+		_, billTok := mk(annActor, "ann-billing", tenants.RoleBilling)
+		// A token made through the API by ann's token is ann's too.
+		childSecret, childTok := mk(audit.Actor{Kind: audit.ActorToken, ID: adminTok.ID, Name: "ann-admin"}, "ann-child", tenants.RoleAuditor)
+		if childTok.CreatedByUserID == nil || *childTok.CreatedByUserID != ann.ID {
+			t.Fatalf("Got(token made by ann's token).CreatedByUserID = %v; want ann %s", childTok.CreatedByUserID, ann.ID)
+		}
+		// Operator-made (admin command) tokens belong to no member.
+		opSecret, _ := mk(audit.Actor{Kind: audit.ActorSystem, ID: "cli"}, "operator", tenants.RoleDeveloper)
+
+		role := func(secret string) (tenants.Role, error) {
+			t.Helper()
+			tok, _, err := e.store.AuthenticateToken(ctx, secret)
+			return tok.Role, err
+		}
+		stored := func(id string) tenants.APIToken {
+			t.Helper()
+			var tok tenants.APIToken
+			if err := e.db.Take(&tok, "id = ?", id).Error; err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		reason := func(err error) string {
+			var te *tenants.TokenError
+			if errors.As(err, &te) {
+				return te.Reason
+			}
+			return ""
+		}
+
+		// Demotion: admin -> manager.
+		if err := e.store.SetMemberRole(ctx, bob, acme.ID, annM.ID, tenants.RoleManager); err != nil {
+			t.Fatalf("SetMemberRole(ann, manager) = %v", err)
+		}
+		for _, tc := range []struct {
+			name    string
+			tok     tenants.APIToken
+			role    tenants.Role // stored role afterwards
+			revoked bool
+		}{
+			{"admin token capped", adminTok, tenants.RoleManager, false},
+			{"developer token revoked (a manager may not write)", devTok, tenants.RoleDeveloper, true},
+			{"auditor token kept", audTok, tenants.RoleAuditor, false},
+			{"billing token revoked (a manager may not export)", billTok, tenants.RoleBilling, true},
+		} {
+			got := stored(tc.tok.ID)
+			if got.Role != tc.role || (got.RevokedAt != nil) != tc.revoked {
+				t.Errorf("%s: Got(role, revoked) = %s, %v; want %s, %v", tc.name, got.Role, got.RevokedAt != nil, tc.role, tc.revoked)
+			}
+		}
+		if evs := e.events(t, acme.ID, audit.TypeTokenRoleCapped); len(evs) != 1 || evs[0].TargetID != adminTok.ID ||
+			evs[0].Details["from"] != "admin" || evs[0].Details["to"] != "manager" || evs[0].ActorID != bob.ID {
+			t.Errorf("Got(token.role_capped events) = %+v; want one, ann's admin token admin -> manager, by bob", evs)
+		}
+		if got, err := role(adminSecret); err != nil || got != tenants.RoleManager {
+			t.Errorf("Got(authenticate ann's admin token after demotion) = %s, %v; want manager", got, err)
+		}
+		if _, err := role(devSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "revoked" {
+			t.Errorf("Got(authenticate ann's developer token after demotion) = %v; want revoked", err)
+		}
+		// Authentication caps whatever the row says.
+		if err := e.db.Model(&tenants.APIToken{}).Where("id = ?", adminTok.ID).Update("role", tenants.RoleAdmin).Error; err != nil {
+			t.Fatal(err)
+		}
+		if got, err := role(adminSecret); err != nil || got != tenants.RoleManager {
+			t.Errorf("Got(authenticate an uncapped admin token of a manager) = %s, %v; want manager", got, err)
+		}
+		if err := e.db.Model(&tenants.APIToken{}).Where("id = ?", devTok.ID).Update("revoked_at", nil).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := role(devSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "creator_role" {
+			t.Errorf("Got(authenticate an unrevoked developer token of a manager) = %v; want refused, creator_role", err)
+		}
+
+		// Removal revokes every live token of hers, audited with the reason.
+		before := len(e.events(t, acme.ID, audit.TypeTokenRevoked))
+		if err := e.store.RemoveMember(ctx, bob, acme.ID, annM.ID); err != nil {
+			t.Fatalf("RemoveMember(ann) = %v", err)
+		}
+		revoked := map[string]bool{}
+		evs := e.events(t, acme.ID, audit.TypeTokenRevoked)
+		for _, ev := range evs {
+			if ev.Details["reason"] == "member_removed" {
+				revoked[ev.TargetID] = true
+				if ev.ActorID != bob.ID {
+					t.Errorf("Got(token.revoked actor) = %s; want bob %s", ev.ActorID, bob.ID)
+				}
+			}
+		}
+		if want := map[string]bool{adminTok.ID: true, devTok.ID: true, audTok.ID: true, childTok.ID: true}; len(evs)-before != 4 || len(revoked) != 4 ||
+			!revoked[adminTok.ID] || !revoked[devTok.ID] || !revoked[audTok.ID] || !revoked[childTok.ID] {
+			t.Errorf("Got(token.revoked member_removed) = %v (%d new events); want %v", revoked, len(evs)-before, want)
+		}
+		for _, s := range []string{adminSecret, audSecret, childSecret} {
+			if _, err := role(s); !errors.Is(err, tenants.ErrUnauthorized) {
+				t.Errorf("Got(authenticate a removed member's token) = %v; want ErrUnauthorized", err)
+			}
+		}
+		// Authentication checks membership whatever the row says.
+		if err := e.db.Model(&tenants.APIToken{}).Where("id = ?", audTok.ID).Update("revoked_at", nil).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := role(audSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "creator_not_member" {
+			t.Errorf("Got(authenticate an unrevoked token of a removed member) = %v; want refused, creator_not_member", err)
+		}
+		// The operator's token does not depend on any member.
+		if got, err := role(opSecret); err != nil || got != tenants.RoleDeveloper {
+			t.Errorf("Got(authenticate the operator's token) = %s, %v; want developer", got, err)
+		}
+	})
+}
+
+// A member may only make tokens their role covers, and only while a member.
+func TestCreateTokenNeedsMember(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		other := e.tenant(t, "other")
+		stranger := e.adminOf(t, other)
+		before := dbtest.Count(t, e.db)
+		if _, _, err := e.store.CreateToken(ctx, stranger, acme.ID, tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, tenants.ErrForbidden) {
+			t.Errorf("Got(CreateToken by another tenant's admin) = %v; want ErrForbidden", err)
+		}
+		if _, _, err := e.store.CreateToken(ctx, audit.Actor{Kind: audit.ActorToken, ID: "no-such-token"}, acme.ID,
+			tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, tenants.ErrNotFound) {
+			t.Errorf("Got(CreateToken by an unknown token) = %v; want ErrNotFound", err)
+		}
+		unchanged(t, e.db, before)
+	})
+}
+
+func TestCapRole(t *testing.T) {
+	for _, tc := range []struct {
+		tok, member, want tenants.Role
+		ok                bool
+	}{
+		{tenants.RoleAdmin, tenants.RoleAdmin, tenants.RoleAdmin, true},
+		{tenants.RoleAdmin, tenants.RoleManager, tenants.RoleManager, true},
+		{tenants.RoleAdmin, tenants.RoleDeveloper, tenants.RoleDeveloper, true},
+		{tenants.RoleDeveloper, tenants.RoleAdmin, tenants.RoleDeveloper, true},
+		{tenants.RoleAuditor, tenants.RoleManager, tenants.RoleAuditor, true},
+		{tenants.RoleManager, tenants.RoleAuditor, tenants.RoleAuditor, true},
+		{tenants.RoleDeveloper, tenants.RoleManager, "", false},
+		{tenants.RoleDeveloper, tenants.RoleAuditor, "", false},
+		{tenants.RoleBilling, tenants.RoleManager, "", false},
+		{tenants.RoleAdmin, "superuser", "", false},
+	} {
+		if got, ok := tenants.CapRole(tc.tok, tc.member); got != tc.want || ok != tc.ok {
+			t.Errorf("Got(CapRole(%s, %s)) = %s, %v; want %s, %v", tc.tok, tc.member, got, ok, tc.want, tc.ok)
+		}
+	}
 }

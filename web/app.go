@@ -78,6 +78,9 @@ type AppConfig struct {
 	Usage *usage.Store
 	// UsageMetrics bounds the per-tenant metrics (zero: the defaults).
 	UsageMetrics usage.MetricsConfig
+	// BodyTimeout bounds how long a request body may take to arrive (plus
+	// its size at DefaultBodyMinRate); zero: DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// MetricsToken is the bearer token /metrics requires; empty: loopback only.
 	MetricsToken string
 	// Compliance evaluates the security checklist and runs the probe
@@ -184,7 +187,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 	}
 	a.Server = New(Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: cfg.OperatorEmails,
-		DevIdP: devHandler, DevIdPPath: DevIdPPath, MetricsToken: cfg.MetricsToken,
+		DevIdP: devHandler, DevIdPPath: DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
 	}, store, h, cfg.Log, cfg.Registry)
 	if cfg.Workflows != nil && cfg.Runs != nil && cfg.Secrets != nil {
 		a.mountGitHub(&hooks.GitHub{Tenants: store, Workflows: cfg.Workflows, Secrets: notify.HostScoped(cfg.Secrets),

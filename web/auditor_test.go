@@ -14,27 +14,39 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-// TestAuditorChangesNothing: every route that is not a GET is refused to an
-// auditor, signed in or with a token, and writes nothing at all. The only
-// exceptions are the signed-in routes that act on the caller's own session
-// (logout, switching tenant), which every person may use.
-func TestAuditorChangesNothing(t *testing.T) {
+// TestReadOnlyRolesChangeNothing: auditors and managers read (ARCHITECTURE:
+// managers "read all of the tenant", auditors are "read-only"). Every route
+// that is not a GET is refused to them, signed in or with a token, and
+// writes nothing at all; no page they may open offers them a form or
+// button that changes anything. The only exceptions are the signed-in
+// routes that act on the caller's own session (logout, switching tenant),
+// which every person may use.
+func TestReadOnlyRolesChangeNothing(t *testing.T) {
+	for _, role := range []tenants.Role{tenants.RoleAuditor, tenants.RoleManager} {
+		t.Run(string(role), func(t *testing.T) { checkReadOnly(t, role) })
+	}
+}
+
+func checkReadOnly(t *testing.T, role tenants.Role) {
 	env := webtest.New(t, webtest.Options{})
 	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
-	env.Member(t, acme, "auditor@acme.test", tenants.RoleAuditor)
+	email := string(role) + "@acme.test"
+	env.Member(t, acme, email, role)
 	f := &fixtures{env: env, tenant: acme}
-	session := &caller{name: "session auditor", kind: "session", role: tenants.RoleAuditor, tenant: &acme, email: "auditor@acme.test"}
+	session := &caller{name: "session " + string(role), kind: "session", role: role, tenant: &acme, email: email}
 	session.client = env.Login(t, session.email)
-	token := &caller{name: "token auditor", kind: "token", role: tenants.RoleAuditor, tenant: &acme,
-		client: env.WithToken(env.Token(t, acme, tenants.RoleAuditor))}
+	token := &caller{name: "token " + string(role), kind: "token", role: role, tenant: &acme,
+		client: env.WithToken(env.Token(t, acme, role))}
 
-	changing := 0
+	own := map[string]bool{} // the caller's own session: logout, tenant switch
+	changing, pages := 0, 0
 	for _, r := range env.App.RouteTable() {
 		if r.Method == http.MethodGet {
 			continue
 		}
 		if r.Perm == tenants.PermSignedIn {
 			t.Logf("%s %s: the caller's own session (allowed to everyone signed in)", r.Method, r.Path)
+			own[r.Path] = true
 			continue
 		}
 		changing++
@@ -50,7 +62,7 @@ func TestAuditorChangesNothing(t *testing.T) {
 					before := env.Counts(t)
 					status, body, _ := call(t, c, r, path, form, in)
 					if status != http.StatusForbidden && status != http.StatusUnauthorized {
-						t.Errorf("Got(status) = %d %.200s; want 403: auditors change nothing", status, body)
+						t.Errorf("Got(status) = %d %.200s; want 403: %s changes nothing", status, body, role)
 					}
 					env.Unchanged(t, before)
 				})
@@ -60,11 +72,34 @@ func TestAuditorChangesNothing(t *testing.T) {
 	if changing < 30 {
 		t.Errorf("Got(state-changing routes checked) = %d; want the whole route table's (30 or more)", changing)
 	}
-	// The role table agrees: no write permission is granted to auditors.
+	// The pages agree: none the role may open shows it a way to change
+	// something (the server would refuse it anyway).
+	for _, r := range env.App.RouteTable() {
+		if r.API || r.Method != http.MethodGet || !r.Perm.TenantScoped() || !tenants.Can(role, r.Perm) {
+			continue
+		}
+		path, _ := f.fill(t, r.Path)
+		status, body, hdr := session.client.Request(t, http.MethodGet, path, "", nil)
+		if status != http.StatusOK || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
+			continue // a download, or an object this test has no fixture for
+		}
+		pages++
+		for _, a := range webtest.ParseHTML(t, body).Actions() {
+			if u, err := url.Parse(a); err == nil && own[u.Path] {
+				continue
+			}
+			t.Errorf("Got(GET %s as %s) offers %q; want no way to change anything", r.Path, role, a)
+		}
+	}
+	if pages < 10 {
+		t.Errorf("Got(pages checked) = %d; want every page of the role (10 or more)", pages)
+	}
+	// The role table agrees: no write permission is granted.
 	for _, p := range []tenants.Permission{tenants.PermMembersWrite, tenants.PermTokensWrite, tenants.PermVMsWrite, tenants.PermSandboxesWrite,
-		tenants.PermTerminalsDrive, tenants.PermPolicyWrite, tenants.PermSecretsWrite, tenants.PermComplianceRun} {
-		if tenants.Can(tenants.RoleAuditor, p) {
-			t.Errorf("Got(Can(auditor, %s)) = true; want false", p)
+		tenants.PermTerminalsDrive, tenants.PermPolicyWrite, tenants.PermSecretsWrite, tenants.PermComplianceRun, tenants.PermUsageExport,
+		tenants.PermWorkflowsWrite, tenants.PermRunsWrite, tenants.PermIntegrationsWrite} {
+		if tenants.Can(role, p) {
+			t.Errorf("Got(Can(%s, %s)) = true; want false", role, p)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +39,15 @@ type Config struct {
 	DevIdPPath string
 	// MetricsToken, when set, is the bearer token /metrics requires (the
 	// per-tenant usage is there); when empty /metrics answers only
-	// connections from this machine's loopback.
+	// connections from this machine's loopback, and only when PublicURL is
+	// itself a loopback URL (behind a local TLS proxy every request comes
+	// from loopback).
 	MetricsToken string
+	// BodyTimeout and BodyMinRate bound how long a request body may take to
+	// arrive: BodyTimeout plus its size at BodyMinRate bytes per second
+	// (defaults DefaultBodyTimeout, DefaultBodyMinRate).
+	BodyTimeout time.Duration
+	BodyMinRate int64
 }
 
 // Server is the configured Echo instance.
@@ -64,6 +72,12 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = h.SessionIdle()
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.BodyMinRate <= 0 {
+		cfg.BodyMinRate = DefaultBodyMinRate
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	// Only the direct peer's address: we do not trust X-Forwarded-For unless
@@ -80,6 +94,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.RequestID())
 	e.Use(s.accessLog(m))
 	e.Use(s.securityHeaders)
+	e.Use(s.bodyDeadline)
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
 		return c.Request().Method == http.MethodPut && c.Path() == FileUploadPath
@@ -90,23 +105,9 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	if cfg.DevIdP != nil {
 		e.Any(cfg.DevIdPPath+"/*", echo.WrapHandler(cfg.DevIdP))
 	}
-	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
+	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, LoopbackURL(cfg.PublicURL), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
-	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
-		Skipper: func(c echo.Context) bool {
-			// API calls with a bearer token carry no ambient credentials.
-			b, _ := c.Get(bearerKey).(bool)
-			return b
-		},
-		TokenLookup:    "header:X-CSRF-Token,form:_csrf",
-		ContextKey:     handlers.CSRFContextKey,
-		CookieName:     "stockade_csrf",
-		CookiePath:     "/",
-		CookieHTTPOnly: true,
-		CookieSecure:   cfg.SecureCookies,
-		CookieSameSite: http.SameSiteStrictMode,
-	})
-	app := e.Group("", s.authenticate, csrf)
+	app := e.Group("", s.authenticate, s.csrf)
 	s.routes = Routes(h)
 	for _, r := range s.routes {
 		app.Add(r.Method, r.Path, r.Handler, s.authorize(r))
@@ -229,9 +230,11 @@ func staticHandler() http.Handler {
 }
 
 // metricsGuard lets a scraper through with the bearer token (constant-time
-// compare), or, with no token configured, from loopback only: the metrics
-// carry every tenant's usage and cost.
-func metricsGuard(token string, next http.Handler) http.Handler {
+// compare), or, with no token configured, from loopback only and only when
+// the server is published on loopback (localOnly): the metrics carry every
+// tenant's usage and cost, and a TLS proxy on this machine in front of a
+// public URL makes every request look like loopback.
+func metricsGuard(token string, localOnly bool, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token != "" {
@@ -243,6 +246,10 @@ func metricsGuard(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if !localOnly {
+			http.Error(w, "STOCKADE_PUBLIC_URL is not a loopback URL: metrics need the bearer token of STOCKADE_METRICS_TOKEN_FILE", http.StatusForbidden)
+			return
+		}
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			http.Error(w, "metrics are served to this machine only; set STOCKADE_METRICS_TOKEN_FILE to scrape from elsewhere", http.StatusForbidden)
@@ -250,4 +257,24 @@ func metricsGuard(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// LoopbackURL reports whether u is an http(s) URL whose host is a loopback
+// address or "localhost": only this machine reaches it.
+func LoopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") {
+		return false
+	}
+	return LoopbackHost(p.Hostname())
+}
+
+// LoopbackHost reports whether host (no port) is a loopback IP literal or
+// localhost.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -219,8 +219,16 @@ func TestSecureCookiesUnderHTTPS(t *testing.T) {
 	if _, page := visit(t, c, publicURL+"/login"); page == "" {
 		t.Fatal("Got(/login) = empty")
 	}
-	if csrf := findCookieIn(c, publicURL, "stockade_csrf"); csrf == "" {
-		t.Errorf("Got(CSRF cookie) = none; want one")
+	// The CSRF cookie is pinned to this origin like the session's: no
+	// sibling subdomain or plain-http page can plant one.
+	// (The first page served, /login/start, issued it.)
+	if csrf := findCookie(start, "__Host-"+webtest.CSRFCookieName); csrf == nil || !csrf.Secure || !csrf.HttpOnly ||
+		csrf.Path != "/" || csrf.Domain != "" || csrf.SameSite != http.SameSiteStrictMode {
+		t.Errorf("Got(CSRF cookie) = %v (Set-Cookie %q); want __Host-%s, Secure, HttpOnly, SameSite=Strict, Path=/, no Domain",
+			csrf, start.Header.Values("Set-Cookie"), webtest.CSRFCookieName)
+	}
+	if findCookie(start, webtest.CSRFCookieName) != nil {
+		t.Errorf("Got(Set-Cookie) includes the plain %s; want only the __Host- cookie", webtest.CSRFCookieName)
 	}
 
 	cb, err := c.CallbackURL("dev@acme.test")
@@ -246,6 +254,10 @@ func TestSecureCookiesUnderHTTPS(t *testing.T) {
 	}
 	if s, m := me(t, c); s != http.StatusOK || m.User == nil || m.User.Email != "dev@acme.test" || deref(m.Tenant) != "acme-corp" {
 		t.Errorf("Got(/api/v1/me over https) = %d %+v; want dev@acme.test in acme-corp", s, m)
+	}
+	// A state change with the page's token works over https.
+	if s, body, _ := c.Post(t, "/settings/members", url.Values{"email": {"new@acme.test"}, "role": {"developer"}}); s >= 400 {
+		t.Errorf("Got(invite over https with the page's CSRF token) = %d %.300s; want success", s, body)
 	}
 }
 

@@ -7,13 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockade-dev/stockade/web"
 )
 
 // config is the deployment configuration: environment first, flags override.
@@ -53,9 +57,18 @@ type config struct {
 	// Enterprise Server, or a local server in tests).
 	GitHubAPI string
 	GitHubURL string
+	// DevIdP allows the development identity provider on an address other
+	// machines reach (--dev-idp, STOCKADE_DEV_IDP).
+	DevIdP bool
+	// envErrs are the environment values that did not parse, by flag name:
+	// check reports them, naming the variable, instead of running with a
+	// zero value, unless the flag overrode the variable.
+	envErrs map[string]error
+	fs      *flag.FlagSet
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
+	c.fs = fs
 	def := func(env, d string) string {
 		if v := getenv(env); v != "" {
 			return v
@@ -73,25 +86,130 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, link-local, CGNAT and reserved addresses are blocked; loopback, unspecified and metadata ones can never be allowed)`)
-	egressRetention, _ := strconv.Atoi(def("STOCKADE_EGRESS_RETENTION_DAYS", "90"))
-	fs.IntVar(&c.EgressRetentionDays, "egress-retention-days", egressRetention, "days egress events are kept (STOCKADE_EGRESS_RETENTION_DAYS)")
-	fs.BoolVar(&c.RecordInput, "record-input", getenv("STOCKADE_RECORD_INPUT") == "true" || getenv("STOCKADE_RECORD_INPUT") == "1",
+	fs.IntVar(&c.EgressRetentionDays, "egress-retention-days", c.envInt(getenv, "egress-retention-days", "STOCKADE_EGRESS_RETENTION_DAYS", 90), "days egress events are kept (STOCKADE_EGRESS_RETENTION_DAYS)")
+	fs.BoolVar(&c.RecordInput, "record-input", c.envBool(getenv, "record-input", "STOCKADE_RECORD_INPUT", false),
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
-	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))
-	fs.IntVar(&c.RetentionDays, "recording-retention-days", retention, "days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
-	compInterval, _ := time.ParseDuration(def("STOCKADE_COMPLIANCE_INTERVAL", "5m"))
-	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", compInterval, "how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
-	probeInterval, _ := time.ParseDuration(def("STOCKADE_PROBE_INTERVAL", "24h"))
-	fs.DurationVar(&c.ProbeInterval, "probe-interval", probeInterval, "how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
-	metricsTenants, _ := strconv.Atoi(def("STOCKADE_METRICS_TENANTS", "200"))
-	fs.IntVar(&c.MetricsTenants, "metrics-tenants", metricsTenants, `tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
+	fs.IntVar(&c.RetentionDays, "recording-retention-days", c.envInt(getenv, "recording-retention-days", "STOCKADE_RECORDING_RETENTION_DAYS", 90),
+		"days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
+	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", c.envDuration(getenv, "compliance-interval", "STOCKADE_COMPLIANCE_INTERVAL", 5*time.Minute),
+		"how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.envDuration(getenv, "probe-interval", "STOCKADE_PROBE_INTERVAL", 24*time.Hour),
+		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
+	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),
+		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
+	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),
+		"run the development identity provider (anyone signs in as any email, no password) even on a non-loopback address (STOCKADE_DEV_IDP)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
+func (c *config) envErr(flagName string, err error) {
+	if c.envErrs == nil {
+		c.envErrs = map[string]error{}
+	}
+	c.envErrs[flagName] = err
+}
+
+// envInt reads an integer variable; a value that does not parse is kept
+// for check to report.
+func (c *config) envInt(getenv func(string) string, flagName, name string, def int) int {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.envErr(flagName, fmt.Errorf("%s %q: must be a whole number such as %d", name, v, def))
+		return def
+	}
+	return n
+}
+
+// envDuration reads a duration variable ("5m", "24h"); "0" is zero.
+func (c *config) envDuration(getenv func(string) string, flagName, name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.envErr(flagName, fmt.Errorf("%s %q: must be a duration such as %s", name, v, def))
+		return def
+	}
+	return d
+}
+
+// envBool reads a boolean variable: true/false, 1/0 (strconv.ParseBool).
+func (c *config) envBool(getenv func(string) string, flagName, name string, def bool) bool {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		c.envErr(flagName, fmt.Errorf("%s %q: must be true or false", name, v))
+		return def
+	}
+	return b
+}
+
+// checkGitHubURL refuses what does not belong in a base URL: credentials
+// (they would end up in clone URLs and logs), a query, a fragment, and a
+// path other than the ones allowed ("" and "/"; the API also "/api/v3",
+// GitHub Enterprise Server's).
+func checkGitHubURL(name, v string, paths ...string) (string, error) {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%s %q: must be an http(s) URL", name, v)
+	}
+	switch {
+	case u.User != nil:
+		return "", fmt.Errorf("%s: must not carry credentials (user:password@); secrets go in the tenant's secrets", name)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(v, "#"):
+		return "", fmt.Errorf("%s: must not have a query or fragment (%s://%s...)", name, u.Scheme, u.Host)
+	}
+	p := strings.TrimSuffix(u.EscapedPath(), "/")
+	if p != "" && !slices.Contains(paths, p) {
+		want := "no path"
+		if len(paths) > 0 {
+			want = "no path or " + strings.Join(paths, ", ")
+		}
+		return "", fmt.Errorf("%s %q: must be a base URL with %s", name, v, want)
+	}
+	return u.Scheme + "://" + u.Host + p, nil
+}
+
+// devIdPReach is why the development identity provider may not run here:
+// "" when STOCKADE_ADDR and STOCKADE_PUBLIC_URL are both loopback.
+func (c *config) devIdPReach() string {
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil || !web.LoopbackHost(host) {
+		return fmt.Sprintf("STOCKADE_ADDR %q is not a loopback address", c.Addr)
+	}
+	if !web.LoopbackURL(c.PublicURL) {
+		return fmt.Sprintf("STOCKADE_PUBLIC_URL %q is not a loopback URL", c.PublicURL)
+	}
+	return ""
+}
+
 func (c *config) check() error {
+	if c.fs != nil {
+		c.fs.Visit(func(f *flag.Flag) { delete(c.envErrs, f.Name) }) // the flag wins
+	}
+	if len(c.envErrs) > 0 {
+		names := make([]string, 0, len(c.envErrs))
+		for n := range c.envErrs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		errs := make([]error, len(names))
+		for i, n := range names {
+			errs[i] = c.envErrs[n]
+		}
+		return errors.Join(errs...)
+	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Addr
 	}
@@ -100,10 +218,14 @@ func (c *config) check() error {
 		return fmt.Errorf("STOCKADE_PUBLIC_URL %q: must be an http(s) URL", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
-	for name, v := range map[string]string{"STOCKADE_GITHUB_API": c.GitHubAPI, "STOCKADE_GITHUB_URL": c.GitHubURL} {
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s %q: must be an http(s) URL", name, v)
-		}
+	if c.GitHubAPI, err = checkGitHubURL("STOCKADE_GITHUB_API", c.GitHubAPI, "/api/v3"); err != nil {
+		return err
+	}
+	if c.GitHubURL, err = checkGitHubURL("STOCKADE_GITHUB_URL", c.GitHubURL); err != nil {
+		return err
+	}
+	if c.RetentionDays <= 0 {
+		return errors.New("STOCKADE_RECORDING_RETENTION_DAYS: must be a positive number of days such as 90")
 	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
@@ -122,6 +244,18 @@ func (c *config) check() error {
 	}
 	if c.OIDCIssuer != "" && c.OIDCClientID == "" {
 		return errors.New("STOCKADE_OIDC_ISSUER is set but STOCKADE_OIDC_CLIENT_ID is empty")
+	}
+	if c.OIDCIssuer != "" && c.DevIdP {
+		return errors.New("--dev-idp (STOCKADE_DEV_IDP) and STOCKADE_OIDC_ISSUER exclude each other: choose one identity provider")
+	}
+	// The development provider signs anyone in as any email, operators
+	// included, with no password: only this machine may reach it, unless
+	// the operator says otherwise in so many words.
+	if why := c.devIdPReach(); c.OIDCIssuer == "" && !c.DevIdP && why != "" {
+		return fmt.Errorf("no STOCKADE_OIDC_ISSUER, so the development identity provider would run, and %s: "+
+			"anyone who reaches it could sign in as any email, platform operators included, without a password; "+
+			"set STOCKADE_OIDC_ISSUER (see README \"Using a real identity provider\"), listen on 127.0.0.1, "+
+			"or pass --dev-idp (STOCKADE_DEV_IDP=true) to run it there anyway", why)
 	}
 	// Traversable but not listable: QEMU runs as its own user and must reach
 	// the guest image below; every secret inside is a 0600 file.

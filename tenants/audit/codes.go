@@ -22,6 +22,9 @@ const (
 
 	TypeTokenCreated = "token.created"
 	TypeTokenRevoked = "token.revoked"
+	// TypeTokenRoleCapped: the token's creator got a lesser role, so the
+	// token's role was lowered to it.
+	TypeTokenRoleCapped = "token.role_capped"
 
 	TypeAuditExported = "audit.exported"
 
@@ -119,8 +122,9 @@ var codes = map[string]string{
 	TypeMemberRoleChanged: "SM3002I",
 	TypeMemberRemoved:     "SM3003I",
 
-	TypeTokenCreated: "SK4000I",
-	TypeTokenRevoked: "SK4001I",
+	TypeTokenCreated:    "SK4000I",
+	TypeTokenRevoked:    "SK4001I",
+	TypeTokenRoleCapped: "SK4002I",
 
 	TypeAuditExported: "SX5000I",
 

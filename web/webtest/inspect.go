@@ -138,6 +138,9 @@ func (c *Client) SetCookie(name, value string) {
 // SessionCookieName is the session cookie of the test server (plain http).
 const SessionCookieName = "stockade_session"
 
+// CSRFCookieName is the CSRF cookie of the test server (plain http).
+const CSRFCookieName = "stockade_csrf"
+
 // Session returns the client's session cookie value, or "".
 func (c *Client) Session() string { return c.Cookie(SessionCookieName) }
 
@@ -245,4 +248,31 @@ func (d Doc) IDs(prefix string) []string {
 		out = append(out, attr(n, "id"))
 	}
 	return out
+}
+
+// Actions returns what the page offers to change: the action of every
+// form posted with a method other than GET that has a submit button, and
+// every hx-post, hx-put, hx-patch and hx-delete target, in document order.
+// A form shown read-only (no submit button) offers nothing.
+func (d Doc) Actions() []string {
+	var out []string
+	for _, n := range d.find(func(*html.Node) bool { return true }) {
+		if n.Data == "form" && attr(n, "method") != "" && !strings.EqualFold(attr(n, "method"), "get") && hasSubmit(n) {
+			out = append(out, attr(n, "action"))
+		}
+		for _, k := range []string{"hx-post", "hx-put", "hx-patch", "hx-delete"} {
+			if v := attr(n, k); v != "" {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// hasSubmit reports whether form holds a control that submits it.
+func hasSubmit(form *html.Node) bool {
+	return len(Doc{form}.find(func(n *html.Node) bool {
+		typ := strings.ToLower(attr(n, "type"))
+		return (n.Data == "button" && typ != "button" && typ != "reset") || (n.Data == "input" && (typ == "submit" || typ == "image"))
+	})) > 0
 }

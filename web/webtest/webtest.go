@@ -44,6 +44,9 @@ type Options struct {
 	Operators    []string // platform operator emails
 	MutateClaims func(map[string]any)
 	Clock        func() time.Time
+	// BodyTimeout shortens how long a request body may take (zero: the
+	// server's default).
+	BodyTimeout time.Duration
 	// SessionIdle and SessionAbsolute override the session expiries.
 	SessionIdle, SessionAbsolute time.Duration
 	// VMs runs the tenant VM pools; nil serves the VM pages and API as
@@ -175,7 +178,7 @@ func New(t testing.TB, o Options) *Env {
 		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte(rootKey),
 		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
-		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
+		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, BodyTimeout: o.BodyTimeout, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
 		Secrets: sec, Policies: pol, Egress: egressEvents, Usage: use, UsageMetrics: o.UsageMetrics,
 		Compliance: comp, Workflows: wfs, Runs: eng, Integrations: hooks,
 	}, store, al)
@@ -233,6 +236,9 @@ type Client struct {
 	*http.Client
 	Base   string
 	Bearer string
+	// csrfFor and csrfToken remember the CSRF token a page gave for one
+	// pair of CSRF and session cookies.
+	csrfFor, csrfToken string
 }
 
 // Anonymous returns a client with an empty cookie jar.
@@ -380,29 +386,48 @@ func parseForm(r io.Reader) (url.Values, string, error) {
 	return vals, action, nil
 }
 
-// CSRF returns the CSRF token the server gave this client (it sets the
-// cookie on the first page it serves).
+// CSRF returns the CSRF token the server gives this client's pages: it is
+// bound to the client's CSRF cookie and session, so it is read from a page
+// (the first one issues the cookie) whenever either has changed.
 func (c *Client) CSRF(t testing.TB) string {
 	t.Helper()
-	u, _ := url.Parse(c.Base)
-	for _, ck := range c.Jar.Cookies(u) {
-		if ck.Name == "stockade_csrf" {
-			return ck.Value
-		}
+	pair := c.csrfPair()
+	if c.csrfToken != "" && c.csrfFor == pair {
+		return c.csrfToken
 	}
-	// Any page view issues one.
+	// /login shows anonymous callers the sign-in page and sends others on
+	// to theirs (the dashboard or the tenant chooser): every one carries it.
 	resp, err := c.Get(c.Base + "/login")
+	if err == nil {
+		resp, err = c.follow(resp)
+	}
 	if err != nil {
 		t.Fatalf("GET /login: %v", err)
 	}
-	resp.Body.Close()
-	for _, ck := range c.Jar.Cookies(u) {
-		if ck.Name == "stockade_csrf" {
-			return ck.Value
+	defer resp.Body.Close()
+	doc, err := html.Parse(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", resp.Request.URL, err)
+	}
+	tok := ""
+	for _, n := range (Doc{doc}).find(func(n *html.Node) bool { return n.Data == "body" }) {
+		var hdr map[string]string
+		if v := attr(n, "hx-headers"); v != "" && json.Unmarshal([]byte(v), &hdr) == nil {
+			tok = hdr["X-CSRF-Token"]
 		}
 	}
-	t.Fatal("no CSRF cookie issued")
-	return ""
+	if tok == "" {
+		t.Fatalf("Got(page %s) without a CSRF token (status %d)", resp.Request.URL, resp.StatusCode)
+	}
+	c.csrfFor, c.csrfToken = c.csrfPair(), tok
+	return tok
+}
+
+// csrfPair is what the CSRF token depends on: the CSRF and session cookies
+// (plain http and __Host- names).
+func (c *Client) csrfPair() string {
+	return strings.Join([]string{c.Cookie(CSRFCookieName), c.Cookie("__Host-" + CSRFCookieName),
+		c.Session(), c.Cookie("__Host-" + SessionCookieName)}, "|")
 }
 
 // Do sends a request with the client's token, if any.
