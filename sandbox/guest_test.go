@@ -337,4 +337,3 @@ func TestGuestHostConformance(t *testing.T) {
 		Other: connect,
 	})
 }
-
