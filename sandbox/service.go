@@ -39,6 +39,8 @@ type VMs interface {
 	Release(ctx context.Context, tenantID, id string) error
 	Create(ctx context.Context, actor audit.Actor, tenantID string) (vmpool.VM, error)
 	Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error)
+	// CPUTime is libvirt's CPU time of the running VM so far.
+	CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error)
 }
 
 // Config configures a Service. Zero values take the defaults noted.
