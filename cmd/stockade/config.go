@@ -35,6 +35,9 @@ type config struct {
 	// Terminal recordings: keystrokes too, and how long they are kept.
 	RecordInput   bool
 	RetentionDays int
+	// Recording caps in MiB: per session and per tenant (negative: none).
+	RecordingMaxMiB       int64
+	RecordingTenantMaxMiB int64
 	// Compliance: how often every tenant's checklist is re-evaluated, and
 	// how often the probe runs per tenant (0 or less: on demand only).
 	ComplianceInterval time.Duration
@@ -74,6 +77,16 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"record terminal keystrokes as well as output (STOCKADE_RECORD_INPUT)")
 	retention, _ := strconv.Atoi(def("STOCKADE_RECORDING_RETENTION_DAYS", "90"))
 	fs.IntVar(&c.RetentionDays, "recording-retention-days", retention, "days terminal recordings are kept (STOCKADE_RECORDING_RETENTION_DAYS)")
+	recMax, recMaxErr := strconv.ParseInt(def("STOCKADE_RECORDING_MAX_MIB", "50"), 10, 64)
+	fs.Int64Var(&c.RecordingMaxMiB, "recording-max-mib", recMax, "MiB one terminal recording may take; past it the terminal goes on unrecorded, marked in the recording; -1: no cap (STOCKADE_RECORDING_MAX_MIB)")
+	recTenant, recTenantErr := strconv.ParseInt(def("STOCKADE_RECORDING_TENANT_MAX_MIB", "5120"), 10, 64)
+	fs.Int64Var(&c.RecordingTenantMaxMiB, "recording-tenant-max-mib", recTenant, "MiB one tenant's terminal recordings may take together; -1: no cap (STOCKADE_RECORDING_TENANT_MAX_MIB)")
+	if recMaxErr != nil {
+		c.RecordingMaxMiB = 0 // check names it
+	}
+	if recTenantErr != nil {
+		c.RecordingTenantMaxMiB = 0
+	}
 	compInterval, _ := time.ParseDuration(def("STOCKADE_COMPLIANCE_INTERVAL", "5m"))
 	fs.DurationVar(&c.ComplianceInterval, "compliance-interval", compInterval, "how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
 	probeInterval, _ := time.ParseDuration(def("STOCKADE_PROBE_INTERVAL", "24h"))
@@ -102,6 +115,11 @@ func (c *config) check() error {
 	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
+	}
+	for name, v := range map[string]int64{"STOCKADE_RECORDING_MAX_MIB": c.RecordingMaxMiB, "STOCKADE_RECORDING_TENANT_MAX_MIB": c.RecordingTenantMaxMiB} {
+		if v == 0 || v < -1 {
+			return fmt.Errorf("%s: must be a positive number of MiB such as 50, or -1 for no cap", name)
+		}
 	}
 	if c.MetricsTenants <= 0 {
 		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")
@@ -174,4 +192,12 @@ func (c *config) rootKey() ([]byte, error) {
 		return nil, fmt.Errorf("secret key %s: must hold at least 32 bytes as hex", c.SecretKey)
 	}
 	return key, nil
+}
+
+// mib is n MiB in bytes; negative stays negative (no cap).
+func mib(n int64) int64 {
+	if n < 0 {
+		return -1
+	}
+	return n << 20
 }
