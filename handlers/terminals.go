@@ -45,9 +45,13 @@ type TerminalJSON struct {
 	RecordInput    bool     `json:"record_input"`
 	RecordingBytes int64    `json:"recording_bytes"`
 	Dropped        int64    `json:"recording_dropped_events"`
-	WatchersCut    int      `json:"watchers_cut"`
-	RecordingURL   string   `json:"recording_url,omitempty"` // absent once retention removed it
-	Live           bool     `json:"live"`
+	// RecordingTruncated says where and why the recording stopped at a cap
+	// (absent when it did not); the terminal itself went on.
+	RecordingTruncated string `json:"recording_truncated,omitempty"`
+	TruncatedBytes     int64  `json:"recording_truncated_bytes,omitempty"`
+	WatchersCut        int    `json:"watchers_cut"`
+	RecordingURL       string `json:"recording_url,omitempty"` // absent once retention removed it
+	Live               bool   `json:"live"`
 	// Who is on a live session (this server's view).
 	Driver   *string  `json:"driver,omitempty"`
 	Watchers []string `json:"watchers,omitempty"`
@@ -59,7 +63,7 @@ func terminalJSON(s terminal.Session, st *terminal.State) TerminalJSON {
 		ID: s.ID, SandboxID: s.SandboxID, OpenedBy: s.OpenedByName, Command: s.Argv(), Cols: s.Cols, Rows: s.Rows,
 		StartedAt: s.StartedAt.UTC().Format(timeJSON), EndedAt: timePtr(s.EndedAt), EndReason: s.EndReason, ExitCode: s.ExitCode,
 		BytesOut: s.BytesOut, BytesIn: s.BytesIn, RecordInput: s.RecordInput, RecordingBytes: s.RecordingBytes, Dropped: s.Dropped,
-		WatchersCut: s.WatchersCut, Live: s.Live(),
+		RecordingTruncated: s.RecordingTruncated, TruncatedBytes: s.TruncatedBytes, WatchersCut: s.WatchersCut, Live: s.Live(),
 	}
 	if out.Command == nil {
 		out.Command = []string{}
@@ -269,7 +273,7 @@ func recordingRow(s terminal.Session) views.TerminalRecordingRow {
 	r := views.TerminalRecordingRow{
 		ID: s.ID, SandboxID: s.SandboxID, OpenedBy: s.OpenedByName, Command: s.Argv(), StartedAt: s.StartedAt, EndedAt: s.EndedAt,
 		EndReason: s.EndReason, BytesOut: s.BytesOut, RecordingBytes: s.RecordingBytes, Dropped: s.Dropped, WatchersCut: s.WatchersCut,
-		RecordedInput: s.RecordInput, Purged: s.PurgedAt != nil, ExpiresAt: s.ExpiresAt(),
+		Truncated: s.RecordingTruncated, RecordedInput: s.RecordInput, Purged: s.PurgedAt != nil, ExpiresAt: s.ExpiresAt(),
 	}
 	if s.ExitCode != nil {
 		r.ExitCode = strconv.Itoa(*s.ExitCode)

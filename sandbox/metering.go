@@ -69,8 +69,14 @@ func (s *Service) sampleAll(ctx context.Context) error {
 			if err != nil {
 				return // its session is being re-opened: next time
 			}
+			vm := vmReading{share: vcpuShares(group)}
+			if cpu, err := s.vms.CPUTime(ctx, k.tenant, k.vm); err == nil {
+				vm.cpuNS = cpu.Nanoseconds()
+			} else {
+				s.log.Debug("vm cpu time", "vm", k.vm, "err", err)
+			}
 			for _, sb := range group {
-				s.sampleOne(ctx, c, sb)
+				s.sampleOne(ctx, c, sb, vm)
 			}
 		}()
 	}
@@ -78,8 +84,29 @@ func (s *Service) sampleAll(ctx context.Context) error {
 	return nil
 }
 
-// sampleOne accounts one sample of a running sandbox.
-func (s *Service) sampleOne(ctx context.Context, c *agentproto.Client, sb Sandbox) {
+// vmReading is what libvirt said of a VM at a sampling pass: its CPU time
+// (0: unknown) and each of its sandboxes' share of it.
+type vmReading struct {
+	cpuNS int64
+	share map[string]float64
+}
+
+// vcpuShares splits a VM among its running sandboxes by their vCPUs.
+func vcpuShares(group []Sandbox) map[string]float64 {
+	total := 0
+	for _, sb := range group {
+		total += max(sb.VCPUs, 1)
+	}
+	out := make(map[string]float64, len(group))
+	for _, sb := range group {
+		out[sb.ID] = float64(max(sb.VCPUs, 1)) / float64(total)
+	}
+	return out
+}
+
+// sampleOne accounts one sample of a running sandbox, with its VM's CPU
+// time beside the guest's figures.
+func (s *Service) sampleOne(ctx context.Context, c *agentproto.Client, sb Sandbox, vm vmReading) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	st, err := c.SandboxStats(sctx, sb.ID)
 	cancel()
@@ -88,6 +115,7 @@ func (s *Service) sampleOne(ctx context.Context, c *agentproto.Client, sb Sandbo
 		return
 	}
 	sample := sampleOf(&st, s.store.now())
+	sample.VMCPUNS, sample.VMShare = vm.cpuNS, vm.share[sb.ID]
 	_, err = s.usage.Observe(ctx, sb.ID, sample, nil)
 	if errors.Is(err, usage.ErrNoMeter) && sb.StartedAt != nil {
 		// Started by a version that did not meter: meter it from its start.

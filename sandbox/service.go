@@ -39,6 +39,8 @@ type VMs interface {
 	Release(ctx context.Context, tenantID, id string) error
 	Create(ctx context.Context, actor audit.Actor, tenantID string) (vmpool.VM, error)
 	Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error)
+	// CPUTime is libvirt's CPU time of the running VM so far.
+	CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error)
 }
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -77,6 +79,10 @@ type Config struct {
 	// SyncInterval is how often sandboxes are checked against their agents
 	// and their lifetimes; default 2 s.
 	SyncInterval time.Duration
+	// VMSyncTimeout bounds one VM's part of a sync pass (listing its
+	// sandboxes, recording and cleaning up what changed); default 30 s. A
+	// guest that does not answer holds up its own VM only.
+	VMSyncTimeout time.Duration
 	// SampleInterval is how often each running sandbox's cgroup is sampled
 	// into the usage ledger; default 5 s. Its end is always sampled too.
 	SampleInterval time.Duration
@@ -131,6 +137,9 @@ func (c *Config) checkAndSetDefaults() {
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = 2 * time.Second
 	}
+	if c.VMSyncTimeout <= 0 {
+		c.VMSyncTimeout = 30 * time.Second
+	}
 	if c.SampleInterval <= 0 {
 		c.SampleInterval = 5 * time.Second
 	}
@@ -152,8 +161,13 @@ type Service struct {
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	inflight map[string]int  // sandboxes whose create or destroy this process runs
-	missing  map[string]bool // sandboxes the last sync found missing from their agent
+	inflight map[string]int            // sandboxes whose create or destroy this process runs
+	missing  map[string]bool           // sandboxes the last sync found missing from their agent
+	syncing  map[vmKey]bool            // VMs whose sync is running
+	orphans  map[vmKey]map[string]bool // orphans each VM's agent destroyed
+	// guestLog bounds what a guest can make the service write about
+	// itself: orphan audit rows and warnings, per VM.
+	guestLog *audit.Limiter
 	ended    endObservers
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
@@ -170,7 +184,8 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
-		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+		inflight: map[string]int{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
+		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -200,9 +215,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
-	if err := s.sync(ctx, true); err != nil {
+	wait, err := s.sync(ctx, true)
+	if err != nil {
 		s.log.Warn("reconcile sandboxes at startup", "err", err)
 	}
+	wait()
 	s.wg.Add(2)
 	go s.loop()
 	go s.meterLoop()
@@ -427,6 +444,10 @@ func (s *Service) removeFromAgent(c *agentproto.Client, id string) {
 		s.log.Warn("remove sandbox from its agent", "sandbox", id, "err", err)
 	}
 }
+
+// guestLogBurst is how many orphan audit rows (and warnings of each kind)
+// one VM's guest can cause per hour; the next admitted row counts the rest.
+const guestLogBurst = 20
 
 // SystemActorID is the audit actor id of the service's own decisions.
 const SystemActorID = "sandboxes"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -364,13 +365,17 @@ func meterOf(sb Sandbox, started time.Time) usage.Meter {
 }
 
 // sampleOf converts an agent's stats into a usage sample (nil for nil).
+// The agent's unsigned counters are capped at math.MaxInt64 (never wrapped
+// negative); usage.Observe holds them to what is possible.
 func sampleOf(st *agentproto.SandboxStats, at time.Time) *usage.Sample {
 	if st == nil {
 		return nil
 	}
-	return &usage.Sample{At: at, CPUNS: int64(st.CPUUsage), MemoryCurrentBytes: int64(st.MemoryCurrent),
-		MemoryPeakBytes: int64(st.MemoryPeak), Pids: int(st.Pids), IOReadBytes: int64(st.IOReadBytes), IOWriteBytes: int64(st.IOWriteBytes)}
+	return &usage.Sample{At: at, CPUNS: max(int64(st.CPUUsage), 0), MemoryCurrentBytes: i64(st.MemoryCurrent),
+		MemoryPeakBytes: i64(st.MemoryPeak), Pids: int(min(st.Pids, math.MaxInt32)), IOReadBytes: i64(st.IOReadBytes), IOWriteBytes: i64(st.IOWriteBytes)}
 }
+
+func i64(v uint64) int64 { return int64(min(v, math.MaxInt64)) }
 
 // startExec records a command about to run (and audits it as
 // sandbox.exec with its command line) in one transaction.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -24,7 +27,7 @@ func (s *Service) loop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
-		if err := s.sync(ctx, false); err != nil && s.ctx.Err() == nil {
+		if _, err := s.sync(ctx, false); err != nil && s.ctx.Err() == nil {
 			s.log.Warn("sync sandboxes", "err", err)
 		}
 		cancel()
@@ -33,6 +36,13 @@ func (s *Service) loop() {
 
 // vmKey names one VM of one tenant.
 type vmKey struct{ tenant, vm string }
+
+// maxOrphansPerPass bounds, per VM and pass, the sandboxes its agent lists
+// that no active record accounts for which the pass looks up, destroys in
+// the guest and audits: a guest listing thousands of ids costs a few
+// lookups and calls per pass, never thousands. The rest wait for the next
+// passes (a real orphan is still cleaned up, a little later).
+const maxOrphansPerPass = 4
 
 // sync brings the stored sandboxes and the agents into agreement, and
 // enforces lifetimes:
@@ -44,14 +54,19 @@ type vmKey struct{ tenant, vm string }
 //     and failed otherwise: at startup at once, later once it is older than
 //     CreateTimeout (another process may be creating it);
 //   - a sandbox an agent holds that no active record accounts for is
-//     destroyed in the guest;
+//     destroyed in the guest (a few per VM and pass);
 //   - a VM handed out to sandboxes that holds none goes back to idle.
 //
-// Creates under way in this process are left alone.
-func (s *Service) sync(ctx context.Context, startup bool) error {
+// Creates under way in this process are left alone. Each running VM is
+// synced in its own goroutine within VMSyncTimeout, so a guest that answers
+// slowly or never holds up its own VM only: a VM whose previous sync is
+// still running is skipped. wait waits for the VM syncs this pass started.
+func (s *Service) sync(ctx context.Context, startup bool) (wait func(), err error) {
+	var wg sync.WaitGroup
+	wait = wg.Wait
 	sbs, err := s.store.active(ctx)
 	if err != nil {
-		return err
+		return wait, err
 	}
 	now := s.cfg.Clock()
 	abandoned := func(sb Sandbox) bool {
@@ -74,21 +89,39 @@ func (s *Service) sync(ctx context.Context, startup bool) error {
 	}
 	all, err := s.vms.ListAll(ctx)
 	if err != nil {
-		return err
+		return wait, err
 	}
+	running := map[vmKey]bool{}
+	defer s.pruneOrphans(running)
 	for _, st := range all {
 		vm := st.VM
 		if vm.State != vmpool.StateRunning {
 			continue
 		}
 		k := vmKey{vm.TenantID, vm.ID}
+		running[k] = true
+		group, held := groups[k]
+		delete(groups, k)
 		// Every running VM is asked: one may hold a sandbox whose record
 		// ended while its agent was out of reach.
-		if _, ok := groups[k]; !ok && vm.AcquiredAt == nil && vm.SandboxesServed == 0 {
+		if !held && vm.AcquiredAt == nil && vm.SandboxesServed == 0 {
 			continue // never held a sandbox
 		}
-		s.syncVM(ctx, vm, groups[k], abandoned)
-		delete(groups, k)
+		if !s.beginVMSync(k) {
+			s.log.Debug("vm still syncing from an earlier pass", "vm", vm.ID)
+			continue
+		}
+		wg.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer wg.Done()
+			defer s.endVMSync(k)
+			// Not the pass's ctx: the pass does not wait for this.
+			vctx, cancel := context.WithTimeout(s.ctx, s.cfg.VMSyncTimeout)
+			defer cancel()
+			s.syncVM(vctx, vm, group, abandoned)
+		}()
 	}
 	// Whatever is left sits on a VM that no longer runs.
 	for k, group := range groups {
@@ -107,29 +140,105 @@ func (s *Service) sync(ctx context.Context, startup bool) error {
 			s.fail(ctx, sb, reason)
 		}
 	}
-	return nil
+	return wait, nil
 }
 
-// syncVM checks the sandboxes of one running VM against its agent.
+// beginVMSync marks a VM's sync as running, false when it already is.
+func (s *Service) beginVMSync(k vmKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.syncing[k] {
+		return false
+	}
+	s.syncing[k] = true
+	return true
+}
+
+func (s *Service) endVMSync(k vmKey) {
+	s.mu.Lock()
+	delete(s.syncing, k)
+	s.mu.Unlock()
+}
+
+// maxOrphansRemembered bounds the orphan ids remembered per VM.
+const maxOrphansRemembered = 1024
+
+// orphanDone reports whether the VM's agent already destroyed that orphan:
+// a guest that keeps listing it is not asked (nor audited) again.
+func (s *Service) orphanDone(k vmKey, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.orphans[k][id]
+}
+
+func (s *Service) noteOrphan(k vmKey, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.orphans[k]
+	if m == nil || len(m) >= maxOrphansRemembered {
+		m = map[string]bool{}
+		s.orphans[k] = m
+	}
+	m[id] = true
+}
+
+// pruneOrphans forgets the orphans of VMs no longer running.
+func (s *Service) pruneOrphans(running map[vmKey]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.orphans {
+		if !running[k] {
+			delete(s.orphans, k)
+		}
+	}
+}
+
+// validGuestID reports whether an id a guest listed can be a sandbox id at
+// all: the canonical text of a UUID, as newID makes them. Anything else is
+// the guest's invention: never looked up, destroyed or audited.
+func validGuestID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}
+
+// syncVM checks the sandboxes of one running VM against its agent, within
+// ctx (the VM's deadline).
 func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, abandoned func(Sandbox) bool) {
 	now := s.cfg.Clock()
+	k := vmKey{vm.TenantID, vm.ID}
 	c, err := s.vms.Agent(ctx, vm.TenantID, vm.ID)
 	if err != nil {
 		return // its session is being re-opened: next time
 	}
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	list, err := c.ListSandboxes(lctx)
-	cancel()
+	list, err := c.ListSandboxes(ctx)
 	if err != nil {
 		s.log.Debug("list sandboxes of vm", "vm", vm.ID, "err", err)
 		return
 	}
 	inGuest := make(map[string]agentproto.SandboxInfo, len(list.Sandboxes))
+	invalid := 0
+	var listed []agentproto.SandboxInfo
 	for _, a := range list.Sandboxes {
-		inGuest[a.ID] = a
+		if !validGuestID(a.ID) {
+			invalid++
+			continue
+		}
+		if _, dup := inGuest[a.ID]; !dup {
+			inGuest[a.ID] = a
+			listed = append(listed, a)
+		}
+	}
+	if invalid > 0 {
+		if ok, folded := s.guestLog.Admit("invalid-ids:"+vm.ID, now); ok {
+			s.log.Warn("the agent of a vm listed ids that are no sandbox ids: ignored", "vm", vm.ID, "tenant", vm.TenantID,
+				"ids", invalid, "earlier_passes_folded", folded)
+		}
 	}
 	known := make(map[string]bool, len(group))
 	for _, sb := range group {
+		if ctx.Err() != nil {
+			return // the VM's deadline passed: next time
+		}
 		known[sb.ID] = true
 		a, present := inGuest[sb.ID]
 		if present {
@@ -160,13 +269,19 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 		default:
 			// Stopped in the guest (or stopped here with its record left
 			// there): record why, then clean it up.
-			s.stopped(ctx, sb, a, stoppedAt(a, s.cfg.Clock()))
+			s.stopped(ctx, sb, a, s.stoppedAt(ctx, sb, a))
 		}
 	}
-	for _, a := range list.Sandboxes {
-		if known[a.ID] || s.isInflight(a.ID) || a.State == agentproto.SandboxCreating {
+	examined, skipped := 0, 0
+	for _, a := range listed {
+		if known[a.ID] || s.isInflight(a.ID) || a.State == agentproto.SandboxCreating || s.orphanDone(k, a.ID) {
 			continue
 		}
+		if examined >= maxOrphansPerPass || ctx.Err() != nil {
+			skipped++
+			continue
+		}
+		examined++
 		rec, err := s.store.byID(ctx, a.ID)
 		switch {
 		case err == nil && rec.TenantID != vm.TenantID:
@@ -177,11 +292,26 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 			continue
 		}
 		s.log.Warn("destroying a sandbox no active record accounts for", "vm", vm.ID, "sandbox", a.ID, "state", a.State)
-		s.removeFromAgent(c, a.ID)
-		if err := s.store.record(ctx, SystemActor().Event(vm.TenantID, audit.TypeSandboxDestroyed, "sandbox", a.ID,
-			map[string]any{"vm": vm.ID, "reason": "orphan: no active record"})); err != nil {
+		if _, err := c.DestroySandbox(ctx, a.ID); err != nil && !errors.Is(err, agentproto.ErrNotFound) {
+			s.log.Warn("remove orphan sandbox from its agent", "vm", vm.ID, "sandbox", a.ID, "err", err)
+			continue // asked again next time
+		}
+		s.noteOrphan(k, a.ID)
+		ok, folded := s.guestLog.Admit("orphans:"+vm.ID, now)
+		if !ok {
+			continue
+		}
+		details := map[string]any{"vm": vm.ID, "reason": "orphan: no active record"}
+		if folded > 0 {
+			details["suppressed"] = folded
+		}
+		if err := s.store.record(ctx, SystemActor().Event(vm.TenantID, audit.TypeSandboxDestroyed, "sandbox", a.ID, details)); err != nil {
 			s.log.Warn("audit orphan sandbox", "err", err)
 		}
+	}
+	if skipped > 0 {
+		s.log.Warn("more sandboxes without a record than a pass takes: the rest wait", "vm", vm.ID, "tenant", vm.TenantID,
+			"examined", examined, "waiting", skipped)
 	}
 	if vm.AcquiredAt != nil && len(group) == 0 {
 		s.releaseIfEmpty(ctx, vm.TenantID, vm.ID)
@@ -240,12 +370,24 @@ func (s *Service) adopt(ctx context.Context, sb Sandbox, a agentproto.SandboxInf
 
 // stoppedAt is when, on the host's clock, the agent took the final sample
 // of a sandbox that stopped: the agent says how long ago on its monotonic
-// clock (its wall clock may be off). Nil when unknown.
-func stoppedAt(a agentproto.SandboxInfo, hostNow time.Time) *time.Time {
+// clock (its wall clock may be off). Nil when unknown. The guest's figure
+// is clamped to what the host saw: never in the future, never before the
+// last sample the host took of the sandbox running (else its start), so a
+// guest can neither bill past now nor erase the time since that sample.
+func (s *Service) stoppedAt(ctx context.Context, sb Sandbox, a agentproto.SandboxInfo) *time.Time {
 	if a.Final == nil {
 		return nil
 	}
-	at := hostNow.Add(-a.StoppedAgo)
+	now := s.store.now()
+	floor := now
+	if sb.StartedAt != nil {
+		floor = *sb.StartedAt
+	}
+	if m, err := s.usage.Meter(ctx, sb.TenantID, sb.ID); err == nil && m.LastSampleAt != nil {
+		floor = *m.LastSampleAt
+	}
+	ago := min(max(a.StoppedAgo, 0), max(now.Sub(floor), 0))
+	at := now.Add(-ago)
 	return &at
 }
 

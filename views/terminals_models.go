@@ -63,10 +63,13 @@ type TerminalRecordingRow struct {
 	BytesOut       int64
 	RecordingBytes int64
 	Dropped        int64 // events the recorder had to drop
-	WatchersCut    int
-	RecordedInput  bool
-	Purged         bool // retention removed the recording
-	ExpiresAt      time.Time
+	// Truncated says where and why the recording stopped at a cap
+	// ("truncated at 50 MiB: the session's cap is 50 MiB"); "" when it did not.
+	Truncated     string
+	WatchersCut   int
+	RecordedInput bool
+	Purged        bool // retention removed the recording
+	ExpiresAt     time.Time
 }
 
 // Duration is how long the session ran.
@@ -169,4 +172,11 @@ func termWatchFlag(watch bool) string {
 		return "1"
 	}
 	return ""
+}
+
+// TruncatedShort is where the recording stopped ("truncated at 50 MiB"),
+// without why.
+func (r TerminalRecordingRow) TruncatedShort() string {
+	short, _, _ := strings.Cut(r.Truncated, ":")
+	return short
 }

@@ -21,7 +21,8 @@ func sampleTerminals(canDrive bool) TerminalsView {
 		Sandboxes: []TerminalSandbox{{ID: "01935000-0000-7000-8000-0000000sbx01", Template: "debian", CreatedBy: "ada@acme.test", CreatedAt: started}},
 		Recordings: []TerminalRecordingRow{
 			{ID: "01935000-0000-7000-8000-000000000rec", SandboxID: "01935000-0000-7000-8000-0000000sbx01", OpenedBy: "ada@acme.test",
-				StartedAt: started, EndedAt: &ended, EndReason: "the sandbox was destroyed (requested)", RecordingBytes: 2048, Dropped: 3},
+				StartedAt: started, EndedAt: &ended, EndReason: "the sandbox was destroyed (requested)", RecordingBytes: 2048, Dropped: 3,
+				Truncated: "truncated at 50 MiB: the session's cap is 50 MiB"},
 			{ID: "01935000-0000-7000-8000-0000000purge", SandboxID: "01935000-0000-7000-8000-0000000sbx01", OpenedBy: "ada@acme.test",
 				StartedAt: started, EndedAt: &ended, EndReason: "the process exited with code 0", Purged: true},
 		},
@@ -63,7 +64,7 @@ func TestTerminalsPage(t *testing.T) {
 		}
 		recs := text(byID(doc, "terminal-recordings"))
 		if strings.Count(out, `/api/v1/terminals/01935000-0000-7000-8000-0000000purge/cast`) != 0 || !strings.Contains(recs, "removed") ||
-			!strings.Contains(recs, "3 events dropped") || !strings.Contains(recs, "1m 35s") {
+			!strings.Contains(recs, "3 events dropped") || !strings.Contains(recs, "1m 35s") || !strings.Contains(recs, "truncated at 50 MiB") {
 			t.Errorf("Got(recordings) = %q; want a removed one without links, drops and lengths shown", recs)
 		}
 	}
@@ -76,7 +77,8 @@ func TestTerminalPanels(t *testing.T) {
 	p := samplePageModel("Terminal", NavTerminals)
 	live := render(t, TerminalPage(p, TerminalView{SandboxID: "sbx", SessionID: "sess", SocketURL: "/api/v1/sandboxes/sbx/terminal", Watch: true}))
 	replay := render(t, TerminalPage(p, TerminalView{SandboxID: "sbx", SessionID: "sess", Replay: true, CastURL: "/api/v1/terminals/sess/cast",
-		Recording: TerminalRecordingRow{ID: "sess", OpenedBy: "ada@acme.test", RecordedInput: true}}))
+		Recording: TerminalRecordingRow{ID: "sess", OpenedBy: "ada@acme.test", RecordedInput: true,
+			Truncated: "truncated at 50 MiB: the session's cap is 50 MiB"}}))
 	checks := []struct {
 		name, out string
 		want      []string
@@ -84,7 +86,7 @@ func TestTerminalPanels(t *testing.T) {
 		{"live", live, []string{`data-terminal="live"`, `data-socket="/api/v1/sandboxes/sbx/terminal"`, `data-session="sess"`, `data-watch="1"`,
 			`data-can-drive="false"`, "js/terminal.js", "vendor/xterm/xterm.js", "vendor/xterm/addon-fit.js", "css/terminal.css"}},
 		{"replay", replay, []string{`data-terminal="replay"`, `data-cast="/api/v1/terminals/sess/cast"`, `data-replay="play"`, "data-replay-speed",
-			"data-replay-seek", "Download .cast", "output and keystrokes"}},
+			"data-replay-seek", "Download .cast", "output and keystrokes", "Recording truncated at 50 MiB: the session&#39;s cap is 50 MiB"}},
 	}
 	for _, c := range checks {
 		for _, w := range c.want {

@@ -42,6 +42,9 @@ type config struct {
 	// Terminal recordings: keystrokes too, and how long they are kept.
 	RecordInput   bool
 	RetentionDays int
+	// Recording caps in MiB: per session and per tenant (negative: none).
+	RecordingMaxMiB       int64
+	RecordingTenantMaxMiB int64
 	// Compliance: how often every tenant's checklist is re-evaluated, and
 	// how often the probe runs per tenant (0 or less: on demand only).
 	ComplianceInterval time.Duration
@@ -99,6 +102,10 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
 	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),
 		"run the development identity provider (anyone signs in as any email, no password) even on a non-loopback address (STOCKADE_DEV_IDP)")
+	fs.Int64Var(&c.RecordingMaxMiB, "recording-max-mib", int64(c.envInt(getenv, "recording-max-mib", "STOCKADE_RECORDING_MAX_MIB", 50)),
+		"MiB one terminal recording may take; past it the terminal goes on unrecorded, marked in the recording; -1: no cap (STOCKADE_RECORDING_MAX_MIB)")
+	fs.Int64Var(&c.RecordingTenantMaxMiB, "recording-tenant-max-mib", int64(c.envInt(getenv, "recording-tenant-max-mib", "STOCKADE_RECORDING_TENANT_MAX_MIB", 5120)),
+		"MiB one tenant's terminal recordings may take together; -1: no cap (STOCKADE_RECORDING_TENANT_MAX_MIB)")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
@@ -233,6 +240,11 @@ func (c *config) check() error {
 	if c.EgressRetentionDays <= 0 {
 		return errors.New("STOCKADE_EGRESS_RETENTION_DAYS: must be a positive number of days such as 90")
 	}
+	for name, v := range map[string]int64{"STOCKADE_RECORDING_MAX_MIB": c.RecordingMaxMiB, "STOCKADE_RECORDING_TENANT_MAX_MIB": c.RecordingTenantMaxMiB} {
+		if v == 0 || v < -1 {
+			return fmt.Errorf("%s: must be a positive number of MiB such as 50, or -1 for no cap", name)
+		}
+	}
 	if c.MetricsTenants <= 0 {
 		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")
 	}
@@ -316,4 +328,12 @@ func (c *config) rootKey() ([]byte, error) {
 		return nil, fmt.Errorf("secret key %s: must hold at least 32 bytes as hex", c.SecretKey)
 	}
 	return key, nil
+}
+
+// mib is n MiB in bytes; negative stays negative (no cap).
+func mib(n int64) int64 {
+	if n < 0 {
+		return -1
+	}
+	return n << 20
 }

@@ -110,7 +110,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer sbx.Close() // leaves sandboxes running: the next start adopts them
 	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log,
-		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays})
+		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays,
+		MaxRecordingBytes: mib(cfg.RecordingMaxMiB), MaxTenantRecordingBytes: mib(cfg.RecordingTenantMaxMiB)})
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}

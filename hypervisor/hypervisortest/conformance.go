@@ -60,6 +60,7 @@ func RunConformance(t *testing.T, newHost func(t *testing.T) Host, opts Options)
 	t.Run("UnknownIDsAreNotFound", c.unknownIDs)
 	t.Run("InvalidSpec", c.invalidSpec)
 	t.Run("Capacity", c.capacity)
+	t.Run("CPUTime", c.cpuTime)
 	t.Run("OtherInstallationsUntouched", c.otherInstallations)
 	t.Run("Shutdown", c.shutdown)
 }
@@ -252,6 +253,45 @@ func (c *conformance) capacity(t *testing.T) {
 		after.DomainMemoryKiB != before.DomainMemoryKiB+uint64(spec.MemoryMiB)*1024 {
 		t.Errorf("Capacity() after one Create = %+v; want one more domain (%d vCPU, %d MiB) than %+v",
 			after, spec.VCPUs, spec.MemoryMiB, before)
+	}
+}
+
+// cpuTime: a running domain reports the CPU time it consumed (the host's
+// own measure, which metering holds guest figures against), and it never
+// goes down, in Lookup or List.
+func (c *conformance) cpuTime(t *testing.T) {
+	ctx := ctxFor(t)
+	id := NewID("conf-")
+	c.create(t, c.h, id, "tenant-a")
+	first, err := c.h.Lookup(ctx, id)
+	if err != nil {
+		t.Fatalf("Lookup(%s) error = %v", id, err)
+	}
+	if first.CPUTime <= 0 {
+		t.Errorf("Got(Lookup(%s).CPUTime) = %v; want > 0 for a running domain", id, first.CPUTime)
+	}
+	last := first.CPUTime
+	for i := range 3 {
+		list, err := c.h.List(ctx)
+		if err != nil {
+			t.Fatalf("List() error = %v", err)
+		}
+		for _, d := range list {
+			if d.ID == id {
+				if d.CPUTime < last {
+					t.Errorf("Got(List() #%d CPUTime of %s) = %v; want >= %v (never down)", i, id, d.CPUTime, last)
+				}
+				last = d.CPUTime
+			}
+		}
+		info, err := c.h.Lookup(ctx, id)
+		if err != nil {
+			t.Fatalf("Lookup(%s) error = %v", id, err)
+		}
+		if info.CPUTime < last {
+			t.Errorf("Got(Lookup(%s) #%d CPUTime) = %v; want >= %v (never down)", id, i, info.CPUTime, last)
+		}
+		last = info.CPUTime
 	}
 }
 

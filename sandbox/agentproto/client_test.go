@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agent"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/agentprototest"
 )
 
 // startAgent runs the real agent server on one end of a net.Pipe and returns
@@ -195,49 +194,6 @@ func rawSession(t *testing.T, conn net.Conn) *yamux.Session {
 	return sess
 }
 
-// agentLink is the agent end of the link layer for fake agents: it serves
-// the first session a host opens.
-func agentLink(conn net.Conn) io.ReadWriteCloser {
-	pr, pw := io.Pipe()
-	var mu sync.Mutex
-	w := make(chan *agentproto.LinkWriter, 1)
-	go func() {
-		lr := agentproto.NewLinkReader(conn)
-		var session uint64
-		for {
-			f, err := lr.Next()
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			switch {
-			case f.Kind == agentproto.LinkOpen && session == 0:
-				session = f.Session
-				w <- agentproto.NewLinkWriter(conn, &mu, session)
-			case f.Kind == agentproto.LinkData && f.Session == session:
-				pw.Write(f.Data)
-			}
-		}
-	}()
-	return &lazyLinkConn{pr: pr, conn: conn, w: w}
-}
-
-type lazyLinkConn struct {
-	pr   *io.PipeReader
-	conn net.Conn
-	w    chan *agentproto.LinkWriter
-	lw   *agentproto.LinkWriter
-}
-
-func (c *lazyLinkConn) Read(p []byte) (int, error) { return c.pr.Read(p) }
-func (c *lazyLinkConn) Write(p []byte) (int, error) {
-	if c.lw == nil {
-		c.lw = <-c.w // the server only answers, so the host has opened by now
-	}
-	return c.lw.Write(p)
-}
-func (c *lazyLinkConn) Close() error { c.pr.Close(); return c.conn.Close() }
-
 type devNull struct{}
 
 func (devNull) Write(p []byte) (int, error) { return len(p), nil }
@@ -348,30 +304,11 @@ func TestOversizedRequestRejected(t *testing.T) {
 func fakeAgent(t *testing.T, reply func(st net.Conn, req agentproto.Request)) (net.Conn, *yamux.Session) {
 	t.Helper()
 	hostEnd, agentEnd := net.Pipe()
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = devNull{}
-	cfg.EnableKeepAlive = false // a fake agent must not write before the host opened
-	sess, err := yamux.Server(agentLink(agentEnd), cfg)
+	sess, err := agentprototest.Serve(agentEnd, reply)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sess.Close(); hostEnd.Close() })
-	go func() {
-		for {
-			st, err := sess.AcceptStream()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer st.Close()
-				var req agentproto.Request
-				if err := agentproto.ReadMessage(st, &req); err != nil {
-					return
-				}
-				reply(st, req)
-			}()
-		}
-	}()
 	return hostEnd, sess
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -36,7 +37,60 @@ type RecorderStats struct {
 	Dropped      int64 // events dropped because the spool was full
 	DroppedBytes int64 // terminal bytes in those events
 	Bytes        int64 // size of the recording
+	// Truncated says where and why the recording stopped at a cap ("" when
+	// it did not), as its marker event does; TruncatedBytes are the
+	// terminal bytes left out after it.
+	Truncated      string
+	TruncatedBytes int64
 }
+
+// RecorderLimits cap a recording. The terminal keeps working past a cap:
+// the recording gets a marker event saying where and why it stops, and
+// nothing after it.
+type RecorderLimits struct {
+	// MaxBytes bounds the recording file, header and marker included
+	// (0: no bound).
+	MaxBytes int64
+	// Budget, when set, is what the tenant's recordings may still take,
+	// shared with its other live recordings.
+	Budget *Budget
+}
+
+// Budget is how many bytes a tenant's recordings may still take, shared by
+// its live recorders: each line written takes from it.
+type Budget struct {
+	total int64
+	left  atomic.Int64
+}
+
+// NewBudget is a budget of left bytes out of a cap of total.
+func NewBudget(total, left int64) *Budget {
+	b := &Budget{total: total}
+	b.left.Store(max(left, 0))
+	return b
+}
+
+// Left is what the budget still holds.
+func (b *Budget) Left() int64 { return b.left.Load() }
+
+func (b *Budget) take(n int64) bool {
+	for {
+		l := b.left.Load()
+		if l < n {
+			return false
+		}
+		if b.left.CompareAndSwap(l, l-n) {
+			return true
+		}
+	}
+}
+
+// force takes n even past the end (the marker that says so).
+func (b *Budget) force(n int64) { b.left.Add(-n) }
+
+// markerRoom is kept under MaxBytes for the marker that ends a capped
+// recording.
+const markerRoom = 256
 
 type castEvent struct {
 	at   float64 // seconds since the start
@@ -55,10 +109,14 @@ type Recorder struct {
 	now   func() time.Time
 	start time.Time
 
-	mu     sync.Mutex // guards sends against Close
-	closed bool
-	ch     chan castEvent
-	lost   int64 // bytes dropped since the last queued event
+	lim    RecorderLimits
+	capped atomic.Bool // the recording reached a cap: sends stop queuing
+
+	mu       sync.Mutex // guards sends against Close
+	closed   bool
+	cutBytes int64 // terminal bytes not queued since capped, under mu
+	ch       chan castEvent
+	lost     int64 // bytes dropped since the last queued event
 
 	dropped, droppedBytes int64 // under mu
 	done                  chan struct{}
@@ -69,6 +127,11 @@ type Recorder struct {
 // NewRecorder writes h and then the events to w, with room for spool
 // events waiting to be written. Times count from start; now is the clock.
 func NewRecorder(w io.WriteCloser, h CastHeader, start time.Time, now func() time.Time, spool int) (*Recorder, error) {
+	return NewLimitedRecorder(w, h, start, now, spool, RecorderLimits{})
+}
+
+// NewLimitedRecorder is NewRecorder with caps on what it writes.
+func NewLimitedRecorder(w io.WriteCloser, h CastHeader, start time.Time, now func() time.Time, spool int, lim RecorderLimits) (*Recorder, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -80,13 +143,16 @@ func NewRecorder(w io.WriteCloser, h CastHeader, start time.Time, now func() tim
 	if err != nil {
 		return nil, fmt.Errorf("recording header: %w", err)
 	}
-	r := &Recorder{w: w, now: now, start: start, ch: make(chan castEvent, spool), done: make(chan struct{})}
+	r := &Recorder{w: w, now: now, start: start, lim: lim, ch: make(chan castEvent, spool), done: make(chan struct{})}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	n, err := bw.Write(append(line, '\n'))
 	if err != nil {
 		return nil, fmt.Errorf("recording header: %w", err)
 	}
 	r.stats.Bytes = int64(n)
+	if lim.Budget != nil {
+		lim.Budget.force(int64(n))
+	}
 	go r.run(bw)
 	return r, nil
 }
@@ -116,6 +182,12 @@ func (r *Recorder) send(kind string, p []byte) {
 	if r.closed {
 		return
 	}
+	if r.capped.Load() {
+		if kind != CastResize {
+			r.cutBytes += int64(len(p))
+		}
+		return
+	}
 	select {
 	case r.ch <- castEvent{at: at, kind: kind, data: p, lost: r.lost}:
 		r.lost = 0
@@ -142,6 +214,7 @@ func (r *Recorder) Close() (RecorderStats, error) {
 	defer r.mu.Unlock()
 	st := r.stats
 	st.Dropped, st.DroppedBytes = r.dropped, r.droppedBytes
+	st.TruncatedBytes += r.cutBytes
 	return st, r.err
 }
 
@@ -153,12 +226,11 @@ func (r *Recorder) run(bw *bufio.Writer) {
 		enc             = json.NewEncoder(&line)
 		failed          error
 		written, events int64
+		truncated       string
+		cut             int64
 	)
 	enc.SetEscapeHTML(false)
-	emit := func(at float64, kind string, data []byte) {
-		if failed != nil {
-			return
-		}
+	encode := func(at float64, kind string, data []byte) {
 		line.Reset()
 		line.WriteByte('[')
 		line.Write(strconv.AppendFloat(nil, at, 'f', 6, 64))
@@ -167,11 +239,48 @@ func (r *Recorder) run(bw *bufio.Writer) {
 		_ = enc.Encode(string(data))
 		line.Truncate(line.Len() - 1) // Encode's newline
 		line.WriteString("]\n")
+	}
+	write := func() {
 		n, err := bw.Write(line.Bytes())
 		written += int64(n)
 		events++
 		if err != nil {
 			failed = err
+		}
+	}
+	// stop ends the recording at a cap with a marker saying so.
+	stop := func(at float64, why string) {
+		truncated = why
+		r.capped.Store(true)
+		encode(at, CastMarker, []byte("recording "+why+"; the terminal went on unrecorded"))
+		if r.lim.Budget != nil {
+			r.lim.Budget.force(int64(line.Len()))
+		}
+		write()
+	}
+	emit := func(at float64, kind string, data []byte) {
+		if failed != nil {
+			return
+		}
+		if truncated != "" {
+			if kind != CastResize {
+				cut += int64(len(data))
+			}
+			return
+		}
+		encode(at, kind, data)
+		n := int64(line.Len())
+		switch size := r.stats.Bytes + written + n; {
+		case r.lim.MaxBytes > 0 && size+markerRoom > r.lim.MaxBytes:
+			stop(at, "truncated at "+byteSize(r.stats.Bytes+written)+": the session's cap is "+byteSize(r.lim.MaxBytes))
+		case r.lim.Budget != nil && !r.lim.Budget.take(n):
+			stop(at, "truncated at "+byteSize(r.stats.Bytes+written)+": the tenant's recordings reached their cap of "+byteSize(r.lim.Budget.total))
+		default:
+			write()
+			return
+		}
+		if kind != CastResize {
+			cut += int64(len(data))
 		}
 	}
 	for ev := range r.ch {
@@ -209,10 +318,28 @@ func (r *Recorder) run(bw *bufio.Writer) {
 	}
 	r.mu.Lock()
 	r.stats.Events, r.stats.Bytes = events, r.stats.Bytes+written
+	r.stats.Truncated, r.stats.TruncatedBytes = truncated, cut
 	if failed != nil {
 		r.err = fmt.Errorf("write recording: %w", failed)
 	}
 	r.mu.Unlock()
+}
+
+// byteSize writes n bytes the way people read sizes: 50 MiB, 1.5 GiB.
+func byteSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < 3 {
+		v /= 1024
+		i++
+	}
+	unit := []string{"KiB", "MiB", "GiB", "TiB"}[i]
+	if v == float64(int64(v)) {
+		return strconv.FormatInt(int64(v), 10) + " " + unit
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + unit
 }
 
 // splitUTF8 cuts p before a multi-byte character its end holds only the

@@ -47,6 +47,13 @@ type Config struct {
 	// RetentionDays keeps a recording that many days after its session
 	// ended; default 90.
 	RetentionDays int
+	// MaxRecordingBytes caps one session's recording; default 50 MiB,
+	// negative: no cap. MaxTenantRecordingBytes caps what one tenant's
+	// recordings hold together (those kept on disk and the live ones of
+	// this server); default 5 GiB, negative: no cap. Past a cap the terminal
+	// keeps working and its recording ends with a marker saying so.
+	MaxRecordingBytes       int64
+	MaxTenantRecordingBytes int64
 	// Shell is the command a terminal runs when the request names none;
 	// default bash if the sandbox has it, else sh, as a login shell.
 	Shell []string
@@ -74,6 +81,12 @@ func (c *Config) checkAndSetDefaults() {
 	if c.RetentionDays <= 0 {
 		c.RetentionDays = 90
 	}
+	if c.MaxRecordingBytes == 0 {
+		c.MaxRecordingBytes = DefaultMaxRecordingBytes
+	}
+	if c.MaxTenantRecordingBytes == 0 {
+		c.MaxTenantRecordingBytes = DefaultMaxTenantRecordingBytes
+	}
 	if len(c.Shell) == 0 {
 		c.Shell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"}
 	}
@@ -88,6 +101,12 @@ func (c *Config) checkAndSetDefaults() {
 	}
 }
 
+// Default recording caps (Config).
+const (
+	DefaultMaxRecordingBytes       = 50 << 20
+	DefaultMaxTenantRecordingBytes = 5 << 30
+)
+
 // Service runs the terminal sessions of every tenant.
 type Service struct {
 	cfg   Config
@@ -101,6 +120,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
+	budgets map[string]*tenantBudget // recording budgets of tenants with live sessions
 	started bool
 	closed  bool
 }
@@ -115,7 +135,7 @@ type liveSession struct {
 func New(db *gorm.DB, sbx Sandboxes, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{cfg: cfg, store: NewStore(db, cfg.Clock), sbx: sbx, log: cfg.Logger.With("component", "terminal"),
-		live: map[string]*liveSession{}}
+		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -254,8 +274,15 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		os.Remove(f.Name())
 		return Session{}, err
 	}
-	rec, err := NewRecorder(f, CastHeader{Width: int(req.Cols), Height: int(req.Rows), Timestamp: now.Unix(),
-		Title: "sandbox " + sandboxID, Env: castEnv(s.cfg.Env)}, now, s.cfg.Clock, s.cfg.SpoolEvents)
+	budget, err := s.takeBudget(ctx, tenantID)
+	heldBudget := err == nil
+	if err != nil {
+		s.log.Warn("recording budget", "tenant", tenantID, "err", err)
+		budget = NewBudget(max(s.cfg.MaxTenantRecordingBytes, 0), 0) // unknown: record nothing rather than too much
+	}
+	lim := RecorderLimits{MaxBytes: max(s.cfg.MaxRecordingBytes, 0), Budget: budget}
+	rec, err := NewLimitedRecorder(f, CastHeader{Width: int(req.Cols), Height: int(req.Rows), Timestamp: now.Unix(),
+		Title: "sandbox " + sandboxID, Env: castEnv(s.cfg.Env)}, now, s.cfg.Clock, s.cfg.SpoolEvents, lim)
 	if err != nil {
 		f.Close()
 		s.log.Error("start recording", "session", id, "err", err)
@@ -268,7 +295,12 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		Recorder: rec, RecordInput: s.cfg.RecordInput, Cols: req.Cols, Rows: req.Rows, Driver: actor, Log: s.log, Clock: s.cfg.Clock,
 		Explain:   s.explain(tenantID, sandboxID),
 		OnControl: func(by audit.Actor, from string) { s.controlTaken(sess, by, from) },
-		OnEnd:     func(e End) { s.ended(sess, e) },
+		OnEnd: func(e End) {
+			s.ended(sess, e)
+			if heldBudget {
+				s.releaseBudget(tenantID)
+			}
+		},
 	})
 	s.live[id] = l
 	closing := s.closed
@@ -356,8 +388,60 @@ func (s *Service) ended(sess Session, e End) {
 	s.mu.Lock()
 	delete(s.live, sess.ID)
 	s.mu.Unlock()
+	if e.Record.Truncated != "" {
+		s.log.Info("terminal recording truncated", "session", sess.ID, "tenant", sess.TenantID, "why", e.Record.Truncated,
+			"left_out_bytes", e.Record.TruncatedBytes)
+	}
 	s.log.Info("terminal closed", "session", sess.ID, "tenant", sess.TenantID, "sandbox", sess.SandboxID, "reason", e.Reason,
 		"bytes_out", e.BytesOut, "recording_bytes", e.Record.Bytes, "dropped", e.Record.Dropped, "watchers_cut", e.Cut)
+}
+
+// tenantBudget is a tenant's recording budget while it has live sessions
+// here, shared by them.
+type tenantBudget struct {
+	b    *Budget // nil: no tenant cap
+	refs int
+}
+
+// takeBudget returns the tenant's recording budget for one more live
+// session (release it with releaseBudget when the session ends): the one
+// its live sessions share, else a new one of the cap less what its
+// recordings on disk hold. Sessions another replica runs are not counted
+// until they end.
+func (s *Service) takeBudget(ctx context.Context, tenantID string) (*Budget, error) {
+	if s.cfg.MaxTenantRecordingBytes < 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	if tb := s.budgets[tenantID]; tb != nil {
+		tb.refs++
+		s.mu.Unlock()
+		return tb.b, nil
+	}
+	s.mu.Unlock()
+	stored, err := s.store.recordingBytes(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tb := s.budgets[tenantID]
+	if tb == nil {
+		tb = &tenantBudget{b: NewBudget(s.cfg.MaxTenantRecordingBytes, s.cfg.MaxTenantRecordingBytes-stored)}
+		s.budgets[tenantID] = tb
+	}
+	tb.refs++
+	return tb.b, nil
+}
+
+func (s *Service) releaseBudget(tenantID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tb := s.budgets[tenantID]; tb != nil {
+		if tb.refs--; tb.refs <= 0 {
+			delete(s.budgets, tenantID)
+		}
+	}
 }
 
 // JoinRequest says how someone joins a session.

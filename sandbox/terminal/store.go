@@ -36,10 +36,14 @@ type Session struct {
 	RecordingBytes int64      `gorm:"column:recording_bytes"`
 	Dropped        int64      `gorm:"column:dropped"`
 	DroppedBytes   int64      `gorm:"column:dropped_bytes"`
-	WatchersCut    int        `gorm:"column:watchers_cut"`
-	RetentionDays  int        `gorm:"column:retention_days"`
-	PurgedAt       *time.Time `gorm:"column:purged_at"`
-	SeenAt         time.Time  `gorm:"column:seen_at"`
+	// RecordingTruncated says where and why the recording stopped at a cap
+	// ("" when it did not); TruncatedBytes is the output left out after it.
+	RecordingTruncated string     `gorm:"column:recording_truncated"`
+	TruncatedBytes     int64      `gorm:"column:truncated_bytes"`
+	WatchersCut        int        `gorm:"column:watchers_cut"`
+	RetentionDays      int        `gorm:"column:retention_days"`
+	PurgedAt           *time.Time `gorm:"column:purged_at"`
+	SeenAt             time.Time  `gorm:"column:seen_at"`
 }
 
 // TableName is the GORM table of Session.
@@ -145,7 +149,8 @@ func (s *Store) finish(ctx context.Context, sess Session, e End) error {
 	set := map[string]any{
 		"ended_at": e.At.UTC().Truncate(time.Microsecond), "end_reason": truncate(e.Reason, 500), "bytes_out": e.BytesOut,
 		"bytes_in": e.BytesIn, "recording_bytes": e.Record.Bytes, "dropped": e.Record.Dropped, "dropped_bytes": e.Record.DroppedBytes,
-		"watchers_cut": e.Cut, "seen_at": s.now(),
+		"watchers_cut": e.Cut, "seen_at": s.now(), "recording_truncated": truncate(e.Record.Truncated, 500),
+		"truncated_bytes": e.Record.TruncatedBytes,
 	}
 	if e.Exit != nil {
 		set["exit_code"] = e.Exit.Code
@@ -160,6 +165,9 @@ func (s *Store) finish(ctx context.Context, sess Session, e End) error {
 			"duration_ms": e.At.Sub(sess.StartedAt).Milliseconds()}
 		if e.Exit != nil {
 			details["exit_code"] = e.Exit.Code
+		}
+		if e.Record.Truncated != "" {
+			details["recording_truncated"] = e.Record.Truncated
 		}
 		return s.audit(tx, SystemActor().Event(sess.TenantID, audit.TypeTerminalClosed, "terminal", sess.ID, details))
 	})
@@ -229,6 +237,18 @@ func (s *Store) expired(ctx context.Context, now time.Time) ([]Session, error) {
 		}
 	}
 	return out, nil
+}
+
+// recordingBytes is what the tenant's ended sessions' recordings hold on
+// disk (purged ones hold nothing).
+func (s *Store) recordingBytes(ctx context.Context, tenantID string) (int64, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&Session{}).Select("COALESCE(SUM(recording_bytes), 0)").
+		Where("tenant_id = ? AND ended_at IS NOT NULL AND recording <> ''", tenantID).Scan(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("recording bytes of tenant %s: %w", tenantID, err)
+	}
+	return n, nil
 }
 
 // purged records that a session's recording was removed.

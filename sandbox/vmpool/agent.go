@@ -3,6 +3,7 @@ package vmpool
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
@@ -33,4 +34,27 @@ func (s *Service) Agent(ctx context.Context, tenantID, vmID string) (*agentproto
 // asks libvirt and the agent).
 func (s *Service) VM(ctx context.Context, tenantID, id string) (VM, error) {
 	return s.store.VM(ctx, tenantID, id)
+}
+
+// CPUTime is the CPU time libvirt measured for the tenant's running VM
+// since it started, read now: the host's own figure, which metering holds
+// the guest's reports against. Another tenant's VM is tenants.ErrNotFound;
+// one that is not running is tenants.ErrConflict.
+func (s *Service) CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error) {
+	vm, err := s.store.VM(ctx, tenantID, vmID)
+	if err != nil {
+		return 0, err
+	}
+	if vm.State != StateRunning {
+		return 0, fmt.Errorf("cpu time of vm %s: %w: the vm is %s", vmID, tenants.ErrConflict, vm.State)
+	}
+	_, hv, err := s.liveHost(vm.HostURI)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of vm %s: %w", vmID, err)
+	}
+	info, err := hv.Lookup(ctx, vmID)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of vm %s: %w", vmID, err)
+	}
+	return info.CPUTime, nil
 }

@@ -12,6 +12,7 @@ package usage
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"gorm.io/gorm"
@@ -35,6 +36,9 @@ type Meter struct {
 	IOReadBytes     int64      `gorm:"column:io_read_bytes"`
 	IOWriteBytes    int64      `gorm:"column:io_write_bytes"`
 	MemoryPeakBytes int64      `gorm:"column:memory_peak_bytes"`
+	// VMCPUNS is libvirt's CPU time of the sandbox's VM at the last sample
+	// that carried it (0: none yet): the base of the cross-check.
+	VMCPUNS int64 `gorm:"column:vm_cpu_ns"`
 }
 
 // TableName is the GORM table of Meter.
@@ -53,8 +57,10 @@ func (m *Meter) AfterFind(*gorm.DB) error {
 }
 
 // Sample is one reading of a sandbox's cgroup: cumulative counters as the
-// kernel keeps them from the sandbox's start.
+// kernel keeps them from the sandbox's start. Everything but At and the VM
+// figures is the guest's claim, and accounted as such (see Observe).
 type Sample struct {
+	// At is the host's time of the reading.
 	At                 time.Time
 	CPUNS              int64
 	MemoryCurrentBytes int64
@@ -62,6 +68,12 @@ type Sample struct {
 	Pids               int
 	IOReadBytes        int64
 	IOWriteBytes       int64
+	// VMCPUNS is libvirt's cumulative CPU time of the sandbox's VM when the
+	// host read the sample (0: not known), and VMShare the sandbox's share
+	// of that VM then (its vCPUs over those of the VM's running sandboxes).
+	// The host measures both: the guest cannot make them smaller.
+	VMCPUNS int64
+	VMShare float64
 }
 
 // SampleRow is a stored sample.
@@ -102,6 +114,9 @@ type Entry struct {
 	IOReadBytes     int64     `gorm:"column:io_read_bytes"`
 	IOWriteBytes    int64     `gorm:"column:io_write_bytes"`
 	MemoryPeakBytes int64     `gorm:"column:memory_peak_bytes"`
+	// VMCPUNS is the sandbox's share of the CPU time libvirt measured for
+	// its VM: the CPU-hours quota counts the larger of this and CPUNS.
+	VMCPUNS int64 `gorm:"column:vm_cpu_ns"`
 }
 
 // TableName is the GORM table of Entry.
@@ -126,12 +141,17 @@ func ts(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 func Open(tx *gorm.DB, m Meter) error {
 	m.StartedAt = ts(m.StartedAt)
 	m.AccountedTo, m.LastSampleAt, m.ClosedAt = m.StartedAt, nil, nil
-	m.CPUNS, m.IOReadBytes, m.IOWriteBytes, m.MemoryPeakBytes = 0, 0, 0, 0
+	m.CPUNS, m.IOReadBytes, m.IOWriteBytes, m.MemoryPeakBytes, m.VMCPUNS = 0, 0, 0, 0, 0
 	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&m).Error; err != nil {
 		return fmt.Errorf("open usage meter of sandbox %s: %w", m.SandboxID, err)
 	}
 	return nil
 }
+
+// MaxIOBytesPerSecond is the most disk I/O one sandbox is taken to do per
+// second: a guest's I/O counters cannot claim more than this times the time
+// since the last sample.
+const MaxIOBytesPerSecond = 16 << 30
 
 // Observe accounts a sample of an open sandbox: its allocation from the
 // meter's last instant up to the sample's, and the growth of its cumulative
@@ -141,6 +161,14 @@ func Open(tx *gorm.DB, m Meter) error {
 // closed meter still takes counter growth (a final sample read after the
 // stop) but no more allocation. sample may be nil (nothing measured: a VM
 // that vanished). It returns the meter as it now stands.
+//
+// The counters come from the guest, so they are held to what is physically
+// possible (see grown): CPU growth to the sandbox's vCPUs times the time
+// since the last sample, I/O to MaxIOBytesPerSecond times it, the memory
+// peak to the sandbox's memory; a counter that went down was reset and
+// counts from zero; a sample not newer than the last one (a second replica's
+// late reading) moves no counter. The VM figures, which the host measured,
+// are accounted beside the guest's CPU (Entry.VMCPUNS).
 func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Meter, error) {
 	var m Meter
 	err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&m, "sandbox_id = ?", sandboxID).Error
@@ -155,6 +183,9 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 		switch {
 		case end != nil:
 			to = ts(*end)
+			if sample != nil && to.After(ts(sample.At)) {
+				to = ts(sample.At) // what the guest said cannot bill past the host's reading
+			}
 		case sample != nil:
 			to = ts(sample.At)
 		}
@@ -164,28 +195,46 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 	}
 	var d delta
 	d.wallMS = m.msAt(to) - m.msAt(from)
-	if sample != nil {
-		d.cpuNS = max(0, sample.CPUNS-m.CPUNS)
-		d.ioRead = max(0, sample.IOReadBytes-m.IOReadBytes)
-		d.ioWrite = max(0, sample.IOWriteBytes-m.IOWriteBytes)
-		d.peak = max(sample.MemoryPeakBytes, sample.MemoryCurrentBytes)
+	prev := m.StartedAt
+	if m.LastSampleAt != nil {
+		prev = *m.LastSampleAt
+	}
+	fresh := sample != nil && (m.LastSampleAt == nil || ts(sample.At).After(prev))
+	if fresh {
+		elapsed := max(ts(sample.At).Sub(prev), 0)
+		d.cpuNS = grown(m.CPUNS, sample.CPUNS, mulSat(int64(max(m.VCPUs, 1)), elapsed.Nanoseconds()))
+		ioLimit := int64(min(float64(MaxIOBytesPerSecond)*elapsed.Seconds(), math.MaxInt64/4))
+		d.ioRead = grown(m.IOReadBytes, sample.IOReadBytes, ioLimit)
+		d.ioWrite = grown(m.IOWriteBytes, sample.IOWriteBytes, ioLimit)
+		d.peak = max(sample.MemoryPeakBytes, sample.MemoryCurrentBytes, 0)
+		if m.MemoryMiB > 0 {
+			d.peak = min(d.peak, int64(m.MemoryMiB)<<20)
+		}
+		if sample.VMCPUNS > 0 && m.VMCPUNS > 0 && sample.VMCPUNS > m.VMCPUNS {
+			share := min(max(sample.VMShare, 0), 1)
+			d.vmCPUNS = int64(float64(sample.VMCPUNS-m.VMCPUNS) * share)
+		}
 	}
 	if err := accrue(tx, m, from, to, d); err != nil {
 		return Meter{}, err
 	}
 	set := map[string]any{"accounted_to": to}
-	if sample != nil {
+	if fresh {
 		at := ts(sample.At)
-		m.CPUNS = max(m.CPUNS, sample.CPUNS)
-		m.IOReadBytes = max(m.IOReadBytes, sample.IOReadBytes)
-		m.IOWriteBytes = max(m.IOWriteBytes, sample.IOWriteBytes)
+		m.CPUNS = max(sample.CPUNS, 0)
+		m.IOReadBytes = max(sample.IOReadBytes, 0)
+		m.IOWriteBytes = max(sample.IOWriteBytes, 0)
 		m.MemoryPeakBytes = max(m.MemoryPeakBytes, d.peak)
+		if sample.VMCPUNS > 0 {
+			m.VMCPUNS = sample.VMCPUNS
+			set["vm_cpu_ns"] = m.VMCPUNS
+		}
 		m.LastSampleAt = &at
 		set["cpu_ns"], set["io_read_bytes"], set["io_write_bytes"] = m.CPUNS, m.IOReadBytes, m.IOWriteBytes
 		set["memory_peak_bytes"], set["last_sample_at"] = m.MemoryPeakBytes, at
-		row := SampleRow{SandboxID: sandboxID, At: at, TenantID: m.TenantID, CPUNS: sample.CPUNS,
-			MemoryCurrentBytes: sample.MemoryCurrentBytes, MemoryPeakBytes: sample.MemoryPeakBytes, Pids: sample.Pids,
-			IOReadBytes: sample.IOReadBytes, IOWriteBytes: sample.IOWriteBytes}
+		row := SampleRow{SandboxID: sandboxID, At: at, TenantID: m.TenantID, CPUNS: m.CPUNS,
+			MemoryCurrentBytes: min(max(sample.MemoryCurrentBytes, 0), max(d.peak, 0)), MemoryPeakBytes: d.peak, Pids: max(sample.Pids, 0),
+			IOReadBytes: m.IOReadBytes, IOWriteBytes: m.IOWriteBytes}
 		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&row).Error; err != nil {
 			return Meter{}, fmt.Errorf("store usage sample of sandbox %s: %w", sandboxID, err)
 		}
@@ -199,6 +248,30 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 		return Meter{}, fmt.Errorf("move usage meter of sandbox %s: %w", sandboxID, err)
 	}
 	return m, nil
+}
+
+// grown is what a cumulative counter of the guest added from prev to cur,
+// held to limit (what is physically possible since prev was read). A
+// counter that went down was reset (a new cgroup, a restarted guest): all
+// of cur is new, as Prometheus' rate() takes it. A negative reading is 0.
+func grown(prev, cur, limit int64) int64 {
+	cur = max(cur, 0)
+	d := cur
+	if cur >= prev {
+		d = cur - prev
+	}
+	return min(d, max(limit, 0))
+}
+
+// mulSat is a*b for non-negative a and b, at most math.MaxInt64.
+func mulSat(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
 
 // Egress accounts bytes a sandbox moved through the egress gateway in one
@@ -231,6 +304,7 @@ type delta struct {
 	wallMS                 int64
 	cpuNS, ioRead, ioWrite int64
 	peak                   int64
+	vmCPUNS                int64
 }
 
 // accrue spreads d over the hours of [from, to): allocation by the time in
@@ -238,7 +312,7 @@ type delta struct {
 // the last hour, so sums stay exact). An empty interval puts the counters in
 // the hour of from.
 func accrue(tx *gorm.DB, m Meter, from, to time.Time, d delta) error {
-	if d.wallMS == 0 && d.cpuNS == 0 && d.ioRead == 0 && d.ioWrite == 0 && d.peak == 0 {
+	if d.wallMS == 0 && d.cpuNS == 0 && d.ioRead == 0 && d.ioWrite == 0 && d.peak == 0 && d.vmCPUNS == 0 {
 		return nil
 	}
 	base := Entry{SandboxID: m.SandboxID, TenantID: m.TenantID, Template: m.Template, UserID: m.UserID}
@@ -247,10 +321,10 @@ func accrue(tx *gorm.DB, m Meter, from, to time.Time, d delta) error {
 	if total <= 0 {
 		e := base
 		e.PeriodStart = from.Truncate(Period)
-		e.CPUNS, e.IOReadBytes, e.IOWriteBytes, e.MemoryPeakBytes = d.cpuNS, d.ioRead, d.ioWrite, d.peak
+		e.CPUNS, e.IOReadBytes, e.IOWriteBytes, e.MemoryPeakBytes, e.VMCPUNS = d.cpuNS, d.ioRead, d.ioWrite, d.peak, d.vmCPUNS
 		return upsert(tx, []Entry{e})
 	}
-	var used struct{ wall, cpu, r, w int64 }
+	var used struct{ wall, cpu, r, w, vm int64 }
 	for start := from; start.Before(to); {
 		next := start.Truncate(Period).Add(Period)
 		end := next
@@ -264,16 +338,19 @@ func accrue(tx *gorm.DB, m Meter, from, to time.Time, d delta) error {
 		if last {
 			e.WallMS = d.wallMS - used.wall
 			e.CPUNS, e.IOReadBytes, e.IOWriteBytes = d.cpuNS-used.cpu, d.ioRead-used.r, d.ioWrite-used.w
+			e.VMCPUNS = d.vmCPUNS - used.vm
 		} else {
 			part := end.Sub(start)
 			e.WallMS = min(m.msAt(end)-m.msAt(start), d.wallMS-used.wall)
 			e.CPUNS = share(d.cpuNS, part, total)
 			e.IOReadBytes, e.IOWriteBytes = share(d.ioRead, part, total), share(d.ioWrite, part, total)
+			e.VMCPUNS = share(d.vmCPUNS, part, total)
 		}
 		used.wall += e.WallMS
 		used.cpu += e.CPUNS
 		used.r += e.IOReadBytes
 		used.w += e.IOWriteBytes
+		used.vm += e.VMCPUNS
 		e.AllocVCPUMS = e.WallMS * int64(m.VCPUs)
 		e.AllocMiBMS = e.WallMS * int64(m.MemoryMiB)
 		rows = append(rows, e)
@@ -300,7 +377,7 @@ func upsert(tx *gorm.DB, rows []Entry) error {
 		return clause.Assignment{Column: clause.Column{Name: col}, Value: gorm.Expr("usage_ledger." + col + " + excluded." + col)}
 	}
 	set := clause.Set{add("alloc_vcpu_ms"), add("alloc_mib_ms"), add("wall_ms"), add("cpu_ns"), add("egress_up_bytes"),
-		add("egress_down_bytes"), add("io_read_bytes"), add("io_write_bytes"),
+		add("egress_down_bytes"), add("io_read_bytes"), add("io_write_bytes"), add("vm_cpu_ns"),
 		{Column: clause.Column{Name: "memory_peak_bytes"},
 			Value: gorm.Expr(greatest + "(usage_ledger.memory_peak_bytes, excluded.memory_peak_bytes)")}}
 	for i := range rows {

@@ -358,9 +358,9 @@ func TestCPUSecondsThisMonth(t *testing.T) {
 		tn := e.tenant(t, "cpu-month")
 		lastMonth := usage.MonthStart(t0).Add(-2 * time.Hour)
 		e.open(t, tn.ID, "old", 1, 128, lastMonth)
-		e.observe(t, "old", &usage.Sample{At: lastMonth.Add(time.Minute), CPUNS: int64(time.Hour)}, nil)
-		e.open(t, tn.ID, "new", 1, 128, t0)
-		e.observe(t, "new", &usage.Sample{At: t0.Add(time.Minute), CPUNS: int64(90 * time.Minute)}, nil)
+		e.observe(t, "old", &usage.Sample{At: lastMonth.Add(time.Hour), CPUNS: int64(time.Hour)}, nil)
+		e.open(t, tn.ID, "new", 2, 128, t0)
+		e.observe(t, "new", &usage.Sample{At: t0.Add(45 * time.Minute), CPUNS: int64(90 * time.Minute)}, nil)
 		got, err := e.store.CPUSecondsThisMonth(ctx, tn.ID)
 		if err != nil {
 			t.Fatal(err)

@@ -251,15 +251,21 @@ func MonthStart(t time.Time) time.Time {
 }
 
 // CPUSecondsSince is the CPU time the tenant's sandboxes used from since
-// on, inside tx (the quota check of a create).
+// on, inside tx (the quota check of a create): the larger of what their
+// guests measured and the share of their VMs' CPU time libvirt measured
+// while they ran. A guest that under-reports (a counter that never moves)
+// is still held to what its VM really burnt.
 func CPUSecondsSince(tx *gorm.DB, tenantID string, since time.Time) (float64, error) {
-	var ns int64
-	err := tx.Model(&Entry{}).Select("COALESCE(SUM(cpu_ns), 0)").
-		Where("tenant_id = ? AND period_start >= ?", tenantID, ts(since).Truncate(Period)).Scan(&ns).Error
+	var row struct {
+		CPU int64 `gorm:"column:cpu"`
+		VM  int64 `gorm:"column:vm"`
+	}
+	err := tx.Model(&Entry{}).Select("COALESCE(SUM(cpu_ns), 0) AS cpu, COALESCE(SUM(vm_cpu_ns), 0) AS vm").
+		Where("tenant_id = ? AND period_start >= ?", tenantID, ts(since).Truncate(Period)).Scan(&row).Error
 	if err != nil {
 		return 0, fmt.Errorf("cpu time of tenant %s: %w", tenantID, err)
 	}
-	return float64(ns) / 1e9, nil
+	return float64(max(row.CPU, row.VM)) / 1e9, nil
 }
 
 // CPUSecondsThisMonth is CPUSecondsSince the start of the current month.
