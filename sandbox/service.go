@@ -323,7 +323,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		ID: id, TenantID: tenantID, Template: lim.Template, TemplateVersion: lim.TemplateVersion,
 		VCPUs: lim.VCPUs, MemoryMiB: lim.MemoryMiB, TimeoutSeconds: lim.TimeoutSeconds, IdleTimeoutSeconds: lim.IdleTimeoutSeconds,
 		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
-		PolicyVersion: pol.Version,
+		PolicyVersion: pol.Version, IdempotencyKey: spec.IdempotencyKey,
 	}
 	// Tracked before it is written: the background loop never takes a
 	// create of this process for an abandoned one.

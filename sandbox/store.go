@@ -186,6 +186,29 @@ func (s *Store) Sandboxes(ctx context.Context, tenantID string) ([]Sandbox, erro
 	return append(active, ended...), nil
 }
 
+// ByIdempotencyKey returns the newest sandbox of the tenant that createdBy
+// made with the Idempotency-Key key.
+func (s *Store) ByIdempotencyKey(ctx context.Context, tenantID, createdBy, key string) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND created_by = ? AND idempotency_key = ?", tenantID, createdBy, key).
+		Order("id DESC").Take(&sb).Error
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox of idempotency key: %w", notFound(err))
+	}
+	return sb, nil
+}
+
+// WithIdempotencyKey returns the tenant's sandboxes created with the
+// Idempotency-Key key, newest first.
+func (s *Store) WithIdempotencyKey(ctx context.Context, tenantID, key string) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND idempotency_key = ?", tenantID, key).Order("id DESC").Limit(listLimit).Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes of idempotency key: %w", err)
+	}
+	return out, nil
+}
+
 // Events returns the state changes of the tenant's sandbox, oldest first.
 func (s *Store) Events(ctx context.Context, tenantID, id string) ([]Event, error) {
 	var out []Event

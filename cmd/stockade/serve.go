@@ -35,6 +35,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.flags(fs, getenv)
+	waitLease := fs.Bool("wait-lease", getenv("STOCKADE_WAIT_LEASE") == "true",
+		"wait for the server holding this installation to stop, instead of refusing to start (STOCKADE_WAIT_LEASE)")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
@@ -50,6 +52,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := tenants.Migrate(ctx, db); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
+	// One server per installation: the lease is taken before anything
+	// reconciles VMs or sandboxes; losing it stops this server.
+	ctx, releaseLease, err := serveLease(ctx, db, *waitLease, log)
+	if err != nil {
+		return err
+	}
+	defer releaseLease() // last: everything else has closed
 	store := tenants.NewStore(db, nil)
 	installID, err := store.InstallationID(ctx)
 	if err != nil {
@@ -216,7 +225,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log.Info("stockade serving", "addr", l.Addr().String(), "public_url", cfg.PublicURL, "installation", installID,
 		"database", dbKind(cfg.DB), "data_dir", cfg.DataDir, "version", version)
 	fmt.Fprintf(stdout, "Stockade is running at %s\n", cfg.PublicURL)
-	return <-errc
+	if err := <-errc; err != nil {
+		return err
+	}
+	return leaseLost(ctx)
 }
 
 // splitList splits a comma-separated setting, dropping empty items.
