@@ -118,7 +118,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer sbx.Close() // leaves sandboxes running: the next start adopts them
 	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log,
-		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays})
+		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays,
+		Exclusive: true}) // the installation lease: terminals a crashed server left end at once
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}
@@ -261,6 +262,12 @@ func sweepSessions(ctx context.Context, store *tenants.Store, log *slog.Logger) 
 				log.Warn("sweep sessions", "err", err)
 			} else if n > 0 {
 				log.Info("swept expired sessions", "count", n)
+			}
+			// Idempotency keys are remembered 24 h.
+			if n, err := store.DeleteExpiredIdempotencyKeys(ctx); err != nil {
+				log.Warn("sweep idempotency keys", "err", err)
+			} else if n > 0 {
+				log.Info("swept expired idempotency keys", "count", n)
 			}
 		}
 	}

@@ -727,6 +727,13 @@ func (f *fixture) testChannelBusy(t *testing.T, id string) {
 	if n := len(f.events(t, f.a.ID, audit.TypeVMFailed, id)); n != failedBefore {
 		t.Errorf("Got(vm.failed events) = %d new; want none for a busy channel", n-failedBefore)
 	}
+	// libvirt answers: ready.
+	var ready struct {
+		Checks map[string]string `json:"checks"`
+	}
+	if status, body := f.apiA.JSON(t, http.MethodGet, "/readyz", nil, &ready); status != http.StatusOK || ready.Checks["libvirt"] != "ok" {
+		t.Errorf("Got(GET /readyz with libvirt up) = %d %s; want 200, libvirt ok", status, body)
+	}
 	held.Close()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -827,6 +834,15 @@ func TestHypervisorUnavailable(t *testing.T) {
 		t.Fatalf("Got(Available) = %v; want ErrUnavailable", err)
 	}
 	env := newWeb(t, db, svc, "op@example.com")
+	// Not ready while no libvirt host answers, and the answer says so.
+	var ready struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	if status, body := env.Anonymous().JSON(t, http.MethodGet, "/readyz", nil, &ready); status != http.StatusServiceUnavailable ||
+		ready.Status != "unavailable" || !strings.Contains(ready.Checks["libvirt"], bogus) || ready.Checks["server"] != "ok" {
+		t.Errorf("Got(GET /readyz with libvirt down) = %d %s; want 503 naming libvirt at %s", status, body, bogus)
+	}
 	check := func(t *testing.T, env *webtest.Env, what string) {
 		ts := tenants.NewStore(db, nil)
 		tn, err := ts.CreateTenantWithAdmin(ctx, audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "down-"+what, "", "admin@"+what+".example")
