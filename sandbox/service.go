@@ -39,6 +39,7 @@ type VMs interface {
 	Release(ctx context.Context, tenantID, id string) error
 	Create(ctx context.Context, actor audit.Actor, tenantID string) (vmpool.VM, error)
 	Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error)
+	Quota(ctx context.Context, tenantID string) (tenants.Quota, error)
 }
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -156,6 +157,7 @@ type Service struct {
 	missing  map[string]bool // sandboxes the last sync found missing from their agent
 	ended    endObservers
 	tenantMu map[string]*sync.Mutex // placement and release decisions
+	admitMu  map[string]*sync.Mutex // a create's capacity check and its record
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
 	once     sync.Once
@@ -170,7 +172,7 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
-		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+		inflight: map[string]int{}, missing: map[string]bool{}, tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -329,7 +331,14 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	// create of this process for an abandoned one.
 	s.track(id)
 	defer s.untrack(id)
-	if err := s.store.create(ctx, actor, &sb); err != nil {
+	amu := lockOf(&s.mu, s.admitMu, tenantID)
+	amu.Lock()
+	err = s.admit(ctx, pool, sb)
+	if err == nil {
+		err = s.store.create(ctx, actor, &sb)
+	}
+	amu.Unlock()
+	if err != nil {
 		return Sandbox{}, err
 	}
 	// From here on the sandbox exists: it ends running or failed even if

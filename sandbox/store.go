@@ -272,6 +272,17 @@ func (s *Store) loadByVM(ctx context.Context, tenantID string) (map[string]vmLoa
 	return out, nil
 }
 
+// unplaced returns the tenant's sandboxes being created that are not on a
+// VM yet, oldest first.
+func (s *Store) unplaced(ctx context.Context, tenantID string) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND vm_id = ''", tenantID, StateCreating).Order("id").Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("unplaced sandboxes of tenant %s: %w", tenantID, err)
+	}
+	return out, nil
+}
+
 // place records the VM a creating sandbox goes to.
 func (s *Store) place(ctx context.Context, id, vmID string) error {
 	res := s.db.WithContext(ctx).Model(&Sandbox{}).Where("id = ? AND state = ?", id, StateCreating).Update("vm_id", vmID)
