@@ -49,10 +49,15 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	cfg.LogOutput = io.Discard
 	// Streams the agent opens wait here; beyond the backlog yamux resets them.
 	cfg.AcceptBacklog = 32
-	cfg.KeepAliveInterval = 15 * time.Second
+	keepAlive := 15 * time.Second
 	if opts.KeepAliveInterval > 0 {
-		cfg.KeepAliveInterval = opts.KeepAliveInterval
+		keepAlive = opts.KeepAliveInterval
 	}
+	// yamux's own keepalive starts with the session and gives up 25 s in
+	// when the guest has not answered a ping: a guest still booting (a slow
+	// TCG boot on a loaded host) would lose its handshake. Pings start once
+	// the agent said hello (keepAlive below); the hello is bounded by ctx.
+	cfg.EnableKeepAlive = false
 	link, err := newHostLink(conn)
 	if err != nil {
 		conn.Close()
@@ -85,7 +90,29 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	}
 	c.hello = *resp.Hello
 	log.Debug("agent hello", "agent", c.hello.Agent, "kernel", c.hello.Kernel, "protocol", c.hello.Protocol)
+	go c.keepAlive(keepAlive)
 	return c, nil
+}
+
+// keepAlive pings the agent every interval and ends the session when a
+// ping goes unanswered (yamux bounds each ping by its write timeout).
+func (c *Client) keepAlive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.sess.CloseChan():
+			return
+		case <-t.C:
+		}
+		if _, err := c.sess.Ping(); err != nil {
+			if !c.sess.IsClosed() {
+				c.log.Warn("agent keepalive failed: ending the session", "err", err)
+				c.sess.Close()
+			}
+			return
+		}
+	}
 }
 
 // Hello returns what the agent said in the handshake (the guest's claim).
