@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
@@ -58,9 +59,10 @@ func (e *testEnv) testBurstBeyondCapacity(t *testing.T) {
 	var before int64
 	e.db.Model(&sandbox.Sandbox{}).Where("tenant_id = ?", e.a.ID).Count(&before)
 	failedBefore := len(e.events(t, e.a.ID, audit.TypeSandboxFailed, ""))
-	// 2048 MiB less the guest's 128: room for 7 of 256 MiB.
-	const burst, fit = 12, 7
+	// 2048 MiB less the guest's 128: room for 3 of 512 MiB.
+	const burst, fit = 6, 3
 	api := e.api(e.tokA)
+	api.Client.Timeout = 5 * time.Minute // creates at once in one TCG VM, on a busy host
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -72,7 +74,7 @@ func (e *testEnv) testBurstBeyondCapacity(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, body, hdr := call(t, api, http.MethodPost, "/api/v1/sandboxes", map[string]any{"memory_mib": 256})
+			status, body, hdr := call(t, api, http.MethodPost, "/api/v1/sandboxes", map[string]any{"memory_mib": 512})
 			mu.Lock()
 			defer mu.Unlock()
 			switch status {
