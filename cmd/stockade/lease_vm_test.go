@@ -102,14 +102,12 @@ func TestServeOneServerPerInstallation(t *testing.T) {
 				VMID  string `json:"vm_id"`
 				State string `json:"state"`
 			}
+			// Removed by the test at its end; a failure on the way leaves them to
+			// destroyLeftovers.
 			s, b := api(http.MethodPost, "/api/v1/sandboxes", `{"template":"busybox","memory_mib":64}`)
 			if err := json.Unmarshal([]byte(b), &sb); s != http.StatusCreated || err != nil || sb.State != "running" {
 				t.Fatalf("Got(POST /api/v1/sandboxes) = %d %s; want 201 running", s, b)
 			}
-			defer func() {
-				api(http.MethodDelete, "/api/v1/sandboxes/"+sb.ID, "")
-				api(http.MethodDelete, "/api/v1/vms/"+sb.VMID, "")
-			}()
 
 			// The second server on the same installation refuses before it
 			// touches any VM, and says who holds it.
@@ -216,8 +214,14 @@ func startServe(t *testing.T, getenv func(string) string) *served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{base: "http://" + getenv("STOCKADE_ADDR"), cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, []string{"serve"}, getenv, io.Discard, io.Discard) }()
-	t.Cleanup(func() { s.stop(t) })
+	logs := &lockedBuffer{}
+	go func() { s.done <- run(ctx, []string{"serve"}, getenv, io.Discard, logs) }()
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("serve at %s logged:\n%s", s.base, tail(logs, 16<<10))
+		}
+	})
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		select {
@@ -278,4 +282,13 @@ func destroyLeftovers(t *testing.T, dsn, dir string) {
 			h.Destroy(ctx, d.ID)
 		}
 	})
+}
+
+// tail is the end of a server's log, at most n bytes.
+func tail(l *lockedBuffer, n int) string {
+	s := l.String()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return s
 }

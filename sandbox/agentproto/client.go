@@ -94,23 +94,37 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	return c, nil
 }
 
-// keepAlive pings the agent every interval and ends the session when a
-// ping goes unanswered (yamux bounds each ping by its write timeout).
+// maxMissedPings is how many pings in a row may go unanswered before the
+// session is given up: a TCG guest starved of CPU on a loaded host can miss
+// one (yamux waits 10 s for each), and a VM that died is reported by
+// libvirt anyway.
+const maxMissedPings = 3
+
+// keepAlive pings the agent every interval and ends the session when
+// maxMissedPings pings in a row went unanswered.
 func (c *Client) keepAlive(every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	missed := 0
 	for {
 		select {
 		case <-c.sess.CloseChan():
 			return
 		case <-t.C:
 		}
-		if _, err := c.sess.Ping(); err != nil {
-			if !c.sess.IsClosed() {
-				c.log.Warn("agent keepalive failed: ending the session", "err", err)
-				c.sess.Close()
-			}
+		_, err := c.sess.Ping()
+		switch {
+		case err == nil:
+			missed = 0
+		case c.sess.IsClosed():
 			return
+		default:
+			if missed++; missed >= maxMissedPings {
+				c.log.Warn("agent keepalive failed: ending the session", "missed_pings", missed, "err", err)
+				c.sess.Close()
+				return
+			}
+			c.log.Info("agent missed a keepalive ping", "missed", missed, "err", err)
 		}
 	}
 }
