@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -47,14 +48,29 @@ func (h *Handlers) Healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// Readyz says whether the server can serve: its database answers.
+// Readyz says whether the server can serve: its database answers, its
+// identity provider is discovered and, when it runs VMs, a libvirt host is
+// reachable. A 503 names each check that failed ("libvirt": why).
 func (h *Handlers) Readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	if h.ready != nil {
-		if err := h.ready(ctx); err != nil {
-			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+	checks := map[string]string{}
+	var failed []string
+	check := func(name string, err error) {
+		checks[name] = "ok"
+		if err != nil {
+			checks[name] = err.Error()
+			failed = append(failed, err.Error())
 		}
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	if h.ready != nil {
+		check("server", h.ready(ctx))
+	}
+	if h.vms != nil {
+		check("libvirt", h.vms.Available())
+	}
+	if len(failed) > 0 {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": strings.Join(failed, "; "), "checks": checks})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }

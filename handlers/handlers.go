@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a-h/templ"
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/sandbox"
@@ -76,6 +77,8 @@ type Handlers struct {
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
+	// instance names this server process in the idempotency keys it runs.
+	instance string
 }
 
 // Deps are the services handlers call.
@@ -131,7 +134,7 @@ func New(cfg Config, d Deps) *Handlers {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations}
+		integrations: d.Integrations, instance: uuid.NewString()}
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -54,6 +54,7 @@ type SandboxJSON struct {
 	GuestReadyMS       int64              `json:"guest_ready_ms,omitempty"`
 	Execs              int                `json:"execs"`
 	PolicyVersion      int                `json:"policy_version"`
+	IdempotencyKey     string             `json:"idempotency_key,omitempty"`
 	Stats              *SandboxStatsJSON  `json:"stats,omitempty"`
 	Events             []SandboxEventJSON `json:"events,omitempty"`
 }
@@ -92,7 +93,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
 		EndedAt: timePtr(sb.EndedAt), LastActiveAt: timePtr(sb.LastActiveAt), CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
-		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion,
+		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey,
 	}
 }
 
@@ -113,7 +114,14 @@ func (h *Handlers) APISandboxes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sbs, err := svc.List(c.Request().Context(), CallerOf(c).Tenant.ID)
+	var sbs []sandbox.Sandbox
+	if key := c.QueryParam("idempotency_key"); key != "" {
+		// The sandboxes a create with that key made, whatever happened to
+		// the create's answer (a server that crashed mid-create, say).
+		sbs, err = svc.Store().WithIdempotencyKey(c.Request().Context(), CallerOf(c).Tenant.ID, key)
+	} else {
+		sbs, err = svc.List(c.Request().Context(), CallerOf(c).Tenant.ID)
+	}
 	if err != nil {
 		return err
 	}
@@ -140,7 +148,7 @@ func (h *Handlers) APICreateSandbox(c echo.Context) error {
 	cl := CallerOf(c)
 	sb, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, sandbox.Spec{
 		Template: in.Template, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, TimeoutSeconds: in.TimeoutSeconds,
-		IdleTimeoutSeconds: in.IdleTimeoutSeconds, Env: in.Env, Metadata: in.Metadata,
+		IdleTimeoutSeconds: in.IdleTimeoutSeconds, Env: in.Env, Metadata: in.Metadata, IdempotencyKey: IdempotencyKeyOf(c),
 	})
 	if err != nil {
 		return err

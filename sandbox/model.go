@@ -71,6 +71,9 @@ type Sandbox struct {
 	// PolicyVersion is the tenant policy version it started under (0: the
 	// defaults, or a service without policies).
 	PolicyVersion int `gorm:"column:policy_version"`
+	// IdempotencyKey is the Idempotency-Key of the create that made it ("":
+	// none).
+	IdempotencyKey string `gorm:"column:idempotency_key"`
 }
 
 // TableName is the GORM table of Sandbox.

@@ -196,6 +196,8 @@ func TestSandboxes(t *testing.T) {
 	t.Run("Permissions", e.testPermissions)
 	t.Run("Pages", e.testPages)
 	t.Run("CLI", e.testCLI)
+	t.Run("IdempotentCreate", e.testIdempotentCreate)
+	t.Run("BurstBeyondCapacity", e.testBurstBeyondCapacity)
 	t.Run("PlacementBootsWhenFull", e.testPlacement)
 	t.Run("RestartAdopts", e.testRestart)
 	t.Run("Metering", e.testMetering)

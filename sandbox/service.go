@@ -41,6 +41,7 @@ type VMs interface {
 	Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error)
 	// CPUTime is libvirt's CPU time of the running VM so far.
 	CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error)
+	Quota(ctx context.Context, tenantID string) (tenants.Quota, error)
 }
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -170,6 +171,7 @@ type Service struct {
 	guestLog *audit.Limiter
 	ended    endObservers
 	tenantMu map[string]*sync.Mutex // placement and release decisions
+	admitMu  map[string]*sync.Mutex // a create's capacity check and its record
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
 	once     sync.Once
@@ -185,7 +187,7 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	s := &Service{
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
 		inflight: map[string]int{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
-		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -340,13 +342,20 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		ID: id, TenantID: tenantID, Template: lim.Template, TemplateVersion: lim.TemplateVersion,
 		VCPUs: lim.VCPUs, MemoryMiB: lim.MemoryMiB, TimeoutSeconds: lim.TimeoutSeconds, IdleTimeoutSeconds: lim.IdleTimeoutSeconds,
 		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
-		PolicyVersion: pol.Version,
+		PolicyVersion: pol.Version, IdempotencyKey: spec.IdempotencyKey,
 	}
 	// Tracked before it is written: the background loop never takes a
 	// create of this process for an abandoned one.
 	s.track(id)
 	defer s.untrack(id)
-	if err := s.store.create(ctx, actor, &sb); err != nil {
+	amu := lockOf(&s.mu, s.admitMu, tenantID)
+	amu.Lock()
+	err = s.admit(ctx, pool, sb)
+	if err == nil {
+		err = s.store.create(ctx, actor, &sb)
+	}
+	amu.Unlock()
+	if err != nil {
 		return Sandbox{}, err
 	}
 	// From here on the sandbox exists: it ends running or failed even if

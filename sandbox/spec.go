@@ -28,6 +28,10 @@ type Spec struct {
 	// stored; the values go to the VM alone.
 	Env      map[string]string
 	Metadata map[string]string
+	// IdempotencyKey is the create's Idempotency-Key, stored with the
+	// sandbox as it is recorded, before any VM work: a retry after a server
+	// crash finds the sandbox by it.
+	IdempotencyKey string
 }
 
 // Bounds of a Spec.

@@ -187,6 +187,29 @@ func (s *Store) Sandboxes(ctx context.Context, tenantID string) ([]Sandbox, erro
 	return append(active, ended...), nil
 }
 
+// ByIdempotencyKey returns the newest sandbox of the tenant that createdBy
+// made with the Idempotency-Key key.
+func (s *Store) ByIdempotencyKey(ctx context.Context, tenantID, createdBy, key string) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND created_by = ? AND idempotency_key = ?", tenantID, createdBy, key).
+		Order("id DESC").Take(&sb).Error
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox of idempotency key: %w", notFound(err))
+	}
+	return sb, nil
+}
+
+// WithIdempotencyKey returns the tenant's sandboxes created with the
+// Idempotency-Key key, newest first.
+func (s *Store) WithIdempotencyKey(ctx context.Context, tenantID, key string) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND idempotency_key = ?", tenantID, key).Order("id DESC").Limit(listLimit).Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes of idempotency key: %w", err)
+	}
+	return out, nil
+}
+
 // Events returns the state changes of the tenant's sandbox, oldest first.
 func (s *Store) Events(ctx context.Context, tenantID, id string) ([]Event, error) {
 	var out []Event
@@ -246,6 +269,17 @@ func (s *Store) loadByVM(ctx context.Context, tenantID string) (map[string]vmLoa
 	out := make(map[string]vmLoad, len(rows))
 	for _, r := range rows {
 		out[r.VMID] = vmLoad{VMID: r.VMID, Sandboxes: r.N, VCPUs: r.VCPUs, MemoryMiB: r.Memory}
+	}
+	return out, nil
+}
+
+// unplaced returns the tenant's sandboxes being created that are not on a
+// VM yet, oldest first.
+func (s *Store) unplaced(ctx context.Context, tenantID string) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND vm_id = ''", tenantID, StateCreating).Order("id").Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("unplaced sandboxes of tenant %s: %w", tenantID, err)
 	}
 	return out, nil
 }

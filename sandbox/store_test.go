@@ -196,3 +196,40 @@ func TestStoreTransitionOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreIdempotencyKey: the key is written with the sandbox's row; it is
+// found by its tenant and creator, never another tenant's. On SQLite and
+// PostgreSQL.
+func TestStoreIdempotencyKey(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) {
+			ctx := context.Background()
+			st := NewStore(d.DB, nil)
+			a, b := newTenant(t, d.DB, "idem-a-"+d.Name), newTenant(t, d.DB, "idem-b-"+d.Name)
+			first := newRecord(a.ID, 1, 1, 64)
+			first.IdempotencyKey = "k-1"
+			if err := st.create(ctx, testActor, first); err != nil {
+				t.Fatal(err)
+			}
+			other := newRecord(b.ID, 2, 1, 64)
+			other.IdempotencyKey = "k-1"
+			if err := st.create(ctx, testActor, other); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.ByIdempotencyKey(ctx, a.ID, testActor.ID, "k-1")
+			if err != nil || got.ID != first.ID || got.IdempotencyKey != "k-1" || got.State != StateCreating {
+				t.Errorf("Got(ByIdempotencyKey) = %+v, %v; want %s, creating, as soon as recorded", got, err, first.ID)
+			}
+			if _, err := st.ByIdempotencyKey(ctx, a.ID, "someone-else", "k-1"); !errors.Is(err, tenants.ErrNotFound) {
+				t.Errorf("Got(ByIdempotencyKey of another creator) err = %v; want ErrNotFound", err)
+			}
+			list, err := st.WithIdempotencyKey(ctx, b.ID, "k-1")
+			if err != nil || len(list) != 1 || list[0].ID != other.ID {
+				t.Errorf("Got(WithIdempotencyKey in tenant b) = %v, %v; want only b's sandbox", list, err)
+			}
+			if list, err := st.WithIdempotencyKey(ctx, a.ID, "k-2"); err != nil || len(list) != 0 {
+				t.Errorf("Got(WithIdempotencyKey of an unused key) = %v, %v; want none", list, err)
+			}
+		})
+	}
+}

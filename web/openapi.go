@@ -51,6 +51,11 @@ func problem(desc string) obj {
 
 var idParam = obj{"name": "id", "in": "path", "required": true, "schema": obj{"type": "string"}}
 
+// idemParam makes a create idempotent (handlers.Idempotent).
+var idemParam = obj{"name": "Idempotency-Key", "in": "header", "schema": obj{"type": "string", "maxLength": 255},
+	"description": "a retry with the same key within 24 h answers the first result (Idempotent-Replayed: true) and creates nothing; " +
+		"the same key with another request is a 422, one still running a 409"}
+
 var nameParam = obj{"name": "name", "in": "path", "required": true, "schema": obj{"type": "string"}}
 
 // op is one documented operation.
@@ -131,7 +136,8 @@ func operations() []op {
 
 		{method: "GET", path: "/api/v1/tokens", summary: "List the tenant's API tokens (never their secrets)", tag: "tokens",
 			responses: list("tokens", "Token")},
-		{method: "POST", path: "/api/v1/tokens", summary: "Create an API token; its secret is in this answer only", tag: "tokens",
+		{method: "POST", path: "/api/v1/tokens", summary: "Create an API token; its secret is in this answer only (and in replays of it, sealed at rest)", tag: "tokens",
+			params: []obj{idemParam},
 			body: jsonBody(object([]string{"name", "role"}, obj{"name": str("what it is for"), "role": ref("Role"),
 				"ttl": str("lifetime: 24h, 7d, 30d, 90d or 365d; default 30d")})),
 			responses: obj{"201": jsonResponse("The token with its secret in token", ref("Token"))}},
@@ -213,6 +219,7 @@ func operations() []op {
 			responses: obj{"200": jsonResponse("The VMs", object([]string{"vms", "hypervisor"}, obj{"vms": arrayOf(ref("VM")),
 				"hypervisor": object([]string{"available"}, obj{"available": boolean("a libvirt host is reachable"), "detail": str("why not")})}))}},
 		{method: "POST", path: "/api/v1/vms", summary: "Boot a VM in the tenant's pool (no body, or {}); it boots in the background", tag: "vms",
+			params: []obj{idemParam},
 			responses: obj{"202": jsonResponse("The VM, booting", ref("VM")), "429": problem("Over the pool's max_vms or the tenant quota"),
 				"503": problem("No libvirt host reachable, or no guest image")}},
 		{method: "GET", path: "/api/v1/vms/{id}", summary: "One VM with live CPU and guest numbers", tag: "vms", responses: ok("The VM", "VM")},
@@ -231,9 +238,11 @@ func operations() []op {
 			responses: obj{"200": jsonResponse("The pool", ref("Pool")), "429": problem("The pool grown to max_vms would not fit the quota")}},
 
 		{method: "GET", path: "/api/v1/sandboxes", summary: "List the tenant's sandboxes: active ones, then recently ended", tag: "sandboxes",
+			params:    []obj{query("idempotency_key", "only the sandboxes made by creates with this Idempotency-Key", obj{"type": "string"})},
 			responses: list("sandboxes", "Sandbox")},
 		{method: "POST", path: "/api/v1/sandboxes", summary: "Create a sandbox; answers once it runs", tag: "sandboxes",
-			body: jsonBody(ref("SandboxCreate")),
+			params: []obj{idemParam},
+			body:   jsonBody(ref("SandboxCreate")),
 			responses: obj{
 				"201": jsonResponse("The sandbox, running", ref("Sandbox")),
 				"429": problem("Over the tenant quota (errors[].field names it: max_sandboxes, max_vcpus, max_memory_mib) or the pool's max_vms"),
@@ -379,7 +388,7 @@ func operations() []op {
 		{method: "DELETE", path: "/api/v1/workflows/{name}", summary: "Delete a workflow (its versions and runs stay)", tag: "workflows",
 			params: []obj{nameParam}, responses: obj{"204": obj{"description": "Done"}, "404": problem("No such workflow in the caller's tenant")}},
 		{method: "POST", path: "/api/v1/workflows/{name}/runs", summary: "Start a run by hand (the workflow needs a manual trigger); its sandbox is destroyed when it ends", tag: "runs",
-			params:    []obj{nameParam},
+			params:    []obj{nameParam, idemParam},
 			body:      obj{"required": false, "content": obj{"application/json": obj{"schema": object(nil, obj{"ref": str("git ref to run at"), "sha": str("commit id")})}}},
 			responses: obj{"201": jsonResponse("The queued run", ref("Run")), "404": problem("No such workflow in the caller's tenant")}},
 		{method: "GET", path: "/api/v1/workflow-settings", summary: "The tenant's workflow settings", tag: "workflows",
@@ -401,6 +410,7 @@ func operations() []op {
 		{method: "POST", path: "/api/v1/runs/{id}/cancel", summary: "Cancel a queued or running run; its sandbox is destroyed", tag: "runs",
 			responses: obj{"200": jsonResponse("The cancelled run", ref("Run")), "409": problem("The run has already ended")}},
 		{method: "POST", path: "/api/v1/runs/{id}/rerun", summary: "Start a new run of the same workflow version and trigger", tag: "runs",
+			params:    []obj{idemParam},
 			responses: obj{"201": jsonResponse("The new run", ref("Run"))}},
 	}
 }
@@ -558,6 +568,7 @@ func schemas() obj {
 			"created_by": str(""), "created_at": timeField(""), "started_at": timeField(""), "expires_at": timeField("when its lifetime ends"),
 			"ended_at": timeField(""), "last_active_at": timeField(""), "create_ms": integer("request to running"),
 			"guest_ready_ms": integer("the agent's own create time"), "execs": integer("commands run"), "policy_version": integer("the tenant policy version it started under (0: the defaults)"),
+			"idempotency_key": str("the Idempotency-Key of the create that made it"),
 			"stats": object(nil, obj{"cpu_usage_ms": integer(""), "memory_current_bytes": integer(""), "memory_peak_bytes": integer(""),
 				"memory_max_bytes": integer(""), "oom_kills": integer(""), "pids": integer(""), "pids_max": integer(""),
 				"disk_used_bytes": integer(""), "disk_size_bytes": integer(""), "workspace_used_bytes": integer(""), "workspace_size_bytes": integer("")}),

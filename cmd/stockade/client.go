@@ -75,9 +75,9 @@ func (p *problemError) Error() string {
 	return b.String()
 }
 
-// do sends a request and returns the response when it succeeded, or the
-// problem it answered.
-func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Response, error) {
+// do sends a request (with headers given as name, value pairs) and returns
+// the response when it succeeded, or the problem it answered.
+func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader, contentType string, hdr ...string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err
@@ -93,6 +93,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader,
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -111,7 +114,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader,
 }
 
 // json sends in (nil: no body) and decodes the answer into out (nil: ignore it).
-func (c *apiClient) json(ctx context.Context, method, path string, in, out any) error {
+func (c *apiClient) json(ctx context.Context, method, path string, in, out any, hdr ...string) error {
 	var body io.Reader
 	ct := ""
 	if in != nil {
@@ -121,7 +124,7 @@ func (c *apiClient) json(ctx context.Context, method, path string, in, out any) 
 		}
 		body, ct = bytes.NewReader(b), "application/json"
 	}
-	resp, err := c.do(ctx, method, path, body, ct)
+	resp, err := c.do(ctx, method, path, body, ct, hdr...)
 	if err != nil {
 		return err
 	}

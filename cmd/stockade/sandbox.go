@@ -9,12 +9,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stockade-dev/stockade/handlers"
 )
 
 // sandboxCmd is the API client for sandboxes: create, ls, show, exec, cp, rm.
@@ -90,6 +95,9 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, std
 	env, meta := listFlag{}, listFlag{}
 	fs.Var(env, "env", "KEY=VALUE added to every command (repeatable)")
 	fs.Var(meta, "meta", "KEY=VALUE label (repeatable)")
+	key := fs.String("idempotency-key", "", "Idempotency-Key of the create (default: a new random one); retries send the same")
+	attemptTimeout := fs.Duration("attempt-timeout", 5*time.Minute, "give up on one attempt after this long, and retry")
+	retries := fs.Int("retries", 3, "retries after a timeout, a lost connection or an unavailable server")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
@@ -122,11 +130,57 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, std
 	var out struct {
 		ID string `json:"id"`
 	}
-	if err := c.json(ctx, "POST", "/api/v1/sandboxes", in, &out); err != nil {
+	if *key == "" {
+		*key = uuid.NewString()
+	}
+	// The same key on every attempt: a retry of a create the server did
+	// finish answers that sandbox, never a second one.
+	err := retryIdempotent(ctx, *retries, *attemptTimeout, stderr, func(ctx context.Context) error {
+		return c.json(ctx, "POST", "/api/v1/sandboxes", in, &out, handlers.IdempotencyHeader, *key)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, out.ID)
 	return nil
+}
+
+// retryIdempotent runs an idempotent call, each attempt bounded by
+// attemptTimeout, retrying up to retries times (1 s, 2 s, 4 s ... apart)
+// when it timed out, the connection failed, the server was unavailable or
+// the first attempt still ran there.
+func retryIdempotent(ctx context.Context, retries int, attemptTimeout time.Duration, stderr io.Writer, call func(context.Context) error) error {
+	delay := time.Second
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := call(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || attempt >= retries || !retryable(err) {
+			return err
+		}
+		fmt.Fprintf(stderr, "stockade: %v; retrying in %s with the same Idempotency-Key\n", err, delay)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+func retryable(err error) bool {
+	var p *problemError
+	if errors.As(err, &p) {
+		switch p.Status {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return true
+		case http.StatusConflict:
+			return strings.Contains(p.Detail, handlers.IdempotencyHeader) // the first attempt still runs
+		}
+		return false
+	}
+	// Timeouts, refused or dropped connections (a server restarting).
+	return true
 }
 
 func sandboxList(ctx context.Context, c *apiClient, stdout io.Writer) error {

@@ -36,6 +36,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.flags(fs, getenv)
+	waitLease := fs.Bool("wait-lease", getenv("STOCKADE_WAIT_LEASE") == "true",
+		"wait for the server holding this installation to stop, instead of refusing to start (STOCKADE_WAIT_LEASE)")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
@@ -51,6 +53,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := tenants.Migrate(ctx, db); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
+	// One server per installation: the lease is taken before anything
+	// reconciles VMs or sandboxes; losing it stops this server.
+	ctx, releaseLease, err := serveLease(ctx, db, *waitLease, log)
+	if err != nil {
+		return err
+	}
+	defer releaseLease() // last: everything else has closed
 	store := tenants.NewStore(db, nil)
 	installID, err := store.InstallationID(ctx)
 	if err != nil {
@@ -111,7 +120,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer sbx.Close() // leaves sandboxes running: the next start adopts them
 	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log,
 		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays,
-		MaxRecordingBytes: mib(cfg.RecordingMaxMiB), MaxTenantRecordingBytes: mib(cfg.RecordingTenantMaxMiB)})
+		MaxRecordingBytes: mib(cfg.RecordingMaxMiB), MaxTenantRecordingBytes: mib(cfg.RecordingTenantMaxMiB),
+		Exclusive: true}) // the installation lease: terminals a crashed server left end at once
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}
@@ -218,7 +228,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log.Info("stockade serving", "addr", l.Addr().String(), "public_url", cfg.PublicURL, "installation", installID,
 		"database", dbKind(cfg.DB), "data_dir", cfg.DataDir, "version", version)
 	fmt.Fprintf(stdout, "Stockade is running at %s\n", cfg.PublicURL)
-	return <-errc
+	if err := <-errc; err != nil {
+		return err
+	}
+	return leaseLost(ctx)
 }
 
 // splitList splits a comma-separated setting, dropping empty items.
@@ -258,6 +271,12 @@ func sweep(ctx context.Context, store *tenants.Store, egressEvents *egress.Store
 				log.Warn("prune egress events", "err", err)
 			} else if n > 0 {
 				log.Info("pruned egress events", "count", n, "retention_days", egressDays)
+			}
+			// Idempotency keys are remembered 24 h.
+			if n, err := store.DeleteExpiredIdempotencyKeys(ctx); err != nil {
+				log.Warn("sweep idempotency keys", "err", err)
+			} else if n > 0 {
+				log.Info("swept expired idempotency keys", "count", n)
 			}
 		}
 	}

@@ -49,10 +49,15 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	cfg.LogOutput = io.Discard
 	// Streams the agent opens wait here; beyond the backlog yamux resets them.
 	cfg.AcceptBacklog = 32
-	cfg.KeepAliveInterval = 15 * time.Second
+	keepAlive := 15 * time.Second
 	if opts.KeepAliveInterval > 0 {
-		cfg.KeepAliveInterval = opts.KeepAliveInterval
+		keepAlive = opts.KeepAliveInterval
 	}
+	// yamux's own keepalive starts with the session and gives up 25 s in
+	// when the guest has not answered a ping: a guest still booting (a slow
+	// TCG boot on a loaded host) would lose its handshake. Pings start once
+	// the agent said hello (keepAlive below); the hello is bounded by ctx.
+	cfg.EnableKeepAlive = false
 	link, err := newHostLink(conn)
 	if err != nil {
 		conn.Close()
@@ -85,7 +90,43 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	}
 	c.hello = *resp.Hello
 	log.Debug("agent hello", "agent", c.hello.Agent, "kernel", c.hello.Kernel, "protocol", c.hello.Protocol)
+	go c.keepAlive(keepAlive)
 	return c, nil
+}
+
+// maxMissedPings is how many pings in a row may go unanswered before the
+// session is given up: a TCG guest starved of CPU on a loaded host can miss
+// one (yamux waits 10 s for each), and a VM that died is reported by
+// libvirt anyway.
+const maxMissedPings = 3
+
+// keepAlive pings the agent every interval and ends the session when
+// maxMissedPings pings in a row went unanswered.
+func (c *Client) keepAlive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	missed := 0
+	for {
+		select {
+		case <-c.sess.CloseChan():
+			return
+		case <-t.C:
+		}
+		_, err := c.sess.Ping()
+		switch {
+		case err == nil:
+			missed = 0
+		case c.sess.IsClosed():
+			return
+		default:
+			if missed++; missed >= maxMissedPings {
+				c.log.Warn("agent keepalive failed: ending the session", "missed_pings", missed, "err", err)
+				c.sess.Close()
+				return
+			}
+			c.log.Info("agent missed a keepalive ping", "missed", missed, "err", err)
+		}
+	}
 }
 
 // Hello returns what the agent said in the handshake (the guest's claim).

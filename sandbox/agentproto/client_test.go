@@ -423,3 +423,65 @@ func TestSessionEndsWhenHostLeaves(t *testing.T) {
 		t.Error("Got(Done()) open after Close(); want closed")
 	}
 }
+
+// TestDialWaitsForASlowBoot: the guest's agent answers only after the
+// host's pings would have timed out (a TCG boot on a loaded host takes more
+// than yamux's 15 s keepalive plus 10 s ping timeout): the handshake still
+// succeeds, bounded by its context alone, and pings run once it has.
+func TestDialWaitsForASlowBoot(t *testing.T) {
+	srv, err := agent.NewServer(agent.Config{PowerOff: func() error { return nil }, Version: "slow-boot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A socket pair buffers like the virtio-serial channel does while the
+	// guest has not opened its port: the host's writes do not wait for it.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostEnd, agentEnd := fileConn(t, fds[0]), fileConn(t, fds[1])
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	booted := make(chan struct{})
+	go func() {
+		// Booting: nothing reads the channel for longer than a ping may wait.
+		select {
+		case <-time.After(11 * time.Second):
+		case <-ctx.Done():
+		}
+		close(booted)
+		done <- srv.Serve(ctx, agentEnd)
+	}()
+	defer func() {
+		cancel()
+		hostEnd.Close()
+		<-done
+	}()
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer dcancel()
+	c, err := agentproto.Dial(dctx, hostEnd, agentproto.ClientOptions{Name: "test", KeepAliveInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Got(Dial to an agent that boots for 11 s) = %v; want the handshake to wait for it", err)
+	}
+	defer c.Close()
+	<-booted
+	if c.Hello().Agent != "slow-boot" {
+		t.Errorf("Got(Hello().Agent) = %q; want slow-boot", c.Hello().Agent)
+	}
+	// The keepalive runs now: the session stays up across several pings.
+	time.Sleep(500 * time.Millisecond)
+	if _, err := c.Ping(dctx); err != nil {
+		t.Errorf("Got(Ping after the keepalive ran) = %v; want nil", err)
+	}
+}
+
+func fileConn(t *testing.T, fd int) net.Conn {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "socketpair")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

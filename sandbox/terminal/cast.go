@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"time"
 )
 
 // CastEvent is one event of a recording.
@@ -91,4 +93,55 @@ func (c Cast) Duration() float64 {
 		return 0
 	}
 	return c.Events[len(c.Events)-1].Time
+}
+
+// recorded is what a recording holds, read back without its session: a
+// session whose server stopped before closing it.
+type recorded struct {
+	Size    int64         // bytes of the file
+	Events  int64         // events read
+	Out, In int64         // bytes of output and input events
+	Last    time.Duration // time of the last event, from the start
+}
+
+// readRecorded reads a recording a crashed server left. It may end in a
+// torn line (the writer buffers): reading stops at the first line that is
+// not a whole event.
+func readRecorded(path string) (recorded, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return recorded{}, fmt.Errorf("read recording: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return recorded{}, fmt.Errorf("read recording: %w", err)
+	}
+	out := recorded{Size: fi.Size()}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), maxCastLine)
+	if !sc.Scan() {
+		return out, nil // not even a header: nothing recorded
+	}
+	for sc.Scan() {
+		var raw []json.RawMessage
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil || len(raw) != 3 {
+			break
+		}
+		var ev CastEvent
+		if errors.Join(json.Unmarshal(raw[0], &ev.Time), json.Unmarshal(raw[1], &ev.Kind), json.Unmarshal(raw[2], &ev.Data)) != nil {
+			break
+		}
+		out.Events++
+		switch ev.Kind {
+		case CastOutput:
+			out.Out += int64(len(ev.Data))
+		case CastInput:
+			out.In += int64(len(ev.Data))
+		}
+		if d := time.Duration(ev.Time * float64(time.Second)); d > out.Last {
+			out.Last = d
+		}
+	}
+	return out, nil
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// AbandonAfter ends a session nobody was connected to for that long;
 	// default 15 min.
 	AbandonAfter time.Duration
+	// Exclusive says this is the only server of the installation (it holds
+	// the installation lease): at Start every live session in the database
+	// was left by a server that stopped, and is recorded ended at once
+	// rather than once unseen for 3 min.
+	Exclusive bool
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -158,7 +163,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
-	s.reapLost(ctx)
+	before := s.cfg.Clock().Add(-lostAfter)
+	if s.cfg.Exclusive {
+		before = s.cfg.Clock().Add(time.Second) // nothing is live here yet
+	}
+	s.reapLost(ctx, before)
 	s.wg.Add(1)
 	go s.loop()
 	return nil
@@ -591,7 +600,7 @@ func (s *Service) loop() {
 		if now.Sub(lastSeen) >= seenInterval {
 			lastSeen = now
 			s.refresh()
-			s.reapLost(s.ctx)
+			s.reapLost(s.ctx, s.cfg.Clock().Add(-lostAfter))
 		}
 		if now.Sub(lastSweep) >= time.Hour {
 			lastSweep = now
@@ -658,9 +667,11 @@ func (s *Service) refresh() {
 }
 
 // reapLost records as ended the live sessions whose server stopped
-// without ending them.
-func (s *Service) reapLost(ctx context.Context) {
-	lost, err := s.store.stale(ctx, s.cfg.Clock().Add(-lostAfter))
+// without ending them (not seen since before). What they did is read from
+// their recordings: they ended at their last recorded event (or when last
+// seen alive, if later), with the bytes recorded.
+func (s *Service) reapLost(ctx context.Context, before time.Time) {
+	lost, err := s.store.stale(ctx, before)
 	if err != nil {
 		s.log.Warn("find lost terminals", "err", err)
 		return
@@ -673,8 +684,15 @@ func (s *Service) reapLost(ctx context.Context) {
 			continue
 		}
 		e := End{Reason: "lost: the server that held it stopped", At: sess.SeenAt}
-		if fi, err := os.Stat(filepath.Join(s.cfg.DataDir, sess.Recording)); err == nil {
-			e.Record.Bytes = fi.Size()
+		if sess.Recording != "" {
+			if rec, err := readRecorded(filepath.Join(s.cfg.DataDir, sess.Recording)); err != nil {
+				s.log.Warn("read recording of a lost terminal", "session", sess.ID, "err", err)
+			} else {
+				e.Record.Bytes, e.Record.Events, e.BytesOut, e.BytesIn = rec.Size, rec.Events, rec.Out, rec.In
+				if last := sess.StartedAt.Add(rec.Last); last.After(e.At) {
+					e.At = last
+				}
+			}
 		}
 		if err := s.store.finish(ctx, sess, e); err != nil {
 			s.log.Warn("record lost terminal", "session", sess.ID, "err", err)

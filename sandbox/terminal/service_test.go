@@ -357,3 +357,75 @@ func testLostSessions(t *testing.T, db *gorm.DB) {
 		t.Errorf("Got(lost session) = %q, %d bytes; want ended as lost, its recording counted", s.EndReason, s.RecordingBytes)
 	}
 }
+
+// TestServiceCrashedSessionReaped: a server crashed with a terminal open
+// (its row live, seen only when it opened, its recording on disk ending in a
+// torn line). The next server, the only one of the installation, records it
+// ended at once, at its last recorded event, with the bytes recorded.
+func TestServiceCrashedSessionReaped(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		exclusive bool
+		reaped    bool
+	}{{"exclusive", true, true}, {"shared", false, false}} {
+		for _, d := range dbtest.Databases(t) {
+			t.Run(tc.name+"/"+d.Name, func(t *testing.T) {
+				{
+					f := newFixture(t, d.DB, terminal.Config{Exclusive: tc.exclusive})
+					crashed := terminaltest.Record(t, d.DB, f.dataDir, f.a.ID, f.sa.ID, "ada@alpha.test")
+					path := filepath.Join(f.dataDir, crashed.Recording)
+					fh, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := fh.WriteString(`[2.9000`); err != nil { // the write the crash cut short
+						t.Fatal(err)
+					}
+					fh.Close()
+					fi, err := os.Stat(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Seen only at open, just now: the row of a server that died
+					// within its first 30 s.
+					if err := d.DB.Model(&terminal.Session{}).Where("id = ?", crashed.ID).Updates(map[string]any{"ended_at": nil,
+						"end_reason": "", "exit_code": nil, "bytes_out": 0, "recording_bytes": 0, "seen_at": crashed.StartedAt}).Error; err != nil {
+						t.Fatal(err)
+					}
+					if err := f.svc.Start(ctx); err != nil {
+						t.Fatal(err)
+					}
+					s, err := f.svc.Session(ctx, f.a.ID, crashed.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !tc.reaped {
+						// Another server may hold it: left to the 3 min rule.
+						if !s.Live() {
+							t.Errorf("Got(session seen %v ago, servers shared) ended %v; want it left live", time.Since(s.SeenAt), s.EndedAt)
+						}
+						return
+					}
+					if s.Live() || !strings.HasPrefix(s.EndReason, "lost") {
+						t.Fatalf("Got(crashed session after Start) = live %v, %q; want ended as lost at once", s.Live(), s.EndReason)
+					}
+					if want := crashed.StartedAt.Add(2500 * time.Millisecond); !s.EndedAt.Equal(want) {
+						t.Errorf("Got(ended_at) = %v (%v after start); want %v: its last recorded event", s.EndedAt, s.EndedAt.Sub(crashed.StartedAt), want)
+					}
+					if s.BytesOut != int64(len(terminaltest.RecordedOutput)) || s.RecordingBytes != fi.Size() {
+						t.Errorf("Got(bytes_out, recording_bytes) = %d, %d; want %d, %d", s.BytesOut, s.RecordingBytes,
+							len(terminaltest.RecordedOutput), fi.Size())
+					}
+					var ev audit.Event
+					if err := d.DB.Where("target_id = ? AND type = ?", crashed.ID, audit.TypeTerminalClosed).Take(&ev).Error; err != nil {
+						t.Fatalf("terminal.closed of the crashed session: %v", err)
+					}
+					if got := ev.Details["duration_ms"]; got != float64(2500) && got != int64(2500) {
+						t.Errorf("Got(terminal.closed duration_ms) = %v (%T); want 2500", got, got)
+					}
+				}
+			})
+		}
+	}
+}

@@ -196,12 +196,21 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 }
 
 // adopt opens a new agent session to a VM found running and takes it over
-// without rebooting it. A VM whose agent does not answer is destroyed.
+// without rebooting it. A VM whose agent does not answer is destroyed; one
+// whose channel another client holds is left alone (channel busy).
 func (s *Service) adopt(ctx context.Context, rt *runtime, hv Hypervisor, vm VM, d hypervisor.DomainInfo, timeout time.Duration) {
 	start := time.Now()
 	client, err := s.handshake(ctx, hv, vm, timeout, nil)
 	if err != nil {
 		if ctx.Err() != nil {
+			return
+		}
+		if channelBusy(err) {
+			// Someone else holds its agent channel (another server of this
+			// installation, or a debugger): the VM is alive and may be
+			// serving sandboxes. Never destroy it for that; the monitor
+			// tries again every 10 s.
+			s.log.Warn("adopt: agent channel busy: another client holds it; leaving the vm running", "vm", vm.ID, "err", err)
 			return
 		}
 		reason := truncate("adopt: agent did not answer: "+err.Error(), 500)
@@ -452,7 +461,7 @@ func (s *Service) redial(hv Hypervisor, vm VM, d hypervisor.DomainInfo) {
 	s.startTask(rt, func(ctx context.Context) {
 		client, err := s.handshake(ctx, hv, vm, s.cfg.AdoptTimeout, nil)
 		if err != nil {
-			s.log.Info("agent redial failed", "vm", vm.ID, "err", err)
+			s.log.Info("agent redial failed", "vm", vm.ID, "channel_busy", channelBusy(err), "err", err)
 			return
 		}
 		rt.setClient(client)
@@ -460,3 +469,8 @@ func (s *Service) redial(hv Hypervisor, vm VM, d hypervisor.DomainInfo) {
 		s.log.Info("agent session re-opened", "vm", vm.ID)
 	})
 }
+
+// channelBusy reports whether opening a VM's agent channel failed because
+// another client holds it (libvirt: "Active channel stream exists"), not
+// because the VM or its agent is broken.
+func channelBusy(err error) bool { return errors.Is(err, hypervisor.ErrConflict) }

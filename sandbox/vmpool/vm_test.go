@@ -18,6 +18,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -305,6 +306,7 @@ func TestVMs(t *testing.T) {
 	})
 
 	t.Run("RestartAdoptsWithoutReboot", func(t *testing.T) { f.testRestart(t, vm1) })
+	t.Run("RestartWithChannelHeldLeavesVM", func(t *testing.T) { f.testChannelBusy(t, vm1) })
 
 	var vm2 string
 	t.Run("KilledQEMUIsLostAndReplaced", func(t *testing.T) { vm2 = f.testKill(t, vm1) })
@@ -692,6 +694,66 @@ func (f *fixture) defineSpec(t *testing.T, id, installation string, withCleanup 
 	return id
 }
 
+// testChannelBusy restarts the service while another client holds the VM's
+// agent channel (as a second server of the installation would): the VM
+// must not be destroyed or failed, and once the channel is free the new
+// service opens its session.
+func (f *fixture) testChannelBusy(t *testing.T, id string) {
+	pid := qemuPID(t, id)
+	f.svc.Close()
+	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	other, err := hypervisor.Connect(hctx, hypervisor.Config{URI: systemURI, InstallationID: f.svc.InstallationID()})
+	if err != nil {
+		t.Fatalf("connect the other client: %v", err)
+	}
+	defer other.Close()
+	held, err := other.OpenChannel(hctx, id, agentproto.ChannelName)
+	if err != nil {
+		t.Fatalf("hold the agent channel: %v", err)
+	}
+	defer held.Close()
+	failedBefore := len(f.events(t, f.a.ID, audit.TypeVMFailed, id))
+
+	f.svc = newService(f.top, f.db, f.dataDir) // Start returns once reconcile has tried to adopt it
+	f.connectWeb()
+	vm, err := f.svc.Store().VM(ctx, f.a.ID, id)
+	if err != nil || vm.State != vmpool.StateRunning {
+		t.Fatalf("Got(VM after a restart with its channel held) = %s (%s), %v; want running", vm.State, vm.StateReason, err)
+	}
+	if !domainExists(t, id) || qemuPID(t, id) != pid {
+		t.Fatalf("the VM's domain was destroyed or restarted because its channel was busy")
+	}
+	if n := len(f.events(t, f.a.ID, audit.TypeVMFailed, id)); n != failedBefore {
+		t.Errorf("Got(vm.failed events) = %d new; want none for a busy channel", n-failedBefore)
+	}
+	// libvirt answers: ready.
+	var ready struct {
+		Checks map[string]string `json:"checks"`
+	}
+	if status, body := f.apiA.JSON(t, http.MethodGet, "/readyz", nil, &ready); status != http.StatusOK || ready.Checks["libvirt"] != "ok" {
+		t.Errorf("Got(GET /readyz with libvirt up) = %d %s; want 200, libvirt ok", status, body)
+	}
+	held.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var got vmJSON
+		if status, body := f.apiA.JSON(t, http.MethodGet, "/api/v1/vms/"+id, nil, &got); status != http.StatusOK {
+			t.Fatalf("GET /api/v1/vms/%s = %d %s", id, status, body)
+		}
+		if got.AgentConnected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent session never re-opened once the channel was free: %+v", got)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := qemuPID(t, id); got != pid {
+		t.Errorf("Got(QEMU pid) = %d; want %d (never rebooted)", got, pid)
+	}
+}
+
 // testKill kills vm's QEMU and expects it lost within 5 s, audited, and
 // replaced by a warm VM. It returns the replacement.
 func (f *fixture) testKill(t *testing.T, id string) string {
@@ -772,6 +834,15 @@ func TestHypervisorUnavailable(t *testing.T) {
 		t.Fatalf("Got(Available) = %v; want ErrUnavailable", err)
 	}
 	env := newWeb(t, db, svc, "op@example.com")
+	// Not ready while no libvirt host answers, and the answer says so.
+	var ready struct {
+		Status string            `json:"status"`
+		Checks map[string]string `json:"checks"`
+	}
+	if status, body := env.Anonymous().JSON(t, http.MethodGet, "/readyz", nil, &ready); status != http.StatusServiceUnavailable ||
+		ready.Status != "unavailable" || !strings.Contains(ready.Checks["libvirt"], bogus) || ready.Checks["server"] != "ok" {
+		t.Errorf("Got(GET /readyz with libvirt down) = %d %s; want 503 naming libvirt at %s", status, body, bogus)
+	}
 	check := func(t *testing.T, env *webtest.Env, what string) {
 		ts := tenants.NewStore(db, nil)
 		tn, err := ts.CreateTenantWithAdmin(ctx, audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "down-"+what, "", "admin@"+what+".example")

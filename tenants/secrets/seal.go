@@ -80,3 +80,22 @@ func (s *sealer) open(text, ad string) ([]byte, error) {
 	}
 	return plain, nil
 }
+
+// sealedAD is the additional data of a value sealed for other packages:
+// its own namespace, so it can never pass for a secret ("secret/...") or a
+// CA ("ca/...") row, nor for another purpose, tenant or object.
+func sealedAD(purpose, tenantID, id string) string {
+	return "sealed/" + purpose + "/" + tenantID + "/" + id
+}
+
+// Seal encrypts plain at rest under the secrets key, bound to purpose,
+// tenant and object id (e.g. the cached answer of a token create, which
+// holds the new token).
+func (s *Store) Seal(purpose, tenantID, id string, plain []byte) (string, error) {
+	return s.seal.seal(plain, sealedAD(purpose, tenantID, id))
+}
+
+// Open decrypts what Seal made for the same purpose, tenant and id.
+func (s *Store) Open(purpose, tenantID, id, text string) ([]byte, error) {
+	return s.seal.open(text, sealedAD(purpose, tenantID, id))
+}

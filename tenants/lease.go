@@ -1,0 +1,263 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// ErrLeaseHeld: another server holds the installation lease.
+var ErrLeaseHeld = errors.New("installation lease held by another server")
+
+// LeaseHolder says who holds the installation lease.
+type LeaseHolder struct {
+	Holder      string    `gorm:"column:holder"`
+	Hostname    string    `gorm:"column:hostname"`
+	PID         int       `gorm:"column:pid"`
+	StartedAt   time.Time `gorm:"column:started_at"`
+	HeartbeatAt time.Time `gorm:"column:heartbeat_at"`
+	ExpiresAt   time.Time `gorm:"column:expires_at"`
+	Epoch       int64     `gorm:"column:epoch"`
+}
+
+// LeaseHeldError is the refusal of a lease someone else holds; it wraps
+// ErrLeaseHeld and names the holder.
+type LeaseHeldError struct{ By LeaseHolder }
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("%s: %s pid %d, serving since %s (last heartbeat %s, expires %s unless renewed)",
+		ErrLeaseHeld, e.By.Hostname, e.By.PID, e.By.StartedAt.UTC().Format(time.RFC3339),
+		e.By.HeartbeatAt.UTC().Format(time.RFC3339), e.By.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
+
+// LeaseConfig configures an installation lease. Zero values take the
+// defaults noted.
+type LeaseConfig struct {
+	// TTL is how long the lease lasts without a heartbeat: a crashed
+	// holder's lease is free that long after its last one; default 20 s.
+	TTL time.Duration
+	// Heartbeat is how often the holder renews it; default TTL/4.
+	Heartbeat time.Duration
+	// Hostname and PID name the holder for whoever is refused; default
+	// this machine and process.
+	Hostname string
+	PID      int
+	Clock    func() time.Time
+	Logger   *slog.Logger
+}
+
+func (c *LeaseConfig) checkAndSetDefaults() {
+	if c.TTL <= 0 {
+		c.TTL = 20 * time.Second
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.TTL {
+		c.Heartbeat = c.TTL / 4
+	}
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	if c.PID == 0 {
+		c.PID = os.Getpid()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Lease is the installation lease this process holds: one server per
+// installation (one data directory, one database) at a time, so no two
+// servers ever reconcile, adopt or destroy the same VMs. It is renewed in
+// the background until Release; Lost is closed if it could not be.
+type Lease struct {
+	db     *gorm.DB
+	cfg    LeaseConfig
+	holder string
+	epoch  int64
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostErr  error
+	stop     chan struct{}
+	done     chan struct{}
+	release  sync.Once
+}
+
+// leaseRow is the one row of installation_lease.
+type leaseRow struct {
+	Singleton int `gorm:"column:singleton;primaryKey"`
+	LeaseHolder
+}
+
+func (leaseRow) TableName() string { return "installation_lease" }
+
+// AcquireLease takes the installation lease, if it is free (never taken,
+// released, or expired), and keeps it until Release. A lease another server
+// holds is a *LeaseHeldError naming it.
+func AcquireLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig) (*Lease, error) {
+	cfg.checkAndSetDefaults()
+	holder, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("acquire installation lease: %w", err)
+	}
+	l := &Lease{db: db, cfg: cfg, holder: holder.String(), lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := l.take(ctx); err != nil {
+		return nil, err
+	}
+	go l.renewLoop()
+	return l, nil
+}
+
+// WaitLease is AcquireLease that waits, polling every poll, while another
+// server holds the lease; onHeld is told who, once per holder.
+func WaitLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig, poll time.Duration, onHeld func(LeaseHolder)) (*Lease, error) {
+	var last string
+	for {
+		l, err := AcquireLease(ctx, db, cfg)
+		var he *LeaseHeldError
+		if !errors.As(err, &he) {
+			return l, err
+		}
+		if he.By.Holder != last && onHeld != nil {
+			onHeld(he.By)
+		}
+		last = he.By.Holder
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the installation lease: %w (%w)", ctx.Err(), err)
+		case <-time.After(poll):
+		}
+	}
+}
+
+func (l *Lease) now() time.Time { return l.cfg.Clock().UTC().Truncate(time.Microsecond) }
+
+// take claims the row when it is free, in one conditional update, so of two
+// servers starting at once exactly one wins.
+func (l *Lease) take(ctx context.Context) error {
+	now := l.now()
+	res := l.db.WithContext(ctx).Model(&leaseRow{}).Where("singleton = 1 AND expires_at < ?", now).Updates(map[string]any{
+		"holder": l.holder, "hostname": l.cfg.Hostname, "pid": l.cfg.PID, "started_at": now, "heartbeat_at": now,
+		"expires_at": now.Add(l.cfg.TTL), "epoch": gorm.Expr("epoch + 1"),
+	})
+	if res.Error != nil {
+		return fmt.Errorf("acquire installation lease: %w", res.Error)
+	}
+	var row leaseRow
+	if err := l.db.WithContext(ctx).Take(&row, "singleton = 1").Error; err != nil {
+		return fmt.Errorf("acquire installation lease: %w", err)
+	}
+	if res.RowsAffected == 0 || row.Holder != l.holder {
+		return &LeaseHeldError{By: row.LeaseHolder}
+	}
+	l.epoch = row.Epoch
+	return nil
+}
+
+// Holder is this lease's holder id.
+func (l *Lease) Holder() string { return l.holder }
+
+// Epoch counts the times the lease changed hands; it grows with each take.
+func (l *Lease) Epoch() int64 { return l.epoch }
+
+// Lost is closed when the lease could not be renewed before it expired, or
+// another server took it: this process must stop touching VMs.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err says why the lease was lost (nil while it is held).
+func (l *Lease) Err() error {
+	select {
+	case <-l.lost:
+		return l.lostErr
+	default:
+		return nil
+	}
+}
+
+func (l *Lease) markLost(err error) {
+	l.lostOnce.Do(func() {
+		l.lostErr = err
+		close(l.lost)
+	})
+}
+
+func (l *Lease) renewLoop() {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.Heartbeat)
+	defer t.Stop()
+	lastOK := l.cfg.Clock()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Heartbeat)
+		ok, err := l.renew(ctx)
+		cancel()
+		switch {
+		case err == nil && ok:
+			lastOK = l.cfg.Clock()
+		case err == nil:
+			l.markLost(fmt.Errorf("installation lease lost: another server took it"))
+			return
+		default:
+			l.cfg.Logger.Warn("renew installation lease", "err", err)
+			if l.cfg.Clock().Sub(lastOK) >= l.cfg.TTL {
+				l.markLost(fmt.Errorf("installation lease lost: not renewed for %s: %w", l.cfg.TTL, err))
+				return
+			}
+		}
+	}
+}
+
+// renew extends the lease if this process still holds it.
+func (l *Lease) renew(ctx context.Context) (bool, error) {
+	now := l.now()
+	res := l.db.WithContext(ctx).Model(&leaseRow{}).Where("singleton = 1 AND holder = ? AND epoch = ?", l.holder, l.epoch).
+		Updates(map[string]any{"heartbeat_at": now, "expires_at": now.Add(l.cfg.TTL)})
+	if res.Error != nil {
+		return false, fmt.Errorf("renew installation lease: %w", res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// Renew renews the lease now (the background loop does it every
+// Heartbeat); false means another server holds it.
+func (l *Lease) Renew(ctx context.Context) (bool, error) { return l.renew(ctx) }
+
+// Release stops the heartbeat and frees the lease at once, so the next
+// server starts without waiting for it to expire.
+func (l *Lease) Release(ctx context.Context) error {
+	var err error
+	l.release.Do(func() {
+		close(l.stop)
+		<-l.done
+		res := l.db.WithContext(ctx).Model(&leaseRow{}).Where("singleton = 1 AND holder = ? AND epoch = ?", l.holder, l.epoch).
+			Update("expires_at", time.Unix(0, 0).UTC())
+		if res.Error != nil {
+			err = fmt.Errorf("release installation lease: %w", res.Error)
+		}
+	})
+	return err
+}
+
+// CurrentLease returns who holds (or last held) the installation lease.
+func CurrentLease(ctx context.Context, db *gorm.DB) (LeaseHolder, error) {
+	var row leaseRow
+	if err := db.WithContext(ctx).Take(&row, "singleton = 1").Error; err != nil {
+		return LeaseHolder{}, fmt.Errorf("installation lease: %w", err)
+	}
+	return row.LeaseHolder, nil
+}
