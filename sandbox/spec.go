@@ -28,6 +28,10 @@ type Spec struct {
 	// stored; the values go to the VM alone.
 	Env      map[string]string
 	Metadata map[string]string
+	// NoSecrets gives the sandbox no secret placeholders, whatever the
+	// tenant policy grants: it is for code nobody vouches for (a workflow
+	// run from a fork's pull request).
+	NoSecrets bool
 }
 
 // Bounds of a Spec.

@@ -33,6 +33,15 @@ type Definition struct {
 	// after the run.
 	Artifacts []string `json:"artifacts,omitempty"`
 	Notify    Notify   `json:"notify,omitempty"`
+	// AllowForks lets pull requests from forks run, untrusted: their
+	// sandbox gets no secrets and their checkout no token. Without it a
+	// fork pull request is recorded as a skipped run and runs nothing.
+	AllowForks bool `json:"allow_forks,omitempty"`
+	// CommentAuthors are who may start the workflow with a comment: author
+	// associations (OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, ...) and
+	// GitHub logins. Empty means DefaultCommentAuthors. A comment by
+	// anyone else is recorded as a skipped run and runs nothing.
+	CommentAuthors []string `json:"comment_authors,omitempty"`
 }
 
 // Trigger is one event that starts the workflow.
