@@ -170,12 +170,12 @@ type RunArtifactRow struct {
 func runTrustNote(r RunRow) (string, string) {
 	switch r.Trust {
 	case "untrusted":
-		return "flash flash-error", "Untrusted trigger: " + r.TrustReason + ". It ran without secrets and without the checkout token."
+		return "flash run-trust-warn", "Untrusted trigger: " + r.TrustReason + ": no secrets and no checkout token."
 	case "skipped":
-		return "flash flash-error", "Skipped: " + r.TrustReason + ". Nothing ran."
+		return "flash run-trust-warn", "Skipped: " + r.TrustReason + ". Nothing ran."
 	case "trusted":
 		if r.TrustReason != "" {
-			return "flash flash-info", "Trusted trigger: " + r.TrustReason + ". It ran with the secrets the policy grants and the checkout token."
+			return "flash flash-info", "Trusted trigger: " + r.TrustReason + ": the secrets the policy grants and the checkout token."
 		}
 	}
 	return "", ""

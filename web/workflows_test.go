@@ -325,7 +325,7 @@ func TestUntrustedTriggersThroughTheApp(t *testing.T) {
 		trust      string
 		rerunShown bool
 	}{
-		{untrustedID, "Untrusted trigger: fork pull request from mallory/app (allow_forks). It ran without secrets and without the checkout token.", "untrusted", true},
+		{untrustedID, "Untrusted trigger: fork pull request from mallory/app (allow_forks): no secrets and no checkout token.", "untrusted", true},
 		{skippedID, "Skipped: fork pull request from mallory/app (allow_forks not set). Nothing ran.", "skipped", false},
 	}
 	for _, p := range pages {

@@ -141,7 +141,7 @@ func (s *Store) create(tx *gorm.DB, actor audit.Actor, tenantID string, nr NewRu
 	if t.Trust == workflow.TrustSkipped {
 		// Nothing runs: the run is there to say why.
 		ended := r.CreatedAt
-		r.State, r.StateReason, r.EndedAt, stepState = StateSkipped, "skipped: "+r.TrustReason, &ended, StepSkipped
+		r.State, r.StateReason, r.EndedAt, stepState = StateSkipped, r.TrustReason, &ended, StepSkipped
 	}
 	if err := tx.Create(&r).Error; err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
