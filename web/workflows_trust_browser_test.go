@@ -97,6 +97,15 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 	}
 	b.Screenshot(t, artifacts, "workflow-run-untrusted-fork.png")
 
+	b.Do(t, "open the history", chromedp.Navigate(env.URL+"/runs"), chromedp.WaitVisible(css(`tr[data-run="`+a.Runs[0]+`"]`)))
+	if got := text(`tr[data-run="` + a.Runs[0] + `"] td[data-label="Trigger"] .pill`); got != "untrusted" {
+		t.Errorf("Got(mark of the untrusted run in the history) = %q; want untrusted", got)
+	}
+	if got := text(`tr[data-run="` + a.Skipped[0] + `"] td[data-label="Status"]`); got != "skipped" {
+		t.Errorf("Got(state of the skipped run in the history) = %q; want skipped", got)
+	}
+	b.Screenshot(t, artifacts, "runs-untrusted-fork.png")
+
 	if err := env.Workflows.Delete(ctx, sys, acme.ID, "forks-ok"); err != nil {
 		t.Fatal(err)
 	}
