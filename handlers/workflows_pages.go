@@ -45,7 +45,7 @@ steps:
 func runRow(r runs.Run, now time.Time) views.RunRow {
 	row := views.RunRow{ID: r.ID, Number: r.Number, Workflow: r.Workflow, WorkflowVersion: r.WorkflowVersion, State: string(r.State),
 		Reason: r.StateReason, Trigger: r.TriggerKind, Repository: r.Repository, Ref: r.Ref, SHA: r.SHA, PRNumber: r.PRNumber,
-		Sender: r.Sender, CreatedAt: r.CreatedAt, Duration: r.Duration(now), Cost: r.Cost}
+		Sender: r.Sender, Trust: r.Trust, TrustReason: r.TrustReason, CreatedAt: r.CreatedAt, Duration: r.Duration(now), Cost: r.Cost}
 	if r.StartedAt != nil {
 		row.StartedAt = *r.StartedAt
 	}
@@ -345,7 +345,7 @@ func (h *Handlers) StartWorkflowRun(c echo.Context) error {
 }
 
 var runStates = []string{string(runs.StateQueued), string(runs.StateRunning), string(runs.StateSucceeded), string(runs.StateFailed),
-	string(runs.StateCancelled), string(runs.StateTimedOut)}
+	string(runs.StateCancelled), string(runs.StateTimedOut), string(runs.StateSkipped)}
 
 // runsPage is how many runs one page of the history shows.
 const runsPage = 50
@@ -576,6 +576,11 @@ func (h *Handlers) RerunRun(c echo.Context) error {
 	}
 	cl := CallerOf(c)
 	r, err := eng.Rerun(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	if errors.Is(err, tenants.ErrConflict) {
+		// A skipped run, or a deleted workflow: the run page says why.
+		h.flash(c, views.FlashError, "Not re-run: "+strings.TrimPrefix(err.Error(), tenants.ErrConflict.Error()+": "))
+		return redirect(c, "/runs/"+c.Param("id"))
+	}
 	if err != nil {
 		return err
 	}

@@ -328,7 +328,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
-	credEnv, caPEM, err := s.credentials(ctx, tenantID, id, lim.Env, grantedSecrets(s.cfg.Policies != nil, pol))
+	granted := grantedSecrets(s.cfg.Policies != nil, pol)
+	if spec.NoSecrets {
+		granted = []string{}
+	}
+	credEnv, caPEM, err := s.credentials(ctx, tenantID, id, lim.Env, granted)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -32,6 +32,10 @@ type Spec struct {
 	// sandbox as it is recorded, before any VM work: a retry after a server
 	// crash finds the sandbox by it.
 	IdempotencyKey string
+	// NoSecrets gives the sandbox no secret placeholders, whatever the
+	// tenant policy grants: it is for code nobody vouches for (a workflow
+	// run from a fork's pull request).
+	NoSecrets bool
 }
 
 // Bounds of a Spec.

@@ -107,11 +107,15 @@ type RunRow struct {
 	SHA             string
 	PRNumber        int
 	Sender          string
-	CreatedAt       time.Time
-	StartedAt       time.Time
-	EndedAt         time.Time
-	Duration        time.Duration
-	Cost            float64
+	// Trust is trusted, untrusted or skipped ("" for runs older than
+	// the distinction); TrustReason says who the code came from.
+	Trust       string
+	TrustReason string
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	EndedAt     time.Time
+	Duration    time.Duration
+	Cost        float64
 }
 
 // RunsView is the run history with its filters.
@@ -160,6 +164,26 @@ type RunArtifactRow struct {
 	Error  string
 	URL    string // download link; empty when it was not collected
 }
+
+// runTrustNote is what the run page says about the run's trigger: the
+// flash class and the sentence; "" for none.
+func runTrustNote(r RunRow) (string, string) {
+	switch r.Trust {
+	case "untrusted":
+		return "flash run-trust-warn", "Untrusted trigger: " + r.TrustReason + ": no secrets and no checkout token."
+	case "skipped":
+		return "flash run-trust-warn", "Skipped: " + r.TrustReason + ". Nothing ran."
+	case "trusted":
+		if r.TrustReason != "" {
+			return "flash flash-info", "Trusted trigger: " + r.TrustReason + ": the secrets the policy grants and the checkout token."
+		}
+	}
+	return "", ""
+}
+
+func runTrustClass(r RunRow) string { c, _ := runTrustNote(r); return c }
+
+func runTrustText(r RunRow) string { _, t := runTrustNote(r); return t }
 
 // runStatePill maps run and step states onto the pill colours.
 func runStatePill(state string) string {
@@ -228,4 +252,12 @@ func byteSize(n int64) string {
 		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
 	}
 	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
+// runNoSandbox is what stands for a run's sandbox before it has one.
+func runNoSandbox(ended bool) string {
+	if ended {
+		return "none"
+	}
+	return "none yet"
 }

@@ -190,7 +190,7 @@ func TestWorkflowsBrowser(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(b.Ctx, d)
 		defer cancel()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0))); err != nil {
 			t.Fatalf("%s: %v (the log shows %q)", what, err, eval("read the log", `(document.getElementById("run-log") || {textContent: ""}).textContent`))
 		}
 	}

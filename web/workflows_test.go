@@ -190,8 +190,10 @@ func TestGitHubHookThroughTheApp(t *testing.T) {
 	if s, body, _ := admin.Request(t, http.MethodPut, "/api/v1/workflows/api-tests", "application/yaml", strings.NewReader(apiWorkflow)); s != http.StatusOK {
 		t.Fatalf("Got(PUT workflow) = %d %s", s, body)
 	}
-	payload := []byte(`{"action":"opened","number":3,"pull_request":{"title":"x","head":{"ref":"topic","sha":"aaaaaaa"},"base":{"ref":"main"}},` +
-		`"repository":{"full_name":"acme/app"},"sender":{"login":"octocat"}}`)
+	payload := []byte(`{"action":"opened","number":3,"pull_request":{"title":"x",` +
+		`"head":{"ref":"topic","sha":"aaaaaaa","repo":{"id":1,"full_name":"acme/app","fork":false}},` +
+		`"base":{"ref":"main","repo":{"id":1,"full_name":"acme/app","fork":false}}},` +
+		`"repository":{"id":1,"full_name":"acme/app","fork":false},"sender":{"login":"octocat"}}`)
 	deliver := func(sig, id string) (int, string) {
 		// A plain client: no session, no token, no CSRF token, like GitHub.
 		req, _ := http.NewRequest(http.MethodPost, env.URL+"/hooks/github/wf-hook", bytes.NewReader(payload))
@@ -236,4 +238,125 @@ func TestGitHubHookThroughTheApp(t *testing.T) {
 		list.Runs[0].Trigger != "pull_request" || list.Runs[0].PRNumber != 3 {
 		t.Errorf("Got(runs) = %d %s; want one pull_request run of PR 3", s, body)
 	}
+}
+
+// TestUntrustedTriggersThroughTheApp: through the app's webhook route, a
+// fork's pull request skips the workflow that does not allow forks and
+// runs the one that does untrusted; the API and the run page say which;
+// a skipped run and a deleted workflow's run are not re-run; a captured
+// body resent with a new delivery id starts nothing.
+func TestUntrustedTriggersThroughTheApp(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	tn := env.Tenant(t, "wf-trust")
+	admin := env.WithToken(env.Token(t, tn, tenants.RoleAdmin))
+	env.Member(t, tn, "dev@wf-trust.test", tenants.RoleDeveloper)
+	page := env.Login(t, "dev@wf-trust.test")
+	const secret = "hook-secret-of-wf-trust"
+	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
+		secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{hooks.SecretHost}}); err != nil {
+		t.Fatal(err)
+	}
+	if s, body := admin.JSON(t, http.MethodPut, "/api/v1/workflow-settings", map[string]string{"github_secret_name": "GITHUB_HOOK"}, nil); s != http.StatusOK {
+		t.Fatalf("Got(PUT settings) = %d %s; want 200", s, body)
+	}
+	forksOK := strings.Replace(strings.Replace(apiWorkflow, "api-tests", "forks-ok", 1), "steps:", "allow_forks: true\nsteps:", 1)
+	for name, src := range map[string]string{"api-tests": apiWorkflow, "forks-ok": forksOK} {
+		if s, body, _ := admin.Request(t, http.MethodPut, "/api/v1/workflows/"+name, "application/yaml", strings.NewReader(src)); s != http.StatusOK {
+			t.Fatalf("Got(PUT workflow %s) = %d %s", name, s, body)
+		}
+	}
+	payload := []byte(`{"action":"opened","number":4,"pull_request":{"title":"x",` +
+		`"head":{"ref":"main","sha":"bbbbbbb","repo":{"id":2,"full_name":"mallory/app","fork":true}},` +
+		`"base":{"ref":"main","repo":{"id":1,"full_name":"acme/app","fork":false}}},` +
+		`"repository":{"id":1,"full_name":"acme/app","fork":false},"sender":{"login":"mallory"}}`)
+	deliver := func(id string) (int, hooks.Answer) {
+		req, _ := http.NewRequest(http.MethodPost, env.URL+"/hooks/github/wf-trust", bytes.NewReader(payload))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "pull_request")
+		req.Header.Set("X-GitHub-Delivery", id)
+		req.Header.Set("X-Hub-Signature-256", hooks.Sign([]byte(secret), payload))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a hooks.Answer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, a
+	}
+	s, a := deliver("fork-1")
+	if s != http.StatusAccepted || len(a.Runs) != 1 || len(a.Skipped) != 1 {
+		t.Fatalf("Got(fork delivery) = %d %+v; want 202, one run and one skipped", s, a)
+	}
+	untrustedID, skippedID := a.Runs[0], a.Skipped[0]
+	before := env.Counts(t)
+	if s, a := deliver("fork-2"); s != http.StatusOK || a.Status != "duplicate" {
+		t.Errorf("Got(same body, new delivery id) = %d %+v; want 200 duplicate", s, a)
+	}
+	env.Unchanged(t, before)
+
+	type runJSON struct {
+		Workflow    string `json:"workflow"`
+		State       string `json:"state"`
+		Trust       string `json:"trust"`
+		TrustReason string `json:"trust_reason"`
+	}
+	wantRuns := map[string]runJSON{
+		untrustedID: {"forks-ok", "", "untrusted", "fork pull request from mallory/app (allow_forks)"},
+		skippedID:   {"api-tests", "skipped", "skipped", "fork pull request from mallory/app (allow_forks not set)"},
+	}
+	for id, want := range wantRuns {
+		var got runJSON
+		if s, body := admin.JSON(t, http.MethodGet, "/api/v1/runs/"+id, nil, &got); s != http.StatusOK {
+			t.Fatalf("Got(GET run) = %d %s", s, body)
+		}
+		if want.State == "" {
+			want.State = got.State // the untrusted run executes (and fails: no VMs here)
+		}
+		if got != want {
+			t.Errorf("Got(run %s) = %+v; want %+v", id, got, want)
+		}
+	}
+	pages := []struct {
+		id         string
+		says       string
+		trust      string
+		rerunShown bool
+	}{
+		{untrustedID, "Untrusted trigger: fork pull request from mallory/app (allow_forks): no secrets and no checkout token.", "untrusted", true},
+		{skippedID, "Skipped: fork pull request from mallory/app (allow_forks not set). Nothing ran.", "skipped", false},
+	}
+	for _, p := range pages {
+		s, body := page.GetPage(t, "/runs/"+p.id)
+		if s != http.StatusOK || !strings.Contains(body, `id="run-trust"`) || !strings.Contains(body, `data-trust="`+p.trust+`"`) || !strings.Contains(body, p.says) {
+			t.Errorf("Got(run page %s) = %d without the note %q", p.id, s, p.says)
+		}
+		if got := strings.Contains(body, `id="run-rerun"`); got != p.rerunShown {
+			t.Errorf("Got(Re-run button on the %s run page) = %v; want %v", p.trust, got, p.rerunShown)
+		}
+	}
+	before = env.Counts(t)
+	if s, body := admin.JSON(t, http.MethodPost, "/api/v1/runs/"+skippedID+"/rerun", nil, nil); s != http.StatusConflict || !strings.Contains(body, "was skipped") {
+		t.Errorf("Got(re-run a skipped run) = %d %s; want 409 saying it was skipped", s, body)
+	}
+	env.Unchanged(t, before)
+	if s, _, _ := admin.Request(t, http.MethodDelete, "/api/v1/workflows/forks-ok", "", nil); s != http.StatusNoContent {
+		t.Fatalf("Got(DELETE forks-ok) = %d; want 204", s)
+	}
+	before = env.Counts(t)
+	if s, body := admin.JSON(t, http.MethodPost, "/api/v1/runs/"+untrustedID+"/rerun", nil, nil); s != http.StatusConflict ||
+		!strings.Contains(body, "workflow forks-ok was deleted: its runs cannot be re-run") {
+		t.Errorf("Got(re-run a deleted workflow's run) = %d %s; want 409 saying the workflow was deleted", s, body)
+	}
+	// The page's Re-run says so too, and lands back on the run.
+	s, _, hdr := page.Post(t, "/runs/"+untrustedID+"/rerun", nil)
+	if s != http.StatusSeeOther || hdr.Get("Location") != "/runs/"+untrustedID {
+		t.Errorf("Got(page re-run of a deleted workflow's run) = %d to %q; want 303 back to the run", s, hdr.Get("Location"))
+	}
+	if _, body := page.GetPage(t, "/runs/"+untrustedID); !strings.Contains(body, "Not re-run: workflow forks-ok was deleted") {
+		t.Errorf("Got(run page after a refused re-run) lacks the flash saying the workflow was deleted")
+	}
+	env.Unchanged(t, before)
 }

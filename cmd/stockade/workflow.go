@@ -159,7 +159,7 @@ type runView struct {
 
 func (r runView) ended() bool {
 	switch r.State {
-	case "succeeded", "failed", "cancelled", "timed_out":
+	case "succeeded", "failed", "cancelled", "timed_out", "skipped":
 		return true
 	}
 	return false

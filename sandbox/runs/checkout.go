@@ -83,6 +83,11 @@ func (e *Engine) checkout(ctx context.Context, r Run, def workflow.Definition, s
 		return "", fmt.Sprintf("checkout: %q is not a repository (owner/name)", repo)
 	}
 	secret := checkoutTokenSecret(def)
+	if r.Untrusted() {
+		// Anonymous: enough for a public repository, and nothing for
+		// the fork's code to take.
+		secret = ""
+	}
 	if secret != "" && !slices.Contains(sb.EnvKeys(), secret) {
 		return "", fmt.Sprintf("checkout %s: secret %s is not available to sandboxes (create it, scope it to the git host %s, and grant it in the policy)",
 			repo, secret, hostOf(e.cfg.GitURL))

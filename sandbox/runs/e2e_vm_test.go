@@ -63,12 +63,14 @@ import (
 const e2eToken = "ghp_E2eRealToken_4b1d9a7c3e5f2086"
 
 // gitServer serves bare repositories under root with git http-backend over
-// HTTPS on 127.0.0.1, for any user with password e2eToken.
+// HTTPS on 127.0.0.1, for any user with password e2eToken, and the public
+// ones to anyone.
 type gitServer struct {
 	*httptest.Server
-	root string
-	mu   sync.Mutex
-	auth []string // what each request authenticated with: "real", "placeholder", "none", "other"
+	root   string
+	mu     sync.Mutex
+	auth   []string // what each request authenticated with: "real", "placeholder", "none", "other"
+	public map[string]bool
 }
 
 func newGitServer(t *testing.T) *gitServer {
@@ -77,7 +79,7 @@ func newGitServer(t *testing.T) *gitServer {
 	if err != nil {
 		t.Fatalf("git on the host (scripts/deps.sh installs it): %v", err)
 	}
-	g := &gitServer{root: t.TempDir()}
+	g := &gitServer{root: t.TempDir(), public: map[string]bool{}}
 	cgiHandler := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(backend)), "git-http-backend"),
 		Env: []string{"GIT_PROJECT_ROOT=" + g.root, "GIT_HTTP_EXPORT_ALL=1"}}
 	g.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -93,8 +95,12 @@ func newGitServer(t *testing.T) *gitServer {
 		}
 		g.mu.Lock()
 		g.auth = append(g.auth, seen)
+		public := false
+		for repo := range g.public {
+			public = public || strings.HasPrefix(r.URL.Path, "/"+repo+".git/")
+		}
 		g.mu.Unlock()
-		if seen != "real" {
+		if seen != "real" && !(public && seen == "none") {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return
@@ -105,6 +111,13 @@ func newGitServer(t *testing.T) *gitServer {
 	g.StartTLS()
 	t.Cleanup(g.Close)
 	return g
+}
+
+// publish lets anyone read repo, as GitHub does a public repository.
+func (g *gitServer) publish(repo string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.public[repo] = true
 }
 
 func (g *gitServer) auths() []string {
@@ -425,6 +438,21 @@ func pullRequestPayload(repo, branch, sha string, number int) []byte {
 	return b
 }
 
+// forkPullRequestPayload is pullRequestPayload from a fork: the head is a
+// branch of fork, a repository that is a fork of repo.
+func forkPullRequestPayload(repo, fork, branch, sha string, number int) []byte {
+	var p map[string]any
+	_ = json.Unmarshal(pullRequestPayload(repo, branch, sha, number), &p)
+	owner, name, _ := strings.Cut(fork, "/")
+	head := p["pull_request"].(map[string]any)["head"].(map[string]any)
+	head["label"] = owner + ":" + branch
+	head["repo"] = map[string]any{"id": 7777777, "name": name, "full_name": fork, "private": false, "fork": true,
+		"owner": map[string]any{"login": owner, "id": 3, "type": "User"}, "clone_url": "https://github.com/" + fork + ".git"}
+	p["sender"] = map[string]any{"login": owner, "id": 3, "type": "User"}
+	b, _ := json.Marshal(p)
+	return b
+}
+
 // TestE2EPullRequestOnVM is the acceptance test of workflows.
 func TestE2EPullRequestOnVM(t *testing.T) {
 	if testing.Short() {
@@ -572,24 +600,7 @@ notify:
 	})
 
 	// The run: a VM boot under TCG, a debian sandbox, a clone, the tests.
-	begin := time.Now()
-	var (
-		r     runs.Run
-		steps []runs.Step
-		err   error
-	)
-	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
-		if r, steps, err = e.engine.Store().Get(bg, e.tenant.ID, runID); err != nil {
-			t.Fatal(err)
-		}
-		if r.State.Ended() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s is %s after 8 min; want it ended", runID, r.State)
-		}
-	}
-	t.Logf("run %s %s after %v: %s", r.ID, r.State, time.Since(begin).Round(time.Millisecond), r.StateReason)
+	r, steps := e.waitEnded(t, runID)
 	if r.State != runs.StateSucceeded || r.Repository != repo || r.SHA != sha || r.Ref != branch || r.PRNumber != number || r.TriggerKind != "pull_request" {
 		t.Fatalf("Got(run) = %s (%q) %s@%s %s #%d by %s; want succeeded %s@%s %s #%d by pull_request", r.State, r.StateReason, r.Repository,
 			r.SHA, r.Ref, r.PRNumber, r.TriggerKind, repo, sha, branch, number)
@@ -683,5 +694,116 @@ notify:
 	}
 	if strings.Contains(e.logs.String(), e2eToken) {
 		t.Errorf("Got(control plane log) holds the real token")
+	}
+
+	t.Run("a fork's pull request runs without secrets and checkout token", func(t *testing.T) {
+		forkUntrusted(t, e, gitSrv)
+	})
+}
+
+// waitEnded waits for the tenant's run id to end and returns it with its
+// steps.
+func (e *e2eEnv) waitEnded(t *testing.T, id string) (runs.Run, []runs.Step) {
+	t.Helper()
+	begin := time.Now()
+	for deadline := time.Now().Add(8 * time.Minute); ; time.Sleep(time.Second) {
+		r, steps, err := e.engine.Store().Get(bg, e.tenant.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State.Ended() {
+			t.Logf("run %s %s after %v: %s", r.ID, r.State, time.Since(begin).Round(time.Millisecond), r.StateReason)
+			return r, steps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %s after 8 min; want it ended", id, r.State)
+		}
+	}
+}
+
+// forkUntrusted is the attack on a real VM: a fork's pull request, with a
+// valid signature, against a workflow whose steps name the GitHub token
+// and whose checkout would use it. Without allow_forks nothing runs; with
+// it the run's sandbox holds no secret placeholder at all and the clone
+// (of a public repository) goes out with no credentials.
+func forkUntrusted(t *testing.T, e *e2eEnv, gitSrv *gitServer) {
+	const (
+		private = "acme/app"
+		public  = "acme/oss"
+		fork    = "mallory/oss"
+		branch  = "patch-1"
+	)
+	sha := gitSrv.repository(t, public, branch)
+	gitSrv.publish(public)
+
+	// pr-tests (acme/app) does not allow forks: skipped, no sandbox.
+	code, a := deliver(t, e.url, "acme", "pull_request", uuid.NewString(), []byte(hookSecret),
+		forkPullRequestPayload(private, "mallory/app", branch, sha, 43))
+	if code != http.StatusOK || a.Status != "skipped" || len(a.Runs) != 0 || len(a.Skipped) != 1 {
+		t.Fatalf("Got(fork pull request to %s) = %d %+v; want 200 skipped, one skipped run", private, code, a)
+	}
+	skipped, _, err := e.engine.Store().Get(bg, e.tenant.ID, a.Skipped[0])
+	if err != nil || skipped.State != runs.StateSkipped || skipped.SandboxID != "" ||
+		skipped.TrustReason != "fork pull request from mallory/app (allow_forks not set)" {
+		t.Errorf("Got(skipped run) = %s %q sandbox %q, %v; want skipped, no sandbox, saying allow_forks is not set", skipped.State, skipped.TrustReason, skipped.SandboxID, err)
+	}
+
+	if _, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(`name: fork-tests
+triggers: [{event: pull_request}]
+repositories: [`+public+`]
+allow_forks: true
+sandbox: {template: debian, memory_mib: 256}
+timeout_seconds: 600
+steps:
+  - name: no secrets
+    env: [GH_TOKEN]
+    run: |
+      echo "trust=$STOCKADE_TRUST"
+      if env | grep stockade-placeholder; then echo "a placeholder in the env"; exit 1; fi
+      [ -z "${GH_TOKEN+set}" ] && echo "GH_TOKEN unset"
+      cd "$STOCKADE_CHECKOUT_DIR" && git log -1 --format='at %H' && python3 -m unittest 2>&1
+notify:
+  github: {token_secret: GH_TOKEN, status: false, comment: false}
+`), nil); err != nil {
+		t.Fatalf("save the fork workflow: %v", err)
+	}
+	seen := len(gitSrv.auths())
+	code, a = deliver(t, e.url, "acme", "pull_request", uuid.NewString(), []byte(hookSecret), forkPullRequestPayload(public, fork, branch, sha, 7))
+	if code != http.StatusAccepted || len(a.Runs) != 1 {
+		t.Fatalf("Got(fork pull request to %s) = %d %+v; want 202 with one run", public, code, a)
+	}
+	r, steps := e.waitEnded(t, a.Runs[0])
+	if r.State != runs.StateSucceeded || r.Trust != workflow.TrustUntrusted || r.TrustReason != "fork pull request from "+fork+" (allow_forks)" {
+		t.Errorf("Got(fork run) = %s (%q), trust %q (%q); want succeeded, untrusted from %s", r.State, r.StateReason, r.Trust, r.TrustReason, fork)
+	}
+	if len(steps) != 1 {
+		t.Fatalf("Got(steps of the fork run) = %d; want 1", len(steps))
+	}
+	out := steps[0].Output
+	t.Logf("fork run step output:\n%s", out)
+	if !strings.Contains(out, "trust=untrusted\nGH_TOKEN unset\nat "+sha) || !strings.Contains(out, "OK") || strings.Contains(out, "placeholder") {
+		t.Errorf("Got(step output) = %q; want STOCKADE_TRUST=untrusted, no GH_TOKEN, no placeholder, commit %s tested", out, sha)
+	}
+	// The sandbox was made with no secret at all, whatever the policy grants.
+	st, err := e.svc.Get(bg, e.tenant.ID, r.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.Sandbox.EnvKeys() {
+		if k == "GH_TOKEN" || k == "GH_HOOK" || k == "SLACK_URL" || k == "JIRA_TOKEN" {
+			t.Errorf("Got(env of the fork run's sandbox) holds %s; want no secret", k)
+		}
+	}
+	// The clone went out with no credentials: not the real token, not a
+	// placeholder.
+	auths := gitSrv.auths()[seen:]
+	if len(auths) == 0 {
+		t.Errorf("Got(git server requests of the fork run) = none; want the clone")
+	}
+	for _, s := range auths {
+		if s != "none" {
+			t.Errorf("Got(git server auths of the fork run) = %q; want every request without credentials", auths)
+			break
+		}
 	}
 }

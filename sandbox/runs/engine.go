@@ -37,6 +37,7 @@ type Sandboxes interface {
 // (*workflow.Store).
 type Workflows interface {
 	Get(ctx context.Context, tenantID, name string, version int) (workflow.Version, error)
+	Current(ctx context.Context, tenantID, name string) (workflow.Version, error)
 }
 
 // Costs prices what a run's sandbox used, from the usage ledger.
@@ -242,16 +243,25 @@ func (e *Engine) Cancel(ctx context.Context, actor audit.Actor, tenantID, id str
 	return r, nil
 }
 
-// Rerun creates a new run of the same workflow version with the same
-// trigger, and starts it.
+// Rerun creates a new run of the workflow's current version with the same
+// trigger, trusted as far as the first one was, and starts it. A run of a
+// deleted workflow is not re-run, nor a skipped one (re-running it would
+// run what its trigger was not trusted to run): tenants.ErrConflict.
 func (e *Engine) Rerun(ctx context.Context, actor audit.Actor, tenantID, id string) (Run, error) {
 	old, _, err := e.store.Get(ctx, tenantID, id)
 	if err != nil {
 		return Run{}, err
 	}
-	v, err := e.wf.Get(ctx, tenantID, old.Workflow, old.WorkflowVersion)
+	if old.State == StateSkipped {
+		return Run{}, fmt.Errorf("%w: run #%d of %s was skipped (%s): it cannot be re-run; change the workflow (allow_forks, comment_authors) and trigger it again",
+			tenants.ErrConflict, old.Number, old.Workflow, old.TrustReason)
+	}
+	v, err := e.wf.Current(ctx, tenantID, old.Workflow)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return Run{}, fmt.Errorf("%w: workflow %s was deleted: its runs cannot be re-run (save the workflow again to run it)", tenants.ErrConflict, old.Workflow)
+	}
 	if err != nil {
-		return Run{}, err
+		return Run{}, fmt.Errorf("re-run run %s: %w", id, err)
 	}
 	t := old.Trigger()
 	t.Kind, t.DeliveryID = TriggerRerun, ""
@@ -388,10 +398,15 @@ func (e *Engine) inSandbox(ctx, runCtx context.Context, r *Run, def workflow.Def
 	if e.sbx == nil {
 		return StateFailed, "this server runs without sandboxes", nil
 	}
+	untrusted := r.Untrusted()
+	if untrusted {
+		fmt.Fprintf(log, "==> untrusted trigger (%s): the sandbox gets no secrets and the checkout no token\n", r.TrustReason)
+	}
 	sb, err := e.sbx.Create(runCtx, actorFor(*r), r.TenantID, sandbox.Spec{
 		Template: def.Sandbox.Template, VCPUs: def.Sandbox.VCPUs, MemoryMiB: def.Sandbox.MemoryMiB,
 		TimeoutSeconds: def.Timeout() + int(e.cfg.Grace/time.Second),
 		Metadata:       map[string]string{"workflow": r.Workflow, "workflow_run": r.ID},
+		NoSecrets:      untrusted,
 	})
 	if sb.ID != "" {
 		if err := e.store.setSandbox(context.WithoutCancel(ctx), r, sb.ID); err != nil {
@@ -405,7 +420,12 @@ func (e *Engine) inSandbox(ctx, runCtx context.Context, r *Run, def workflow.Def
 	}
 	fmt.Fprintf(log, "==> sandbox %s (%s)\n", sb.ID, sb.Template)
 	if missing := missingSecrets(def, sb.EnvKeys()); len(missing) > 0 {
-		return StateFailed, "secrets not available to sandboxes (create them and grant them in the policy): " + strings.Join(missing, ", "), nil
+		if !untrusted {
+			return StateFailed, "secrets not available to sandboxes (create them and grant them in the policy): " + strings.Join(missing, ", "), nil
+		}
+		// Steps of an untrusted run find their secret variables unset,
+		// as GitHub Actions leaves secrets empty for a fork.
+		fmt.Fprintf(log, "==> withheld from this untrusted run: %s\n", strings.Join(missing, ", "))
 	}
 	state, reason := StateSucceeded, ""
 	env := runEnv(*r)
@@ -520,7 +540,10 @@ func (e *Engine) step(ctx context.Context, r Run, sandboxID string, i int, st wo
 func runEnv(r Run) map[string]string {
 	env := map[string]string{
 		"STOCKADE_RUN_ID": r.ID, "STOCKADE_RUN_NUMBER": strconv.Itoa(r.Number), "STOCKADE_WORKFLOW": r.Workflow,
-		"STOCKADE_TRIGGER": r.TriggerKind,
+		"STOCKADE_TRIGGER": r.TriggerKind, "STOCKADE_TRUST": workflow.TrustTrusted,
+	}
+	if r.Untrusted() {
+		env["STOCKADE_TRUST"] = workflow.TrustUntrusted
 	}
 	set := func(k, v string) {
 		if v != "" {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
 // State is where a run is in its life.
@@ -23,12 +25,16 @@ const (
 	StateFailed    State = "failed"
 	StateCancelled State = "cancelled"
 	StateTimedOut  State = "timed_out"
+	// StateSkipped: the trigger was not trusted to run the workflow (a
+	// fork pull request without allow_forks, a comment by someone not in
+	// comment_authors); no sandbox was made.
+	StateSkipped State = "skipped"
 )
 
 // Ended reports whether nothing can happen to the run any more.
 func (s State) Ended() bool {
 	switch s {
-	case StateSucceeded, StateFailed, StateCancelled, StateTimedOut:
+	case StateSucceeded, StateFailed, StateCancelled, StateTimedOut, StateSkipped:
 		return true
 	}
 	return false
@@ -62,6 +68,10 @@ type Trigger struct {
 	SHA        string `json:"sha,omitempty"`
 	PRNumber   int    `json:"pr_number,omitempty"`
 	Sender     string `json:"sender,omitempty"`
+	// Trust is workflow.TrustTrusted, TrustUntrusted or TrustSkipped; ""
+	// (runs made before trust was recorded) ran trusted.
+	Trust       string `json:"trust,omitempty"`
+	TrustReason string `json:"trust_reason,omitempty"`
 }
 
 // Artifact is a file collected from the run's sandbox.
@@ -89,6 +99,8 @@ type Run struct {
 	SHA             string     `gorm:"column:sha" json:"sha,omitempty"`
 	PRNumber        int        `gorm:"column:pr_number" json:"pr_number,omitempty"`
 	Sender          string     `gorm:"column:sender" json:"sender,omitempty"`
+	Trust           string     `gorm:"column:trust" json:"trust,omitempty"`
+	TrustReason     string     `gorm:"column:trust_reason" json:"trust_reason,omitempty"`
 	CreatedBy       string     `gorm:"column:created_by" json:"created_by,omitempty"`
 	RerunOf         string     `gorm:"column:rerun_of" json:"rerun_of,omitempty"`
 	SandboxID       string     `gorm:"column:sandbox_id" json:"sandbox_id,omitempty"`
@@ -121,7 +133,13 @@ func utc(ps ...**time.Time) {
 // Trigger is what started the run.
 func (r Run) Trigger() Trigger {
 	return Trigger{Kind: r.TriggerKind, DeliveryID: r.DeliveryID, Repository: r.Repository, Ref: r.Ref, SHA: r.SHA,
-		PRNumber: r.PRNumber, Sender: r.Sender}
+		PRNumber: r.PRNumber, Sender: r.Sender, Trust: r.Trust, TrustReason: r.TrustReason}
+}
+
+// Untrusted reports whether the run's code must get no secrets and no
+// checkout token.
+func (r Run) Untrusted() bool {
+	return r.Trust == workflow.TrustUntrusted || r.Trust == workflow.TrustSkipped
 }
 
 // Artifacts are the files collected from its sandbox.
@@ -169,11 +187,14 @@ func (s *Step) AfterFind(*gorm.DB) error {
 
 // Delivery is a GitHub delivery accepted for a tenant.
 type Delivery struct {
-	TenantID   string    `gorm:"column:tenant_id;primaryKey"`
-	DeliveryID string    `gorm:"column:delivery_id;primaryKey"`
-	Event      string    `gorm:"column:event"`
-	Action     string    `gorm:"column:action"`
-	Repository string    `gorm:"column:repository"`
+	TenantID   string `gorm:"column:tenant_id;primaryKey"`
+	DeliveryID string `gorm:"column:delivery_id;primaryKey"`
+	Event      string `gorm:"column:event"`
+	Action     string `gorm:"column:action"`
+	Repository string `gorm:"column:repository"`
+	// BodySHA256 is the hex SHA-256 of the delivery's body: a body seen
+	// before is the same delivery, whatever its id.
+	BodySHA256 string    `gorm:"column:body_sha256"`
 	Runs       int       `gorm:"column:runs"`
 	ReceivedAt time.Time `gorm:"column:received_at;autoCreateTime:false"`
 }

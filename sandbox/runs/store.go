@@ -16,7 +16,7 @@ import (
 )
 
 // ErrDuplicateDelivery: the tenant already accepted a GitHub delivery with
-// this id; nothing was started again.
+// this id, or with this body; nothing was started again.
 var ErrDuplicateDelivery = errors.New("duplicate delivery")
 
 // Store keeps runs, their steps and GitHub deliveries. Every method takes
@@ -69,8 +69,10 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 }
 
 // Deliver records a GitHub delivery of the tenant and the runs it starts,
-// in one transaction: a delivery id seen before is ErrDuplicateDelivery and
-// creates nothing.
+// in one transaction: a delivery id or a body digest (d.BodySHA256) seen
+// before is ErrDuplicateDelivery and creates nothing. A run whose trigger
+// is TrustSkipped is recorded as ended, skipped: the caller must not start
+// it.
 func (s *Store) Deliver(ctx context.Context, actor audit.Actor, tenantID string, d Delivery, nrs []NewRun) ([]Run, error) {
 	var out []Run
 	d.TenantID, d.ReceivedAt, d.Runs = tenantID, s.now(), len(nrs)
@@ -128,9 +130,19 @@ func (s *Store) create(tx *gorm.DB, actor audit.Actor, tenantID string, nr NewRu
 		return Run{}, err
 	}
 	t := nr.Trigger
+	if t.Trust == "" {
+		t.Trust = workflow.TrustTrusted
+	}
 	r := Run{ID: id.String(), TenantID: tenantID, Workflow: v.Name, WorkflowVersion: v.Version, Number: next, State: StateQueued,
 		TriggerKind: t.Kind, DeliveryID: t.DeliveryID, Repository: t.Repository, Ref: t.Ref, SHA: t.SHA, PRNumber: t.PRNumber,
-		Sender: t.Sender, CreatedBy: actorName(actor), RerunOf: nr.RerunOf, ArtifactsJSON: "[]", CreatedAt: s.now()}
+		Sender: t.Sender, Trust: t.Trust, TrustReason: truncate(t.TrustReason, 500), CreatedBy: actorName(actor), RerunOf: nr.RerunOf,
+		ArtifactsJSON: "[]", CreatedAt: s.now()}
+	stepState := StepPending
+	if t.Trust == workflow.TrustSkipped {
+		// Nothing runs: the run is there to say why.
+		ended := r.CreatedAt
+		r.State, r.StateReason, r.EndedAt, stepState = StateSkipped, r.TrustReason, &ended, StepSkipped
+	}
 	if err := tx.Create(&r).Error; err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return Run{}, errNumberTaken
@@ -139,14 +151,14 @@ func (s *Store) create(tx *gorm.DB, actor audit.Actor, tenantID string, nr NewRu
 	}
 	steps := make([]Step, 0, len(v.Def.Steps))
 	for i, st := range v.Def.Steps {
-		steps = append(steps, Step{RunID: r.ID, TenantID: tenantID, Index: i, Name: st.Name, State: StepPending})
+		steps = append(steps, Step{RunID: r.ID, TenantID: tenantID, Index: i, Name: st.Name, State: stepState})
 	}
 	if err := tx.Create(&steps).Error; err != nil {
 		return Run{}, err
 	}
 	e := actor.Event(tenantID, audit.TypeWorkflowRunCreated, "workflow_run", r.ID, map[string]any{
 		"workflow": v.Name, "version": v.Version, "number": r.Number, "trigger": t.Kind, "delivery_id": t.DeliveryID,
-		"repository": t.Repository, "ref": t.Ref, "sha": t.SHA, "rerun_of": nr.RerunOf,
+		"repository": t.Repository, "ref": t.Ref, "sha": t.SHA, "rerun_of": nr.RerunOf, "trust": t.Trust, "trust_reason": r.TrustReason,
 	})
 	e.Time = r.CreatedAt
 	if err := audit.Write(tx, e); err != nil {
@@ -195,7 +207,7 @@ const MaxList = 200
 // List returns the tenant's runs, newest first.
 func (s *Store) List(ctx context.Context, tenantID string, f Filter) ([]Run, error) {
 	if f.State != "" && !f.State.Valid() {
-		return nil, tenants.Invalid("state", "enum", "must be one of queued, running, succeeded, failed, cancelled, timed_out")
+		return nil, tenants.Invalid("state", "enum", "must be one of queued, running, succeeded, failed, cancelled, timed_out, skipped")
 	}
 	if f.Limit <= 0 || f.Limit > MaxList {
 		f.Limit = MaxList

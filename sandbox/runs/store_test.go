@@ -165,16 +165,7 @@ func TestDeliverDeduplicates(t *testing.T) {
 				go func() { defer wg.Done(); _, errs[i] = e.s.Deliver(ctx, gh, e.a.ID, d2, []NewRun{nr}) }()
 			}
 			wg.Wait()
-			ok := 0
-			for _, err := range errs {
-				switch {
-				case err == nil:
-					ok++
-				case errors.Is(err, ErrDuplicateDelivery):
-				default:
-					t.Errorf("concurrent Deliver() = %v; want nil or ErrDuplicateDelivery", err)
-				}
-			}
+			ok := wins(t, errs)
 			if ok != 1 {
 				t.Errorf("concurrent Deliver() succeeded %d times; want 1", ok)
 			}
@@ -292,4 +283,133 @@ func TestLog(t *testing.T) {
 	if _, _, s4 := l.Subscribe(); func() bool { _, open := <-s4.C; return open }() {
 		t.Errorf("Subscribe() to an ended log gave an open channel")
 	}
+}
+
+// TestDeliverDeduplicatesBodies: a body seen before (its digest) is the
+// same delivery whatever its id, per tenant.
+func TestDeliverDeduplicatesBodies(t *testing.T) {
+	ctx := context.Background()
+	gh := audit.Actor{Kind: audit.ActorSystem, ID: "github"}
+	const digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	for _, e := range envs(t) {
+		t.Run(e.name, func(t *testing.T) {
+			nr := NewRun{Version: e.v, Trigger: Trigger{Kind: "pull_request", Repository: "acme/app", SHA: "abc", PRNumber: 7}}
+			if _, err := e.s.Deliver(ctx, gh, e.a.ID, Delivery{DeliveryID: "d-1", Event: "pull_request", BodySHA256: digest}, []NewRun{nr}); err != nil {
+				t.Fatalf("Deliver(d-1) = %v; want nil", err)
+			}
+			before := dbtest.Count(t, e.db)
+			if _, err := e.s.Deliver(ctx, gh, e.a.ID, Delivery{DeliveryID: "d-2", Event: "pull_request", BodySHA256: digest}, []NewRun{nr}); !errors.Is(err, ErrDuplicateDelivery) {
+				t.Errorf("Deliver(d-2, same body) = %v; want ErrDuplicateDelivery", err)
+			}
+			if ok, diff := dbtest.Equal(before, dbtest.Count(t, e.db)); !ok {
+				t.Errorf("Deliver(d-2, same body) wrote %s; want nothing", diff)
+			}
+			if _, err := e.s.Deliver(ctx, gh, e.b.ID, Delivery{DeliveryID: "d-2", Event: "pull_request", BodySHA256: digest}, nil); err != nil {
+				t.Errorf("Deliver(B, same body) = %v; want nil (digests are per tenant)", err)
+			}
+			// Deliveries without a digest (recorded before there were
+			// digests) do not collide with each other.
+			for _, id := range []string{"old-1", "old-2"} {
+				if _, err := e.s.Deliver(ctx, gh, e.a.ID, Delivery{DeliveryID: id, Event: "push"}, nil); err != nil {
+					t.Errorf("Deliver(%s, no digest) = %v; want nil", id, err)
+				}
+			}
+			// The same body under several new ids at once: one wins.
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[i] = e.s.Deliver(ctx, gh, e.a.ID, Delivery{DeliveryID: fmt.Sprintf("race-%d", i), Event: "pull_request",
+						BodySHA256: "ab" + digest[2:]}, []NewRun{nr})
+				}()
+			}
+			wg.Wait()
+			ok := wins(t, errs)
+			if ok != 1 {
+				t.Errorf("concurrent Deliver(same body) succeeded %d times; want 1", ok)
+			}
+			var stored string
+			if err := e.db.Table("github_deliveries").Where("tenant_id = ? AND delivery_id = ?", e.a.ID, "d-1").Pluck("body_sha256", &stored).Error; err != nil || stored != digest {
+				t.Errorf("Got(stored digest of d-1) = %q, %v; want %q", stored, err, digest)
+			}
+		})
+	}
+}
+
+// TestTrustRecorded: a run keeps how far its trigger was trusted; a
+// skipped one is recorded ended, its steps skipped, and is never queued.
+func TestTrustRecorded(t *testing.T) {
+	ctx := context.Background()
+	gh := audit.Actor{Kind: audit.ActorSystem, ID: "github"}
+	for _, e := range envs(t) {
+		t.Run(e.name, func(t *testing.T) {
+			tests := []struct {
+				name      string
+				trust     string
+				reason    string
+				wantTrust string
+				wantState State
+				wantStep  string
+			}{
+				{"unset is trusted", "", "", workflow.TrustTrusted, StateQueued, StepPending},
+				{"untrusted", workflow.TrustUntrusted, "fork pull request from mallory/app (allow_forks)", workflow.TrustUntrusted, StateQueued, StepPending},
+				{"skipped", workflow.TrustSkipped, "fork pull request from mallory/app (allow_forks not set)", workflow.TrustSkipped, StateSkipped, StepSkipped},
+			}
+			for i, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					nr := NewRun{Version: e.v, Trigger: Trigger{Kind: "pull_request", Repository: "acme/app", Trust: tt.trust, TrustReason: tt.reason}}
+					rs, err := e.s.Deliver(ctx, gh, e.a.ID, Delivery{DeliveryID: fmt.Sprintf("trust-%d", i), Event: "pull_request"}, []NewRun{nr})
+					if err != nil || len(rs) != 1 {
+						t.Fatalf("Deliver() = %v, %v; want one run", rs, err)
+					}
+					r, steps, err := e.s.Get(ctx, e.a.ID, rs[0].ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Trust != tt.wantTrust || r.TrustReason != tt.reason || r.State != tt.wantState || rs[0].State != tt.wantState {
+						t.Errorf("Got(run) = trust %q (%q), state %s; want %q (%q), %s", r.Trust, r.TrustReason, r.State, tt.wantTrust, tt.reason, tt.wantState)
+					}
+					if tt.wantState == StateSkipped && (r.EndedAt == nil || r.StartedAt != nil || r.StateReason != tt.reason) {
+						t.Errorf("Got(skipped run) ended %v started %v reason %q; want ended, never started, saying why", r.EndedAt, r.StartedAt, r.StateReason)
+					}
+					for _, st := range steps {
+						if st.State != tt.wantStep {
+							t.Errorf("Got(step %q) = %s; want %s", st.Name, st.State, tt.wantStep)
+						}
+					}
+				})
+			}
+			q, err := e.s.Queued(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range q {
+				if r.State == StateSkipped || r.Trust == workflow.TrustSkipped {
+					t.Errorf("Got(Queued()) holds skipped run %s; want it never queued", r.ID)
+				}
+			}
+			if l, err := e.s.List(ctx, e.a.ID, Filter{State: StateSkipped}); err != nil || len(l) != 1 {
+				t.Errorf("Got(List(state skipped)) = %d runs, %v; want 1", len(l), err)
+			}
+		})
+	}
+}
+
+// wins counts the concurrent deliveries that were recorded; every other
+// one must be ErrDuplicateDelivery.
+func wins(t *testing.T, errs []error) int {
+	t.Helper()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrDuplicateDelivery):
+		default:
+			t.Errorf("concurrent Deliver() = %v; want nil or ErrDuplicateDelivery", err)
+		}
+	}
+	return ok
 }

@@ -2,6 +2,49 @@
 // against a JSON Schema (errors name the field and its YAML line), stored
 // as append-only versions, and matched against GitHub events. Running them
 // is sandbox/runs' job; this package only says what a workflow is.
+//
+// # Trusted and untrusted triggers
+//
+// A GitHub event says whose code a run would execute, and Trust decides
+// what that code gets (GitHub Actions' line, a little stricter):
+//
+//   - push, and a pull_request from a branch of the repository itself:
+//     trusted. Pushing there takes write access. The run's sandbox gets
+//     the secrets the tenant policy grants and the checkout its token.
+//
+//   - a pull_request from a fork (head.repo is another repository, is a
+//     fork, or was deleted): by default it runs nothing; the run is
+//     recorded as skipped, saying "fork pull request from mallory/app
+//     (allow_forks not set)". With
+//
+//     allow_forks: true
+//
+//     it runs untrusted: no secret placeholder in the sandbox whatever the
+//     policy grants (steps find their env variables unset), an anonymous
+//     checkout (enough for a public repository), STOCKADE_TRUST=untrusted.
+//     Notifications are still sent: they go from the control plane, not
+//     from the sandbox. No setting gives a fork's pull request the
+//     secrets by itself; only a comment by a trusted author runs its code
+//     trusted (below).
+//
+//   - an issue_comment command: only from comment_authors, a list of
+//     GitHub author associations (OWNER, MEMBER, COLLABORATOR,
+//     CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, MANNEQUIN, NONE; in
+//     capitals) and logins (anything else; compared case-insensitively):
+//
+//     comment_authors: [OWNER, MEMBER, COLLABORATOR, release-bot]
+//
+//     The default is [OWNER, MEMBER, COLLABORATOR], the people with write
+//     access. Their comment runs trusted, even on a fork's pull request:
+//     it is their approval, so read the pull request before you comment
+//     (the run fetches its head as it is when the run starts). A comment
+//     by anyone else is recorded as a skipped run.
+//
+//   - manual runs are trusted: the tenant's own members start them.
+//
+// A re-run keeps the trust of the run it repeats, runs the workflow's
+// current version, and is refused for a skipped run and for a deleted
+// workflow.
 package workflow
 
 import "regexp"
@@ -33,6 +76,15 @@ type Definition struct {
 	// after the run.
 	Artifacts []string `json:"artifacts,omitempty"`
 	Notify    Notify   `json:"notify,omitempty"`
+	// AllowForks lets pull requests from forks run, untrusted: their
+	// sandbox gets no secrets and their checkout no token. Without it a
+	// fork pull request is recorded as a skipped run and runs nothing.
+	AllowForks bool `json:"allow_forks,omitempty"`
+	// CommentAuthors are who may start the workflow with a comment: author
+	// associations (OWNER, MEMBER, COLLABORATOR, CONTRIBUTOR, ...) and
+	// GitHub logins. Empty means DefaultCommentAuthors. A comment by
+	// anyone else is recorded as a skipped run and runs nothing.
+	CommentAuthors []string `json:"comment_authors,omitempty"`
 }
 
 // Trigger is one event that starts the workflow.

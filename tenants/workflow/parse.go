@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -247,6 +248,8 @@ func patternDetail(loc []string, got string) string {
 		return fmt.Sprintf("%q is not an http(s) URL", g)
 	case last == "channel":
 		return fmt.Sprintf("%q is not a Slack channel: e.g. #builds or C0123456", g)
+	case parent == "comment_authors":
+		return fmt.Sprintf("%q is neither an author association (OWNER, MEMBER, COLLABORATOR, ...) nor a GitHub login", g)
 	case last == "template":
 		return fmt.Sprintf("%q is not a template name", g)
 	}
@@ -278,6 +281,18 @@ func (d Definition) crossCheck(ls lines) Errors {
 		}
 		if len(t.Labels) > 0 && !contains(t.Actions, "labeled") {
 			bad(base+"/labels", "labels", "labels need the labeled action in actions")
+		}
+	}
+	if d.AllowForks && !d.hasEvent(EventPullRequest) {
+		bad("/allow_forks", "event", "allow_forks applies to pull_request triggers: the workflow has none")
+	}
+	if len(d.CommentAuthors) > 0 && !d.hasEvent(EventIssueComment) {
+		bad("/comment_authors", "event", "comment_authors applies to issue_comment triggers: the workflow has none")
+	}
+	for i, a := range d.CommentAuthors {
+		if isAssociationWord(a) && !slices.Contains(Associations, a) {
+			bad(fmt.Sprintf("/comment_authors/%d", i), "association", fmt.Sprintf("%q is not an author association: use one of %s, or a GitHub login in lowercase",
+				a, strings.Join(Associations, ", ")))
 		}
 	}
 	seen := map[string]int{}

@@ -157,6 +157,14 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"not YAML", "name: [a\n", []string{"/@?"}},
 		{"empty", "", []string{"/@1"}},
 		{"a list, not a mapping", "- a\n", []string{"/@1"}},
+		{"unknown association", trustBase + "comment_authors: [OWNER, MEMBERS]\n", []string{"/comment_authors/1@8"}},
+		{"not a login", trustBase + "comment_authors: [\"bad login!\"]\n", []string{"/comment_authors/0@8"}},
+		{"empty list", trustBase + "comment_authors: []\n", []string{"/comment_authors@8"}},
+		{"allow_forks not a boolean", trustBase + "allow_forks: sometimes\n", []string{"/allow_forks@8"}},
+		{"allow_forks without pull_request", "name: a\ntriggers:\n  - event: push\nsteps:\n  - {name: s, run: x}\nallow_forks: true\n",
+			[]string{"/allow_forks@6"}},
+		{"comment_authors without issue_comment", "name: a\ntriggers:\n  - event: push\nsteps:\n  - {name: s, run: x}\ncomment_authors: [OWNER]\n",
+			[]string{"/comment_authors@6"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,6 +418,72 @@ func TestListManyVersions(t *testing.T) {
 			l, err := e.s.List(ctx, e.a.ID)
 			if err != nil || len(l) != 2 || l[0].Name != "a-flow" || l[0].Version != 3 || l[1].Version != 3 {
 				t.Errorf("List() = %+v, %v; want a-flow v3, b-flow v3", l, err)
+			}
+		})
+	}
+}
+
+// trustBase is a workflow with pull_request and issue_comment triggers.
+const trustBase = "name: a\ntriggers:\n  - event: pull_request\n  - event: issue_comment\n    command: /stockade run\nsteps:\n  - {name: s, run: x}\n"
+
+func TestParseTrustSettings(t *testing.T) {
+	d, err := parser(t).Parse([]byte(trustBase + "allow_forks: true\ncomment_authors: [OWNER, MEMBER, octo-cat, \"dependabot[bot]\"]\n"))
+	if err != nil {
+		t.Fatalf("Parse(allow_forks, comment_authors) = %v; want nil", err)
+	}
+	if !d.AllowForks || !reflect.DeepEqual(d.CommentAuthors, []string{"OWNER", "MEMBER", "octo-cat", "dependabot[bot]"}) {
+		t.Errorf("Parse() = allow_forks %v, comment_authors %v; want true, [OWNER MEMBER octo-cat dependabot[bot]]", d.AllowForks, d.CommentAuthors)
+	}
+}
+
+func TestTrust(t *testing.T) {
+	p := parser(t)
+	const base = "name: a\ntriggers:\n  - event: pull_request\n  - event: issue_comment\n    command: /stockade run\n  - event: push\n  - event: manual\nsteps:\n  - {name: s, run: x}\n"
+	strict, err := p.Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := p.Parse([]byte(base + "allow_forks: true\ncomment_authors: [CONTRIBUTOR, Octocat]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := workflow.Event{Name: "pull_request", Action: "opened", Repository: "acme/app"}
+	fork := pr
+	fork.Fork, fork.HeadRepository = true, "mallory/app"
+	gone := pr
+	gone.Fork = true
+	comment := func(login, assoc string) workflow.Event {
+		return workflow.Event{Name: "issue_comment", Action: "created", Repository: "acme/app", Comment: "/stockade run", Author: login, Association: assoc}
+	}
+	tests := []struct {
+		name   string
+		def    workflow.Definition
+		e      workflow.Event
+		level  string
+		reason string
+	}{
+		{"branch pull request", strict, pr, workflow.TrustTrusted, "pull request from a branch of acme/app"},
+		{"fork, default", strict, fork, workflow.TrustSkipped, "fork pull request from mallory/app (allow_forks not set)"},
+		{"fork, allow_forks", open, fork, workflow.TrustUntrusted, "fork pull request from mallory/app (allow_forks)"},
+		{"deleted fork", strict, gone, workflow.TrustSkipped, "fork pull request from a deleted repository (allow_forks not set)"},
+		{"push", strict, workflow.Event{Name: "push", Repository: "acme/app"}, workflow.TrustTrusted, "push to acme/app"},
+		{"manual", strict, workflow.Event{Name: "manual"}, workflow.TrustTrusted, ""},
+		{"OWNER by default", strict, comment("ada", "OWNER"), workflow.TrustTrusted, "comment by ada (OWNER)"},
+		{"MEMBER by default", strict, comment("ada", "MEMBER"), workflow.TrustTrusted, "comment by ada (MEMBER)"},
+		{"COLLABORATOR by default", strict, comment("ada", "COLLABORATOR"), workflow.TrustTrusted, "comment by ada (COLLABORATOR)"},
+		{"CONTRIBUTOR by default", strict, comment("bob", "CONTRIBUTOR"), workflow.TrustSkipped, "comment by bob (CONTRIBUTOR): not in comment_authors"},
+		{"FIRST_TIME_CONTRIBUTOR by default", strict, comment("bob", "FIRST_TIME_CONTRIBUTOR"), workflow.TrustSkipped, "comment by bob (FIRST_TIME_CONTRIBUTOR): not in comment_authors"},
+		{"NONE by default", strict, comment("bob", "NONE"), workflow.TrustSkipped, "comment by bob (NONE): not in comment_authors"},
+		{"no association", strict, comment("", ""), workflow.TrustSkipped, "comment by an unknown author (NONE): not in comment_authors"},
+		{"listed association", open, comment("bob", "CONTRIBUTOR"), workflow.TrustTrusted, "comment by bob (CONTRIBUTOR)"},
+		{"listed login, any case", open, comment("octocat", "NONE"), workflow.TrustTrusted, "comment by octocat (NONE)"},
+		{"OWNER not listed", open, comment("ada", "OWNER"), workflow.TrustSkipped, "comment by ada (OWNER): not in comment_authors"},
+		{"a login named like an association", open, comment("contributor", "NONE"), workflow.TrustSkipped, "comment by contributor (NONE): not in comment_authors"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.def.Trust(tt.e); got.Level != tt.level || got.Reason != tt.reason {
+				t.Errorf("Trust(%+v) = %+v; want {%s %s}", tt.e, got, tt.level, tt.reason)
 			}
 		})
 	}

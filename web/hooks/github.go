@@ -71,9 +71,12 @@ type GitHub struct {
 
 // Answer is the JSON body of every answer.
 type Answer struct {
-	Status string   `json:"status"` // pong, accepted, ignored, duplicate, or an error word
+	Status string   `json:"status"` // pong, accepted, skipped, ignored, duplicate, or an error word
 	Detail string   `json:"detail,omitempty"`
 	Runs   []string `json:"runs,omitempty"`
+	// Skipped are the runs recorded without running: their trigger was
+	// not trusted to run the workflow (each run says why).
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 func reply(w http.ResponseWriter, code int, a Answer) {
@@ -169,16 +172,23 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 		}
 		for _, v := range wfs {
 			if v.Def.Matches(ev) {
-				nrs = append(nrs, runs.NewRun{Version: v, Trigger: trig})
+				t := trig
+				tr := v.Def.Trust(ev)
+				t.Trust, t.TrustReason = tr.Level, tr.Reason
+				nrs = append(nrs, runs.NewRun{Version: v, Trigger: t})
 			}
 		}
 	}
+	digest := sha256.Sum256(body)
 	actor := audit.Actor{Kind: audit.ActorSystem, ID: "github", Name: "GitHub (" + trig.Sender + ")", RemoteAddr: r.RemoteAddr,
 		RequestID: w.Header().Get("X-Request-Id")}
 	created, err := g.Runs.Deliver(ctx, actor, t.ID, runs.Delivery{DeliveryID: delivery, Event: event, Action: ev.Action,
-		Repository: ev.Repository}, nrs)
+		Repository: ev.Repository, BodySHA256: hex.EncodeToString(digest[:])}, nrs)
 	if errors.Is(err, runs.ErrDuplicateDelivery) {
-		reply(w, http.StatusOK, Answer{Status: "duplicate", Detail: "this delivery was received before; nothing was started again"})
+		// A redelivery, or a captured body replayed under a new id: the
+		// signature is GitHub's either way, the event happened once.
+		reply(w, http.StatusOK, Answer{Status: "duplicate",
+			Detail: "this delivery (its X-GitHub-Delivery id or its body) was received before; nothing was started again"})
 		return
 	}
 	if err != nil {
@@ -187,7 +197,12 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 		return
 	}
 	ids := make([]string, 0, len(created))
+	var skipped []string
 	for _, run := range created {
+		if run.State == runs.StateSkipped {
+			skipped = append(skipped, run.ID)
+			continue
+		}
 		ids = append(ids, run.ID)
 		if g.Starter != nil {
 			if err := g.Starter.Start(run); err != nil {
@@ -196,11 +211,15 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 			}
 		}
 	}
-	if len(ids) == 0 {
+	switch {
+	case len(ids) > 0:
+		reply(w, http.StatusAccepted, Answer{Status: "accepted", Runs: ids, Skipped: skipped})
+	case len(skipped) > 0:
+		reply(w, http.StatusOK, Answer{Status: "skipped", Skipped: skipped,
+			Detail: "the workflows this event matches do not run it: " + created[0].TrustReason})
+	default:
 		reply(w, http.StatusOK, Answer{Status: "ignored", Detail: "no workflow matches this event"})
-		return
 	}
-	reply(w, http.StatusAccepted, Answer{Status: "accepted", Runs: ids})
 }
 
 // Verify reports whether header ("sha256=<hex>") is the HMAC-SHA256 of body
@@ -243,11 +262,13 @@ type payload struct {
 	PullRequest *struct {
 		Title string `json:"title"`
 		Head  struct {
-			Ref string `json:"ref"`
-			SHA string `json:"sha"`
+			Ref  string        `json:"ref"`
+			SHA  string        `json:"sha"`
+			Repo *prRepository `json:"repo"`
 		} `json:"head"`
 		Base struct {
-			Ref string `json:"ref"`
+			Ref  string        `json:"ref"`
+			Repo *prRepository `json:"repo"`
 		} `json:"base"`
 	} `json:"pull_request"`
 	Label *struct {
@@ -259,7 +280,40 @@ type payload struct {
 	} `json:"issue"`
 	Comment *struct {
 		Body string `json:"body"`
+		User struct {
+			Login string `json:"login"`
+		} `json:"user"`
+		AuthorAssociation string `json:"author_association"`
 	} `json:"comment"`
+}
+
+// prRepository is the head or base repository of a pull request; GitHub
+// sends null for a head repository that was deleted.
+type prRepository struct {
+	ID       int64  `json:"id"`
+	FullName string `json:"full_name"`
+	Fork     bool   `json:"fork"`
+}
+
+// fromFork reports whether the pull request's code comes from outside the
+// repository it targets: its head repository is gone, is another
+// repository, or is a fork (even of itself: a repository that is a fork
+// counts as one, erring on the side of no secrets).
+func fromFork(head, base *prRepository, repo string) bool {
+	if head == nil {
+		return true
+	}
+	if head.Fork {
+		return true
+	}
+	target := repo
+	if base != nil && base.FullName != "" {
+		target = base.FullName
+	}
+	if !strings.EqualFold(head.FullName, target) || !strings.EqualFold(head.FullName, repo) {
+		return true
+	}
+	return base != nil && head.ID != 0 && base.ID != 0 && head.ID != base.ID
 }
 
 // Parse reduces a verified delivery to the event workflows match on and the
@@ -293,11 +347,16 @@ func Parse(event string, body []byte) (workflow.Event, runs.Trigger, error) {
 			ev.Label = p.Label.Name
 		}
 		trig.Ref, trig.SHA, trig.PRNumber = p.PullRequest.Head.Ref, p.PullRequest.Head.SHA, p.Number
+		head := p.PullRequest.Head.Repo
+		if ev.Fork = fromFork(head, p.PullRequest.Base.Repo, repo); ev.Fork && head != nil {
+			ev.HeadRepository = head.FullName
+		}
 	case workflow.EventIssueComment:
 		if p.Issue == nil || p.Comment == nil {
 			return workflow.Event{}, trig, errors.New("an issue_comment payload without issue or comment")
 		}
 		ev.Name, ev.Comment = event, p.Comment.Body
+		ev.Author, ev.Association = p.Comment.User.Login, p.Comment.AuthorAssociation
 		ev.OnPullRequest = len(p.Issue.PullRequest) > 0 && string(p.Issue.PullRequest) != "null"
 		if ev.OnPullRequest {
 			// The comment names no commit: the pull request's head ref

@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"gorm.io/gorm"
@@ -48,30 +51,65 @@ steps:
     run: make
 `
 
+// helloWorld is the repository of the deliveries, as GitHub describes it.
+var helloWorld = map[string]any{"id": 1296269, "name": "hello-world", "full_name": "octo-org/hello-world", "private": false, "fork": false}
+
 // prPayload is a pull_request delivery in GitHub's documented shape
-// (trimmed to a realistic subset of its fields).
+// (trimmed to a realistic subset of its fields), from a branch of the
+// repository itself.
 func prPayload(action string, number int) []byte {
+	return prPayloadFrom(action, number, helloWorld)
+}
+
+// prPayloadFrom is prPayload with head.repo set to head (nil: null, a
+// deleted fork).
+func prPayloadFrom(action string, number int, head map[string]any) []byte {
+	var headRepo any
+	if head != nil {
+		headRepo = head
+	}
 	b, _ := json.Marshal(map[string]any{
 		"action": action,
 		"number": number,
 		"pull_request": map[string]any{
 			"url": "https://api.github.com/repos/octo-org/hello-world/pulls/1", "id": 1, "number": number, "state": "open",
 			"title": "ENG-42 Amazing new feature", "user": map[string]any{"login": "octocat", "id": 1},
-			"head": map[string]any{"label": "octocat:new-topic", "ref": "new-topic", "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e"},
-			"base": map[string]any{"label": "octo-org:main", "ref": "main", "sha": "9049f1265b7d61be4a8904a9a27120d2064dab3b"},
+			"head": map[string]any{"label": "octocat:new-topic", "ref": "new-topic", "sha": "6dcb09b5b57875f334f61aebed695e2e4193db5e", "repo": headRepo},
+			"base": map[string]any{"label": "octo-org:main", "ref": "main", "sha": "9049f1265b7d61be4a8904a9a27120d2064dab3b", "repo": helloWorld},
 		},
-		"repository": map[string]any{"id": 1296269, "name": "hello-world", "full_name": "octo-org/hello-world", "private": false},
+		"repository": helloWorld,
 		"sender":     map[string]any{"login": "octocat", "id": 1, "type": "User"},
 	})
 	return b
 }
 
 type env struct {
-	name string
-	db   *gorm.DB
-	srv  *httptest.Server
-	rs   *runs.Store
-	a, b tenants.Tenant
+	name    string
+	db      *gorm.DB
+	srv     *httptest.Server
+	rs      *runs.Store
+	wf      *workflow.Store
+	started *starter
+	a, b    tenants.Tenant
+}
+
+// starter records the runs the hook starts (the engine's Start).
+type starter struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (s *starter) Start(r runs.Run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids = append(s.ids, r.ID)
+	return nil
+}
+
+func (s *starter) started(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.ids, id)
 }
 
 func envs(t *testing.T) []env {
@@ -114,10 +152,11 @@ func envs(t *testing.T) []env {
 			}
 		}
 		rs := runs.NewStore(d.DB, nil)
-		g := &hooks.GitHub{Tenants: ts, Workflows: wf, Secrets: notify.HostScoped(ss), Runs: rs, MaxBody: 64 << 10}
+		st := &starter{}
+		g := &hooks.GitHub{Tenants: ts, Workflows: wf, Secrets: notify.HostScoped(ss), Runs: rs, Starter: st, MaxBody: 64 << 10}
 		srv := httptest.NewServer(g.Handler())
 		t.Cleanup(srv.Close)
-		out = append(out, env{name: d.Name, db: d.DB, srv: srv, rs: rs, a: a, b: b})
+		out = append(out, env{name: d.Name, db: d.DB, srv: srv, rs: rs, wf: wf, started: st, a: a, b: b})
 	}
 	return out
 }
@@ -234,7 +273,7 @@ func TestGitHubDeliveries(t *testing.T) {
 					"repository": map[string]any{"full_name": "octo-org/hello-world"}}), 200, ""},
 				{"comment with the command on a PR", "issue_comment", "d-5", mustJSON(map[string]any{"action": "created",
 					"issue":      map[string]any{"number": 7, "pull_request": map[string]any{"url": "https://api.github.com/repos/octo-org/hello-world/pulls/7"}},
-					"comment":    map[string]any{"body": "/stockade run please"},
+					"comment":    map[string]any{"body": "/stockade run please", "user": map[string]any{"login": "hubot"}, "author_association": "MEMBER"},
 					"repository": map[string]any{"full_name": "octo-org/hello-world"}, "sender": map[string]any{"login": "hubot"}}), 202, "pr-tests"},
 				{"repository outside the filter", "pull_request", "d-6", bytes.Replace(opened, []byte(`"full_name":"octo-org/hello-world"`), []byte(`"full_name":"other/x"`), 1), 200, ""},
 				{"an event no workflow uses", "star", "d-7", []byte(`{"action":"created"}`), 200, ""},
@@ -302,5 +341,153 @@ func TestVerify(t *testing.T) {
 		if got := hooks.Verify([]byte(hookSecret), tt.header, []byte("Hello, World!")); got != tt.want {
 			t.Errorf("Verify(%q) = %v; want %v", tt.header, got, tt.want)
 		}
+	}
+}
+
+// forkWorkflow runs fork pull requests (untrusted) and takes comments from
+// members and one login.
+const forkWorkflow = `name: fork-tests
+triggers:
+  - event: pull_request
+  - event: issue_comment
+    command: /stockade test
+allow_forks: true
+comment_authors: [MEMBER, Hubot]
+repositories: [octo-org/hello-world]
+steps:
+  - name: test
+    run: make test
+notify:
+  github: {token_secret: GITHUB_TOKEN}
+`
+
+// commentPayload is an issue_comment "created" delivery on pull request 7.
+func commentPayload(body, login, association string, id int) []byte {
+	return mustJSON(map[string]any{"action": "created",
+		"issue":      map[string]any{"number": 7, "pull_request": map[string]any{"url": "https://api.github.com/repos/octo-org/hello-world/pulls/7"}},
+		"comment":    map[string]any{"id": id, "body": body, "user": map[string]any{"login": login, "id": id}, "author_association": association},
+		"repository": helloWorld, "sender": map[string]any{"login": login}})
+}
+
+// TestGitHubUntrustedTriggers is the attack: a pull request from a fork, or
+// a "/stockade run" comment by a stranger, must not run the workflow with
+// the tenant's secrets and checkout token. By default they run nothing (a
+// skipped run says why); a workflow with allow_forks runs a fork's pull
+// request untrusted; comment_authors names who may comment.
+func TestGitHubUntrustedTriggers(t *testing.T) {
+	ctx := context.Background()
+	fork := map[string]any{"id": 99, "name": "hello-world", "full_name": "mallory/hello-world", "private": false, "fork": true}
+	forkNamedAlike := map[string]any{"id": 1296269, "name": "hello-world", "full_name": "octo-org/hello-world", "fork": true}
+	otherRepo := map[string]any{"id": 98, "name": "hello-world", "full_name": "mallory/hello-world", "fork": false}
+	type want struct {
+		workflow, state, trust, reason string
+	}
+	for _, e := range envs(t) {
+		t.Run(e.name, func(t *testing.T) {
+			if _, err := e.wf.Save(ctx, admin, e.a.ID, []byte(forkWorkflow), nil); err != nil {
+				t.Fatal(err)
+			}
+			url := e.srv.URL + "/hooks/github/hooks-a"
+			tests := []struct {
+				name   string
+				event  string
+				body   []byte
+				status int
+				answer string
+				want   []want
+			}{
+				{"fork pull request", "pull_request", prPayloadFrom("opened", 8, fork), 202, "accepted", []want{
+					{"fork-tests", "queued", "untrusted", "fork pull request from mallory/hello-world (allow_forks)"},
+					{"pr-tests", "skipped", "skipped", "fork pull request from mallory/hello-world (allow_forks not set)"}}},
+				{"head repository is a fork of the same name", "pull_request", prPayloadFrom("opened", 9, forkNamedAlike), 202, "accepted", []want{
+					{"fork-tests", "queued", "untrusted", "fork pull request from octo-org/hello-world (allow_forks)"},
+					{"pr-tests", "skipped", "skipped", "fork pull request from octo-org/hello-world (allow_forks not set)"}}},
+				{"head repository is another repository", "pull_request", prPayloadFrom("synchronize", 10, otherRepo), 202, "accepted", []want{
+					{"fork-tests", "queued", "untrusted", "fork pull request from mallory/hello-world (allow_forks)"},
+					{"pr-tests", "skipped", "skipped", "fork pull request from mallory/hello-world (allow_forks not set)"}}},
+				{"head repository deleted", "pull_request", prPayloadFrom("opened", 11, nil), 202, "accepted", []want{
+					{"fork-tests", "queued", "untrusted", "fork pull request from a deleted repository (allow_forks)"},
+					{"pr-tests", "skipped", "skipped", "fork pull request from a deleted repository (allow_forks not set)"}}},
+				{"branch of the repository", "pull_request", prPayload("opened", 12), 202, "accepted", []want{
+					{"fork-tests", "queued", "trusted", "pull request from a branch of octo-org/hello-world"},
+					{"pr-tests", "queued", "trusted", "pull request from a branch of octo-org/hello-world"}}},
+				{"comment by NONE", "issue_comment", commentPayload("/stockade run", "mallory", "NONE", 1), 200, "skipped", []want{
+					{"pr-tests", "skipped", "skipped", "comment by mallory (NONE): not in comment_authors"}}},
+				{"comment by CONTRIBUTOR", "issue_comment", commentPayload("/stockade run", "mallory", "CONTRIBUTOR", 2), 200, "skipped", []want{
+					{"pr-tests", "skipped", "skipped", "comment by mallory (CONTRIBUTOR): not in comment_authors"}}},
+				{"comment by FIRST_TIME_CONTRIBUTOR", "issue_comment", commentPayload("/stockade run", "mallory", "FIRST_TIME_CONTRIBUTOR", 3), 200, "skipped", []want{
+					{"pr-tests", "skipped", "skipped", "comment by mallory (FIRST_TIME_CONTRIBUTOR): not in comment_authors"}}},
+				{"comment without an association", "issue_comment", commentPayload("/stockade run", "mallory", "", 4), 200, "skipped", []want{
+					{"pr-tests", "skipped", "skipped", "comment by mallory (NONE): not in comment_authors"}}},
+				{"comment by COLLABORATOR (default authors)", "issue_comment", commentPayload("/stockade run", "octocat", "COLLABORATOR", 5), 202, "accepted", []want{
+					{"pr-tests", "queued", "trusted", "comment by octocat (COLLABORATOR)"}}},
+				{"comment by OWNER, not in comment_authors", "issue_comment", commentPayload("/stockade test", "octocat", "OWNER", 6), 200, "skipped", []want{
+					{"fork-tests", "skipped", "skipped", "comment by octocat (OWNER): not in comment_authors"}}},
+				{"comment by a listed login", "issue_comment", commentPayload("/stockade test", "hubot", "NONE", 7), 202, "accepted", []want{
+					{"fork-tests", "queued", "trusted", "comment by hubot (NONE)"}}},
+			}
+			for i, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					code, a := post(t, url, tt.event, fmt.Sprintf("trust-%d", i), hooks.Sign([]byte(hookSecret), tt.body), tt.body)
+					if code != tt.status || a.Status != tt.answer {
+						t.Fatalf("Got(POST) = %d %+v; want %d %s", code, a, tt.status, tt.answer)
+					}
+					var got []want
+					for _, id := range append(append([]string(nil), a.Runs...), a.Skipped...) {
+						r, steps, err := e.rs.Get(ctx, e.a.ID, id)
+						if err != nil {
+							t.Fatal(err)
+						}
+						got = append(got, want{r.Workflow, string(r.State), r.Trust, r.TrustReason})
+						if r.State == runs.StateSkipped {
+							if e.started.started(id) || r.EndedAt == nil || r.StateReason != r.TrustReason {
+								t.Errorf("Got(skipped run %s) started=%v ended=%v reason %q; want never started, ended, saying why", id, e.started.started(id), r.EndedAt, r.StateReason)
+							}
+							for _, st := range steps {
+								if st.State != runs.StepSkipped {
+									t.Errorf("Got(step %q of a skipped run) = %s; want skipped", st.Name, st.State)
+								}
+							}
+						} else if !e.started.started(id) {
+							t.Errorf("Got(run %s started) = false; want true", id)
+						}
+					}
+					slices.SortFunc(got, func(x, y want) int { return strings.Compare(x.workflow, y.workflow) })
+					if !slices.Equal(got, tt.want) {
+						t.Errorf("Got(runs) = %+v; want %+v", got, tt.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestGitHubReplayedBody: a captured delivery, validly signed, sent again
+// under a new X-GitHub-Delivery id starts nothing.
+func TestGitHubReplayedBody(t *testing.T) {
+	for _, e := range envs(t) {
+		t.Run(e.name, func(t *testing.T) {
+			url := e.srv.URL + "/hooks/github/hooks-a"
+			body := prPayload("opened", 21)
+			sig := hooks.Sign([]byte(hookSecret), body)
+			if code, a := post(t, url, "pull_request", "first", sig, body); code != http.StatusAccepted || len(a.Runs) != 1 {
+				t.Fatalf("Got(POST) = %d %+v; want 202 with one run", code, a)
+			}
+			before := dbtest.Count(t, e.db)
+			for _, id := range []string{"second", "third"} {
+				code, a := post(t, url, "pull_request", id, sig, body)
+				if code != http.StatusOK || a.Status != "duplicate" || len(a.Runs) != 0 {
+					t.Errorf("Got(POST the same body as delivery %s) = %d %+v; want 200 duplicate, no run", id, code, a)
+				}
+			}
+			if ok, diff := dbtest.Equal(before, dbtest.Count(t, e.db)); !ok {
+				t.Errorf("replayed bodies wrote %s; want nothing", diff)
+			}
+			// Another body is another delivery.
+			other := prPayload("opened", 22)
+			if code, a := post(t, url, "pull_request", "fourth", hooks.Sign([]byte(hookSecret), other), other); code != http.StatusAccepted {
+				t.Errorf("Got(POST another body) = %d %+v; want 202", code, a)
+			}
+		})
 	}
 }
