@@ -37,6 +37,9 @@ type Event struct {
 	BytesDown     int64     `gorm:"column:bytes_down" json:"bytes_down"`
 	StartedAt     time.Time `gorm:"column:started_at" json:"started_at"`
 	DurationMS    int64     `gorm:"column:duration_ms" json:"duration_ms"`
+	// SecretsReflected counts real secret values rewritten to placeholders
+	// in the connection's responses.
+	SecretsReflected int64 `gorm:"column:secrets_reflected" json:"secrets_reflected"`
 }
 
 // TableName is the GORM table of Event.
