@@ -2,6 +2,7 @@ package egress_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -79,6 +80,19 @@ func newUpstream(t testing.TB, hosts ...string) *upstream {
 			u.mu.Lock()
 			u.seen = append(u.seen, auth+"|"+string(body))
 			u.mu.Unlock()
+			if r.URL.Path == "/echo" {
+				// An upstream that repeats what it got, gzip-compressed when
+				// asked: the gateway must hand back only placeholders.
+				out := io.Writer(w)
+				if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+					w.Header().Set("Content-Encoding", "gzip")
+					zw := gzip.NewWriter(w)
+					defer zw.Close()
+					out = zw
+				}
+				fmt.Fprintf(out, "echo auth=%s body=%s\n", auth, body)
+				return
+			}
 			fmt.Fprintf(w, "host=%s auth=%s body=%s\n", r.Host, classify(auth), classify(string(body)))
 		}),
 	}
@@ -542,6 +556,10 @@ func TestVMCredentials(t *testing.T) {
 		{"CA trusted through SSL_CERT_FILE", "echo $SSL_CERT_FILE; grep -c 'BEGIN CERTIFICATE' /etc/stockade/ca.pem", "1", ""},
 		{"upstream gets the real token", "/workspace/httpsget https://api.secure.test:" + e.up.port + "/user",
 			"status=200 host=api.secure.test:" + e.up.port + " auth=real body=real", ""},
+		// Go's client asks for gzip and decompresses: the echo comes back
+		// gzip through the gateway, scrubbed.
+		{"an echoing upstream hands back the placeholder", "/workspace/httpsget https://api.secure.test:" + e.up.port + "/echo",
+			"status=200 echo auth=Bearer " + ph + " body=token=" + ph, ""},
 		// The placeholder count shows the search sees the environment.
 		{"token not in the environment", find + "env | grep -cF \"$a$b\"; grep -cF \"$a$b\" /proc/self/environ; grep -c " + secrets.PlaceholderPrefix + "GH_TOKEN /proc/self/environ",
 			"0\n0\n1", ""},

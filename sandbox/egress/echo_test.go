@@ -33,6 +33,9 @@ import (
 // X-Api-Key header (and not in Authorization).
 const bodyKey = "bk_RealBodyKey_55e1c0ffee9a7b3d"
 
+// elsewhereKey is a secret scoped to another host, stored upstream.
+const elsewhereKey = "ek_ElsewhereKey_0a1b2c3d4e5f6789"
+
 // echoServer is an HTTPS upstream that answers with everything it was
 // sent: the request line, every header, the body; in headers too
 // (X-Echo-Authorization, Location, a trailer). ?enc=gzip compresses the
@@ -42,14 +45,19 @@ const bodyKey = "bk_RealBodyKey_55e1c0ffee9a7b3d"
 type echoServer struct {
 	port  string
 	roots *x509.CertPool
-	mu    sync.Mutex
-	seen  []string // the request as the upstream got it
+	// stored is what /stored answers: a value the upstream holds (a gist
+	// made earlier, through another host).
+	stored string
+	// release lets /events send its second event.
+	release chan struct{}
+	mu      sync.Mutex
+	seen    []string // the request as the upstream got it
 }
 
 func newEchoServer(t *testing.T, hosts ...string) *echoServer {
 	t.Helper()
 	tcfg, roots := upstreamTLS(t, hosts...)
-	e := &echoServer{roots: roots}
+	e := &echoServer{roots: roots, release: make(chan struct{})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +74,24 @@ func newEchoServer(t *testing.T, hosts ...string) *echoServer {
 }
 
 func (e *echoServer) serve(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/stored":
+		io.WriteString(w, "stored: "+e.stored+"\n")
+		return
+	case "/events":
+		// A server-sent event stream: the second event only once the
+		// sandbox has read the first, so a gateway that buffers hangs.
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"auth\":%q}\n\n", r.Header.Get("Authorization"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-e.release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: done\n\n")
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s\n", r.Method, r.URL.RequestURI())
@@ -146,12 +172,15 @@ func TestSecretEcho(t *testing.T) {
 	for _, ns := range []secrets.NewSecret{
 		{Name: "GH_TOKEN", Value: realToken, Hosts: []string{"echo.secure.test"}},
 		{Name: "BODY_KEY", Value: bodyKey, Hosts: []string{"echo.secure.test"}, Inject: []string{"body", "header:X-Api-Key"}},
+		// Scoped elsewhere: never sent here, still scrubbed from here.
+		{Name: "ELSEWHERE", Value: elsewhereKey, Hosts: []string{"store.secure.test"}, Inject: []string{"body"}},
 	} {
 		if _, err := sec.Create(ctx, actor, ten.ID, ns); err != nil {
 			t.Fatal(err)
 		}
 	}
 	up := newEchoServer(t, "echo.secure.test")
+	up.stored = elsewhereKey
 	logs := &lockedBuffer{}
 	auditLog := audit.NewLog(db, nil)
 	gw, err := egress.New(egress.Config{
@@ -265,7 +294,7 @@ func TestSecretEcho(t *testing.T) {
 			sb.Write(raw)
 			sb.Write(text)
 			seen := sb.String()
-			if strings.Contains(seen, realToken) || strings.Contains(seen, bodyKey) {
+			if strings.Contains(seen, realToken) || strings.Contains(seen, bodyKey) || strings.Contains(seen, elsewhereKey) {
 				t.Errorf("Got(sandbox read) = %q; want no real value", seen)
 			}
 			if resp.StatusCode != http.StatusOK {
@@ -312,6 +341,38 @@ func TestSecretEcho(t *testing.T) {
 		}
 	})
 
+	t.Run("a value stored through another host is scrubbed", func(t *testing.T) {
+		resp, err := client.Get(base + "/stored")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := "stored: " + sec.Placeholder(ten.ID, "sb-1", "ELSEWHERE") + "\n"; string(b) != want {
+			t.Errorf("Got(/stored) = %q; want %q", b, want)
+		}
+	})
+
+	t.Run("an event stream is not held back", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+gh)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		want := "data: {\"auth\":\"Bearer " + gh + "\"}\n\n"
+		first := make([]byte, len(want))
+		if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != want {
+			t.Fatalf("Got(first event) = %q, %v; want %q before the upstream sends more", first, err, want)
+		}
+		close(up.release)
+		rest, _ := io.ReadAll(resp.Body)
+		if string(rest) != "data: done\n\n" {
+			t.Errorf("Got(rest of the stream) = %q; want the second event", rest)
+		}
+	})
+
 	// The plain-proxy form of an https URL (busybox wget) is scrubbed too.
 	t.Run("https URL through the plain proxy", func(t *testing.T) {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -329,8 +390,10 @@ func TestSecretEcho(t *testing.T) {
 		}
 	})
 
-	// Every connection is recorded once it ends; wait for the counts.
-	deadline := time.Now().Add(10 * time.Second)
+	// Every connection is recorded once it ends: end them, wait for the
+	// counts.
+	client.CloseIdleConnections()
+	deadline := time.Now().Add(60 * time.Second)
 	var evs []egress.Event
 	var reflected int64
 	for {

@@ -89,11 +89,22 @@ func base64Fragment(enc *base64.Encoding, off int, s string) string {
 	return strings.TrimRight(enc.EncodeToString([]byte(body)), "=")
 }
 
-// matcher finds patterns, longest first at each position.
+// matcher finds patterns, longest first at each position. Most positions
+// are passed over by two bit tests: the sets of first two and (hashed)
+// first three bytes of the patterns.
 type matcher struct {
 	pats    []pattern
 	byFirst [256][]int // pattern indexes by first byte, longest first
+	// two and three mark the first bytes of the patterns of three bytes or
+	// more, byTwo indexes those; short lists the shorter ones.
+	two, three [1 << 16 / 64]uint64
+	byTwo      map[uint16][]int
+	short      [256][]int
 }
+
+func bit(set *[1 << 16 / 64]uint64, k uint16) bool { return set[k/64]&(1<<(k%64)) != 0 }
+
+func key3(b []byte) uint16 { return uint16(b[0])*31*31 + uint16(b[1])*31 + uint16(b[2]) }
 
 func newMatcher(pats ...[]pattern) *matcher {
 	m := &matcher{}
@@ -108,10 +119,36 @@ func newMatcher(pats ...[]pattern) *matcher {
 		}
 	}
 	slices.SortStableFunc(m.pats, func(a, b pattern) int { return len(b.from) - len(a.from) })
+	m.byTwo = map[uint16][]int{}
 	for i, p := range m.pats {
 		m.byFirst[p.from[0]] = append(m.byFirst[p.from[0]], i)
+		if len(p.from) < 3 {
+			m.short[p.from[0]] = append(m.short[p.from[0]], i)
+			continue
+		}
+		k := uint16(p.from[0])<<8 | uint16(p.from[1])
+		m.two[k/64] |= 1 << (k % 64)
+		k3 := key3(p.from)
+		m.three[k3/64] |= 1 << (k3 % 64)
+		m.byTwo[k] = append(m.byTwo[k], i)
 	}
 	return m
+}
+
+// candidates lists the patterns that may start at buf[i], longest first.
+func (m *matcher) candidates(buf []byte, i int) []int {
+	if i+2 >= len(buf) {
+		return m.byFirst[buf[i]] // a partial match, or a short one
+	}
+	k := uint16(buf[i])<<8 | uint16(buf[i+1])
+	if !bit(&m.two, k) || !bit(&m.three, key3(buf[i:])) {
+		return m.short[buf[i]]
+	}
+	c := m.byTwo[k]
+	if short := m.short[buf[i]]; len(short) > 0 {
+		c = append(slices.Clip(c), short...) // the shortest come last
+	}
+	return c
 }
 
 // scan appends buf to dst with every pattern replaced, calling hit for
@@ -121,7 +158,7 @@ func newMatcher(pats ...[]pattern) *matcher {
 func (m *matcher) scan(dst, buf []byte, final bool, hit func(name string)) ([]byte, int) {
 	start, i := 0, 0
 	for i < len(buf) {
-		cands := m.byFirst[buf[i]]
+		cands := m.candidates(buf, i)
 		if len(cands) == 0 {
 			i++
 			continue

@@ -155,3 +155,27 @@ func TestAcceptsGzip(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkScrub: scrubbing a 1 MiB body of text for 20 secrets (each in
+// its forms), against copying it.
+func BenchmarkScrub(b *testing.B) {
+	var pats [][]pattern
+	for i := range 20 {
+		pats = append(pats, secretPatterns("S", strings.Repeat(string(rune('a'+i)), 4)+"_RealValue_0123456789abcdef", testPH))
+	}
+	m := newMatcher(pats...)
+	line := "{\"id\": 12345, \"name\": \"some repository\", \"url\": \"https://api.example.com/repos/acme/app\"},\n"
+	body := []byte(strings.Repeat(line, (1<<20)/len(line)))
+	b.Run("scrub", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			io.Copy(io.Discard, newScrubReader(&chunkReader{b: body, n: 32 << 10}, m, func(string) {}, nil))
+		}
+	})
+	b.Run("copy", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			io.Copy(io.Discard, &chunkReader{b: body, n: 32 << 10})
+		}
+	})
+}
