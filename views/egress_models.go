@@ -29,6 +29,9 @@ type EgressRow struct {
 	BytesDown     int64
 	PolicyVersion int
 	Intercepted   bool
+	// SecretsReflected counts real secret values the gateway rewrote to
+	// placeholders in the answer.
+	SecretsReflected int64
 }
 
 func egressSandboxURL(id string) string { return "/sandboxes/" + id }
