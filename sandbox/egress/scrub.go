@@ -45,9 +45,17 @@ type pattern struct {
 // (too likely to occur by chance in other base64 data).
 const minEncodedLen = 8
 
+// MinScrubbedLen is the shortest secret value searched for in responses:
+// a shorter one would match ordinary text everywhere (and is guessed in
+// moments anyway).
+const MinScrubbedLen = 6
+
 // secretPatterns lists the forms of value the responses are scrubbed of,
 // each rewritten to the matching form of placeholder.
 func secretPatterns(name, value, placeholder string) []pattern {
+	if len(value) < MinScrubbedLen {
+		return nil
+	}
 	out := []pattern{{from: []byte(value), to: []byte(placeholder), name: name}}
 	add := func(from, to string) {
 		if from != value && len(from) > 0 {
