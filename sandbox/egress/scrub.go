@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
@@ -408,15 +407,8 @@ func (s *conn) auditReflections(ctx context.Context) {
 	if !ok {
 		return
 	}
-	a := audit.Actor{Kind: audit.ActorSystem, ID: AuditActorID, Name: "egress gateway"}
-	e := a.Event(ev.TenantID, audit.TypeEgressSecretReflected, "sandbox", ev.SandboxID, map[string]any{
+	g.writeAudit(ctx, ev, audit.TypeEgressSecretReflected, map[string]any{
 		"host": ev.Host, "port": ev.Port, "method": ev.Method, "vm": ev.VMID, "secrets": names,
 		"count": ev.SecretsReflected, "egress_event": ev.ID, "suppressed": suppressed,
 	})
-	e.Outcome = audit.OutcomeDenied
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := g.cfg.Audit.Record(rctx, e); err != nil {
-		g.log.Error("audit reflected secret", "tenant", ev.TenantID, "sandbox", ev.SandboxID, "err", err)
-	}
 }
