@@ -80,7 +80,8 @@ func (h *Handlers) EgressPage(c echo.Context) error {
 			At: e.StartedAt, SandboxID: e.SandboxID, Method: e.Method, Target: net.JoinHostPort(e.Host, strconv.Itoa(e.Port)),
 			Allowed: e.Decision == egress.DecisionAllow, Rule: e.Rule, Addr: e.Addr, Status: e.Status, Error: e.Error,
 			BytesUp: e.BytesUp, BytesDown: e.BytesDown, PolicyVersion: e.PolicyVersion, Intercepted: e.Intercepted,
-			Suppressed: e.Suppressed,
+			Suppressed:       e.Suppressed,
+			SecretsReflected: e.SecretsReflected,
 		})
 	}
 	return render(c, http.StatusOK, views.Egress(p, v))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ func (h *Handlers) secretsView(c echo.Context, form views.SecretForm) (views.Sec
 	for _, s := range list {
 		row := views.SecretRow{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, RevokedAt: s.RevokedAt}
 		if v.CanEdit {
-			row.Hosts, row.CreatedBy = s.Hosts, s.CreatedBy
+			row.Hosts, row.CreatedBy, row.Inject = s.Hosts, s.CreatedBy, s.Inject
 		}
 		v.Rows = append(v.Rows, row)
 	}
@@ -51,7 +52,7 @@ func (h *Handlers) SecretsPage(c echo.Context) error {
 	if h.secrets == nil {
 		return errNoSecrets
 	}
-	v, err := h.secretsView(c, views.SecretForm{TTL: "30d"})
+	v, err := h.secretsView(c, newSecretForm())
 	if err != nil {
 		return err
 	}
@@ -65,14 +66,19 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 		return errNoSecrets
 	}
 	cl := CallerOf(c)
-	form := views.SecretForm{Name: strings.TrimSpace(c.FormValue("name")), Hosts: strings.TrimSpace(c.FormValue("hosts")), TTL: c.FormValue("ttl")}
+	form := injectForm(c)
+	form.Name, form.Hosts, form.TTL = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("hosts")), c.FormValue("ttl")
 	sec, err := func() (secrets.Secret, error) {
 		ttl, err := ParseTTL(form.TTL)
 		if err != nil {
 			return secrets.Secret{}, err
 		}
+		inject, err := formInject(form)
+		if err != nil {
+			return secrets.Secret{}, err
+		}
 		return h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{
-			Name: form.Name, Value: c.FormValue("value"), Hosts: splitHosts(form.Hosts), TTL: ttl})
+			Name: form.Name, Value: c.FormValue("value"), Hosts: splitHosts(form.Hosts), Inject: inject, TTL: ttl})
 	}()
 	status := http.StatusOK
 	created := ""
@@ -85,15 +91,77 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 		status = http.StatusUnprocessableEntity
 	} else {
 		created = sec.Name
-		form = views.SecretForm{TTL: "30d"}
+		form = newSecretForm()
 	}
 	v, err := h.secretsView(c, form)
 	if err != nil {
 		return err
 	}
-	v.Created = created
+	v.Created, v.CreatedEchoable = created, slices.ContainsFunc(sec.Inject, secrets.Echoable)
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return render(c, status, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+}
+
+// newSecretForm is the empty create form: Authorization ticked.
+func newSecretForm() views.SecretForm {
+	return views.SecretForm{TTL: "30d", Inject: secrets.DefaultInject()}
+}
+
+// injectForm reads the "goes in" fields of a secrets form.
+func injectForm(c echo.Context) views.SecretForm {
+	f := views.SecretForm{Headers: strings.TrimSpace(c.FormValue("headers"))}
+	if vals, err := c.FormParams(); err == nil {
+		f.Inject = vals["inject"]
+	}
+	return f
+}
+
+// formInject is the locations a form ticked and named; none at all is an
+// error (a form has no "default").
+func formInject(f views.SecretForm) ([]string, error) {
+	locs := slices.Clone(f.Inject)
+	for _, h := range splitHosts(f.Headers) {
+		locs = append(locs, secrets.InjectHeaderPrefix+h)
+	}
+	if len(locs) == 0 {
+		return nil, tenants.Invalid("inject", "inject_none", "tick at least one place the secret may go")
+	}
+	return secrets.NormalizeInject(locs)
+}
+
+// SetSecretInject changes where a secret may go, from the secrets page.
+func (h *Handlers) SetSecretInject(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	cl := CallerOf(c)
+	name := c.Param("name")
+	form := injectForm(c)
+	sec, err := func() (secrets.Secret, error) {
+		inject, err := formInject(form)
+		if err != nil {
+			return secrets.Secret{}, err
+		}
+		return h.secrets.SetInject(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, name, inject)
+	}()
+	if err != nil {
+		if form.Errors, err = fieldErrors(err); err != nil {
+			return err
+		}
+		v, err := h.secretsView(c, newSecretForm())
+		if err != nil {
+			return err
+		}
+		v.Edit, v.EditForm = name, form
+		return render(c, http.StatusUnprocessableEntity, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+	}
+	msg := "Saved where " + sec.Name + " goes. The gateway applies it from the next connection."
+	kind := views.FlashSuccess
+	if slices.ContainsFunc(sec.Inject, secrets.Echoable) {
+		kind, msg = views.FlashWarn, msg+" It may now go in a URL or request body: an upstream that stores or echoes it there could hand it back."
+	}
+	h.flash(c, kind, msg)
+	return redirect(c, "/settings/secrets")
 }
 
 // RevokeSecret revokes a secret from the secrets page.
@@ -115,6 +183,7 @@ type SecretJSON struct {
 	Name      string   `json:"name"`
 	State     string   `json:"state"`
 	Hosts     []string `json:"hosts,omitempty"`
+	Inject    []string `json:"inject,omitempty"`
 	CreatedBy string   `json:"created_by,omitempty"`
 	CreatedAt string   `json:"created_at"`
 	ExpiresAt *string  `json:"expires_at"`
@@ -131,7 +200,7 @@ func secretJSON(s secrets.Secret, full bool) SecretJSON {
 	}
 	out := SecretJSON{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt.UTC().Format(timeJSON), ExpiresAt: ts(s.ExpiresAt), RevokedAt: ts(s.RevokedAt)}
 	if full {
-		out.Hosts, out.CreatedBy = s.Hosts, s.CreatedBy
+		out.Hosts, out.Inject, out.CreatedBy = s.Hosts, s.Inject, s.CreatedBy
 	}
 	return out
 }
@@ -161,10 +230,11 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 		return errNoSecrets
 	}
 	var in struct {
-		Name  string   `json:"name"`
-		Value string   `json:"value"`
-		Hosts []string `json:"hosts"`
-		TTL   string   `json:"ttl"`
+		Name   string   `json:"name"`
+		Value  string   `json:"value"`
+		Hosts  []string `json:"hosts"`
+		Inject []string `json:"inject"`
+		TTL    string   `json:"ttl"`
 	}
 	if err := decodeJSON(c, &in); err != nil {
 		return err
@@ -174,12 +244,32 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 		return err
 	}
 	cl := CallerOf(c)
-	s, err := h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{Name: in.Name, Value: in.Value, Hosts: in.Hosts, TTL: ttl})
+	s, err := h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{Name: in.Name, Value: in.Value, Hosts: in.Hosts, Inject: in.Inject, TTL: ttl})
 	if err != nil {
 		return err
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusCreated, secretJSON(s, true))
+}
+
+// APIUpdateSecret changes where the tenant's live secret :name may be
+// injected: {inject: [...]} (empty: the Authorization header only).
+func (h *Handlers) APIUpdateSecret(c echo.Context) error {
+	if h.secrets == nil {
+		return errNoSecrets
+	}
+	var in struct {
+		Inject []string `json:"inject"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	cl := CallerOf(c)
+	s, err := h.secrets.SetInject(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name"), in.Inject)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, secretJSON(s, true))
 }
 
 // APIRevokeSecret revokes the tenant's live secret called :name.

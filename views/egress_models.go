@@ -32,6 +32,9 @@ type EgressRow struct {
 	// Suppressed counts the sandbox's connections before this one that
 	// the rate limit kept off the list (metered all the same).
 	Suppressed int
+	// SecretsReflected counts real secret values the gateway rewrote to
+	// placeholders in the answer.
+	SecretsReflected int64
 }
 
 func egressSandboxURL(id string) string { return "/sandboxes/" + id }

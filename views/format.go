@@ -55,7 +55,7 @@ func pill(value string) string {
 
 func flashClass(kind string) string {
 	switch kind {
-	case FlashSuccess, FlashError:
+	case FlashSuccess, FlashError, FlashWarn:
 		return "flash flash-" + kind
 	default:
 		return "flash flash-info"

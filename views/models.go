@@ -29,6 +29,7 @@ const (
 	FlashSuccess = "success"
 	FlashError   = "error"
 	FlashInfo    = "info"
+	FlashWarn    = "warn"
 )
 
 // FormError is the Errors key for a message about a whole form rather than one

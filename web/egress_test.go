@@ -23,7 +23,8 @@ func TestEgressEvents(t *testing.T) {
 	st := egress.NewStore(env.DB)
 	now := time.Now()
 	for _, ev := range []egress.Event{
-		{TenantID: a.ID, SandboxID: "sb-a1", Method: "CONNECT", Host: "api.github.com", Port: 443, Decision: egress.DecisionAllow, Rule: "allow api.github.com", StartedAt: now},
+		{TenantID: a.ID, SandboxID: "sb-a1", Method: "CONNECT", Host: "api.github.com", Port: 443, Decision: egress.DecisionAllow, Rule: "allow api.github.com", StartedAt: now,
+			Intercepted: true, SecretsReflected: 3},
 		{TenantID: a.ID, SandboxID: "sb-a2", Method: "GET", Host: "evil-a.test", Port: 80, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now.Add(time.Second),
 			Suppressed: 4},
 		{TenantID: b.ID, SandboxID: "sb-b1", Method: "GET", Host: "marker-b.test", Port: 80, Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now},
@@ -86,6 +87,10 @@ func TestEgressEvents(t *testing.T) {
 			!strings.Contains(page, "4 earlier connections not listed (rate limit)") ||
 			strings.Contains(page, "api.github.com") || strings.Contains(page, "marker-b.test") {
 			t.Errorf("Got(GET /egress?decision=deny) = %d; want 200 with A's denied connection only:\n%s", code, page)
+		}
+		code, page = env.Login(t, "dev@egress-a.test").GetPage(t, "/egress?sandbox=sb-a1")
+		if code != 200 || !strings.Contains(page, "3 secret values rewritten") {
+			t.Errorf("Got(GET /egress?sandbox=sb-a1) = %d; want the rewritten count shown:\n%s", code, page)
 		}
 	})
 }

@@ -58,6 +58,10 @@ var idemParam = obj{"name": "Idempotency-Key", "in": "header", "schema": obj{"ty
 
 var nameParam = obj{"name": "name", "in": "path", "required": true, "schema": obj{"type": "string"}}
 
+// injectField is where a secret may be injected (tenants/secrets.NormalizeInject).
+var injectField = arrayOf(str("authorization (the default), header:<Name>, query, path or body; " +
+	"query, path and body are opt-in: an upstream may echo or store what it gets there"))
+
 // op is one documented operation.
 type op struct {
 	method, path string
@@ -148,8 +152,11 @@ func operations() []op {
 		{method: "POST", path: "/api/v1/secrets", summary: "Store a secret, encrypted; its value is never returned by anything", tag: "secrets",
 			body: jsonBody(object([]string{"name", "value", "hosts"}, obj{"name": str("the environment variable sandboxes see, A-Z 0-9 _"),
 				"value": str("the secret; one line of text"), "hosts": arrayOf(str("api.github.com or *.example.com")),
-				"ttl": str("lifetime: 1h, 24h, 7d, 30d (default), 90d or 365d")})),
+				"inject": injectField, "ttl": str("lifetime: 1h, 24h, 7d, 30d (default), 90d or 365d")})),
 			responses: obj{"201": jsonResponse("The secret, without its value", ref("Secret")), "409": problem("A live secret has this name")}},
+		{method: "PATCH", path: "/api/v1/secrets/{name}", summary: "Change where a live secret may be injected into requests to its hosts", tag: "secrets",
+			body:      jsonBody(object([]string{"inject"}, obj{"inject": injectField})),
+			responses: obj{"200": jsonResponse("The secret, without its value", ref("Secret"))}},
 		{method: "DELETE", path: "/api/v1/secrets/{name}", summary: "Revoke a secret: the gateway stops using it at once", tag: "secrets",
 			responses: noContent},
 
@@ -496,7 +503,7 @@ func schemas() obj {
 			"attempts":   integer("requests made"), "status_code": integer("of the last answer; 0: none"), "error": str("why the last attempt failed"),
 			"message_id": str("the webhook-id header"), "created_at": timeField(""), "updated_at": timeField("")}),
 		"Secret": object([]string{"name", "state", "created_at"}, obj{"name": str(""), "state": str("active, expired or revoked"),
-			"hosts": arrayOf(str("host pattern")), "created_by": str(""), "created_at": timeField(""), "expires_at": timeField(""),
+			"hosts": arrayOf(str("host pattern")), "inject": injectField, "created_by": str(""), "created_at": timeField(""), "expires_at": timeField(""),
 			"revoked_at": timeField("")}),
 		"PolicyVersion": object([]string{"version", "author", "reason", "created_at"}, obj{"version": integer("0 is the built-in defaults"),
 			"author": object(nil, obj{"id": str(""), "name": str(""), "kind": str("user, token or system")}), "reason": str(""),

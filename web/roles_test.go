@@ -136,7 +136,9 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 	case "POST /settings/tokens":
 		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {"developer"}, "ttl": {"30d"}}, nil
 	case "POST /settings/secrets":
-		return url.Values{"name": {fmt.Sprintf("FORM_SECRET_%d", n)}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"7d"}}, nil
+		return url.Values{"name": {fmt.Sprintf("FORM_SECRET_%d", n)}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"7d"}, "inject": {"authorization"}}, nil
+	case "POST /settings/secrets/:name/inject":
+		return url.Values{"inject": {"authorization"}}, nil
 	case "POST /settings/integrations":
 		return url.Values{"url": {fmt.Sprintf("https://form-%d.example.com/in", n)}, "secret_name": {"HOOK_KEY"}}, nil
 	case "POST /api/v1/integrations/webhooks":

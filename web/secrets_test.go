@@ -29,6 +29,7 @@ type secretJSON struct {
 	State     string   `json:"state"`
 	Hosts     []string `json:"hosts"`
 	CreatedBy string   `json:"created_by"`
+	Inject    []string `json:"inject"`
 }
 
 func testSecrets(t *testing.T, db *gorm.DB) {
@@ -126,26 +127,95 @@ func testSecrets(t *testing.T, db *gorm.DB) {
 
 	t.Run("form", func(t *testing.T) {
 		before := env.Counts(t)
-		s, page, _ := admin.Post(t, "/settings/secrets", url.Values{"name": {"NPM_TOKEN"}, "value": {badValue}, "hosts": {"not a host"}, "ttl": {"7d"}})
+		s, page, _ := admin.Post(t, "/settings/secrets", url.Values{"name": {"NPM_TOKEN"}, "value": {badValue}, "hosts": {"not a host"}, "ttl": {"7d"}, "inject": {"authorization"}})
 		seen = append(seen, page)
 		if s != http.StatusUnprocessableEntity || !strings.Contains(page, "must be a domain name") {
 			t.Errorf("Got(bad form) = %d; want 422 with the host message", s)
 		}
 		env.Unchanged(t, before)
-		s, page, _ = admin.Post(t, "/settings/secrets", url.Values{"name": {"NPM_TOKEN"}, "value": {formValue}, "hosts": {"registry.npmjs.org, *.npmjs.com"}, "ttl": {"7d"}})
+		s, page, _ = admin.Post(t, "/settings/secrets", url.Values{"name": {"NPM_TOKEN"}, "value": {badValue}, "hosts": {"registry.npmjs.org"}, "ttl": {"7d"}})
 		seen = append(seen, page)
-		if s != http.StatusOK || !strings.Contains(page, "NPM_TOKEN saved") {
-			t.Errorf("Got(form create) = %d; want 200 saying it is saved", s)
+		if s != http.StatusUnprocessableEntity || !strings.Contains(page, "tick at least one place") {
+			t.Errorf("Got(form with nowhere ticked) = %d; want 422 asking for a place", s)
 		}
-		if got, err := env.Secrets.Get(context.Background(), a.ID, "NPM_TOKEN"); err != nil || fmt.Sprint(got.Hosts) != "[registry.npmjs.org *.npmjs.com]" {
-			t.Errorf("Got(stored NPM_TOKEN) = %+v, %v; want both hosts", got, err)
+		env.Unchanged(t, before)
+		s, page, _ = admin.Post(t, "/settings/secrets", url.Values{"name": {"NPM_TOKEN"}, "value": {formValue}, "hosts": {"registry.npmjs.org, *.npmjs.com"}, "ttl": {"7d"},
+			"inject": {"authorization", "body"}, "headers": {"npm-otp"}})
+		seen = append(seen, page)
+		if s != http.StatusOK || !strings.Contains(page, "NPM_TOKEN saved") || !strings.Contains(page, "NPM_TOKEN may go in a URL or request body") {
+			t.Errorf("Got(form create) = %d; want 200 saying it is saved, with the echo warning", s)
 		}
-		s, _, hdr := admin.Post(t, "/settings/secrets/NPM_TOKEN/revoke", nil)
+		if got, err := env.Secrets.Get(context.Background(), a.ID, "NPM_TOKEN"); err != nil || fmt.Sprint(got.Hosts) != "[registry.npmjs.org *.npmjs.com]" ||
+			fmt.Sprint(got.Inject) != "[authorization body header:Npm-Otp]" {
+			t.Errorf("Got(stored NPM_TOKEN) = %+v, %v; want both hosts, authorization, body and Npm-Otp", got, err)
+		}
+		// Change where it goes: a bad header is a clear error, nothing written.
+		before = env.Counts(t)
+		s, page, _ = admin.Post(t, "/settings/secrets/NPM_TOKEN/inject", url.Values{"headers": {"Host"}})
+		if s != http.StatusUnprocessableEntity || !strings.Contains(page, "never puts a secret in Host") || !strings.Contains(page, "<details open") {
+			t.Errorf("Got(bad inject form) = %d; want 422 naming Host, its form open", s)
+		}
+		env.Unchanged(t, before)
+		s, _, hdr := admin.Post(t, "/settings/secrets/NPM_TOKEN/inject", url.Values{"inject": {"authorization"}})
+		if s != http.StatusSeeOther || hdr.Get("Location") != "/settings/secrets" {
+			t.Errorf("Got(inject form) = %d %s; want 303 to the page", s, hdr.Get("Location"))
+		}
+		if got, _ := env.Secrets.Get(context.Background(), a.ID, "NPM_TOKEN"); fmt.Sprint(got.Inject) != "[authorization]" {
+			t.Errorf("Got(NPM_TOKEN after the edit).Inject = %v; want [authorization]", got.Inject)
+		}
+		if s, _, _ := dev.Post(t, "/settings/secrets/NPM_TOKEN/inject", url.Values{"inject": {"body"}}); s != http.StatusForbidden {
+			t.Errorf("Got(developer inject form) = %d; want 403", s)
+		}
+		s, _, hdr = admin.Post(t, "/settings/secrets/NPM_TOKEN/revoke", nil)
 		if s != http.StatusSeeOther || hdr.Get("Location") != "/settings/secrets" {
 			t.Errorf("Got(form revoke) = %d %s; want 303 to the page", s, hdr.Get("Location"))
 		}
 		if _, err := env.Secrets.Get(context.Background(), a.ID, "NPM_TOKEN"); err == nil {
 			t.Errorf("Got(NPM_TOKEN after revoke) found; want revoked")
+		}
+	})
+
+	t.Run("inject", func(t *testing.T) {
+		var got secretJSON
+		if s, body := adminTok.JSON(t, http.MethodPatch, "/api/v1/secrets/GH_TOKEN", map[string]any{"inject": []string{"header:x-api-key", "query"}}, &got); s != http.StatusOK ||
+			fmt.Sprint(got.Inject) != "[header:X-Api-Key query]" {
+			t.Errorf("Got(PATCH inject) = %d %s; want 200 with the locations", s, body)
+		}
+		before := env.Counts(t)
+		tests := []struct {
+			name   string
+			client *webtest.Client
+			path   string
+			in     any
+			want   int
+			text   string
+		}{
+			{"bad location", adminTok, "/api/v1/secrets/GH_TOKEN", map[string]any{"inject": []string{"cookie"}}, http.StatusUnprocessableEntity, "inject"},
+			{"unknown field", adminTok, "/api/v1/secrets/GH_TOKEN", map[string]any{"inject": []string{"body"}, "hosts": []string{"x.example.com"}}, http.StatusBadRequest, ""},
+			{"developer", devTok, "/api/v1/secrets/GH_TOKEN", map[string]any{"inject": []string{"body"}}, http.StatusForbidden, ""},
+			{"other tenant", bTok, "/api/v1/secrets/GH_TOKEN", map[string]any{"inject": []string{"body"}}, http.StatusNotFound, ""},
+			{"missing", adminTok, "/api/v1/secrets/NOPE", map[string]any{"inject": []string{"body"}}, http.StatusNotFound, ""},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				s, body := tt.client.JSON(t, http.MethodPatch, tt.path, tt.in, nil)
+				if s != tt.want || !strings.Contains(body, tt.text) {
+					t.Errorf("Got(PATCH %v) = %d %s; want %d naming %q", tt.in, s, body, tt.want, tt.text)
+				}
+			})
+		}
+		env.Unchanged(t, before)
+		var list struct{ Secrets []secretJSON }
+		if s, body := devTok.JSON(t, http.MethodGet, "/api/v1/secrets", nil, &list); s != http.StatusOK || len(list.Secrets) == 0 || list.Secrets[0].Inject != nil {
+			t.Errorf("Got(developer list) = %d %s; want no locations (admins only)", s, body)
+		}
+		s, body := adminTok.JSON(t, http.MethodPost, "/api/v1/secrets", map[string]any{"name": "X_TOKEN", "value": "x", "hosts": []string{"a.example.com"}, "inject": []string{"everywhere"}}, nil)
+		if s != http.StatusUnprocessableEntity || !strings.Contains(body, "inject") {
+			t.Errorf("Got(POST bad inject) = %d %s; want 422 naming inject", s, body)
+		}
+		env.Unchanged(t, before)
+		if n := len(env.Events(t, "secret.updated")); n != 2 {
+			t.Errorf("Got(secret.updated events) = %d; want 2 (the API's and the form's)", n)
 		}
 	})
 

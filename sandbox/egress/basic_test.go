@@ -74,20 +74,7 @@ func TestGatewaySwapsBasicCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(ctx, ten.ID, "vm-1", "sb-1", c)
-		}
-	}()
+	ln := serveGateway(t, gw, ten.ID, "sb-1")
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)

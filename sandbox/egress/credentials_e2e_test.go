@@ -2,6 +2,7 @@ package egress_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -63,6 +64,47 @@ type upstream struct {
 
 func newUpstream(t testing.TB, hosts ...string) *upstream {
 	t.Helper()
+	tcfg, roots := upstreamTLS(t, hosts...)
+	u := &upstream{roots: roots}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, u.port, _ = net.SplitHostPort(ln.Addr().String())
+	u.srv = &http.Server{
+		ErrorLog:  log.New(io.Discard, "", 0), // refused handshakes are the point of some cases
+		TLSConfig: tcfg,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			auth := r.Header.Get("Authorization")
+			u.mu.Lock()
+			u.seen = append(u.seen, auth+"|"+string(body))
+			u.mu.Unlock()
+			if r.URL.Path == "/echo" {
+				// An upstream that repeats what it got, gzip-compressed when
+				// asked: the gateway must hand back only placeholders.
+				out := io.Writer(w)
+				if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+					w.Header().Set("Content-Encoding", "gzip")
+					zw := gzip.NewWriter(w)
+					defer zw.Close()
+					out = zw
+				}
+				fmt.Fprintf(out, "echo auth=%s body=%s\n", auth, body)
+				return
+			}
+			fmt.Fprintf(w, "host=%s auth=%s body=%s\n", r.Host, classify(auth), classify(string(body)))
+		}),
+	}
+	go u.srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { u.srv.Close() })
+	return u
+}
+
+// upstreamTLS is the server side of a test upstream for hosts: a leaf from
+// its own test CA, and that CA as the roots that verify it.
+func upstreamTLS(t testing.TB, hosts ...string) (*tls.Config, *x509.CertPool) {
+	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
@@ -79,28 +121,30 @@ func newUpstream(t testing.TB, hosts ...string) *upstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstream{roots: x509.NewCertPool()}
-	u.roots.AddCert(ca)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}}, roots
+}
+
+// serveGateway accepts sandbox connections for gw on 127.0.0.1 as sandbox
+// sb of tenant on vm-1, until the test ends.
+func serveGateway(t testing.TB, gw *egress.Gateway, tenant, sb string) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, u.port, _ = net.SplitHostPort(ln.Addr().String())
-	u.srv = &http.Server{
-		ErrorLog:  log.New(io.Discard, "", 0), // refused handshakes are the point of some cases
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			auth := r.Header.Get("Authorization")
-			u.mu.Lock()
-			u.seen = append(u.seen, auth+"|"+string(body))
-			u.mu.Unlock()
-			fmt.Fprintf(w, "host=%s auth=%s body=%s\n", r.Host, classify(auth), classify(string(body)))
-		}),
-	}
-	go u.srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { u.srv.Close() })
-	return u
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go gw.ServeConn(context.Background(), tenant, "vm-1", sb, c)
+		}
+	}()
+	return ln
 }
 
 // classify says what a request carried without repeating it.
@@ -203,7 +247,8 @@ func TestCredentialSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sec.Create(ctx, actor, ten.ID, secrets.NewSecret{Name: "GH_TOKEN", Value: realToken, Hosts: []string{"api.secure.test"}}); err != nil {
+	if _, err := sec.Create(ctx, actor, ten.ID, secrets.NewSecret{Name: "GH_TOKEN", Value: realToken, Hosts: []string{"api.secure.test"},
+		Inject: []string{secrets.InjectAuthorization, secrets.InjectBody}}); err != nil {
 		t.Fatal(err)
 	}
 	up := newUpstream(t, "api.secure.test", "other.secure.test")
@@ -217,20 +262,7 @@ func TestCredentialSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(ctx, ten.ID, "vm-1", "sb-1", c)
-		}
-	}()
+	ln := serveGateway(t, gw, ten.ID, "sb-1")
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +413,8 @@ func newCredVM(t *testing.T) *credVM {
 	if e.sec, err = secrets.New(e.db, testRoot, secrets.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.sec.Create(ctx, e.actor, e.tenant, secrets.NewSecret{Name: "GH_TOKEN", Value: realToken, Hosts: []string{"api.secure.test"}}); err != nil {
+	if _, err := e.sec.Create(ctx, e.actor, e.tenant, secrets.NewSecret{Name: "GH_TOKEN", Value: realToken, Hosts: []string{"api.secure.test"},
+		Inject: []string{secrets.InjectAuthorization, secrets.InjectBody}}); err != nil {
 		t.Fatal(err)
 	}
 	e.up = newUpstream(t, "api.secure.test")
@@ -510,6 +543,10 @@ func TestVMCredentials(t *testing.T) {
 		{"CA trusted through SSL_CERT_FILE", "echo $SSL_CERT_FILE; grep -c 'BEGIN CERTIFICATE' /etc/stockade/ca.pem", "1", ""},
 		{"upstream gets the real token", "/workspace/httpsget https://api.secure.test:" + e.up.port + "/user",
 			"status=200 host=api.secure.test:" + e.up.port + " auth=real body=real", ""},
+		// Go's client asks for gzip and decompresses: the echo comes back
+		// gzip through the gateway, scrubbed.
+		{"an echoing upstream hands back the placeholder", "/workspace/httpsget https://api.secure.test:" + e.up.port + "/echo",
+			"status=200 echo auth=Bearer " + ph + " body=token=" + ph, ""},
 		// The placeholder count shows the search sees the environment.
 		{"token not in the environment", find + "env | grep -cF \"$a$b\"; grep -cF \"$a$b\" /proc/self/environ; grep -c " + secrets.PlaceholderPrefix + "GH_TOKEN /proc/self/environ",
 			"0\n0\n1", ""},

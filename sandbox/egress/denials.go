@@ -29,15 +29,21 @@ func (g *Gateway) auditDenial(ctx context.Context, ev Event, key string) {
 	if !ok {
 		return
 	}
-	a := audit.Actor{Kind: audit.ActorSystem, ID: AuditActorID, Name: "egress gateway"}
-	e := a.Event(ev.TenantID, audit.TypeEgressDenied, "sandbox", ev.SandboxID, map[string]any{
+	g.writeAudit(ctx, ev, audit.TypeEgressDenied, map[string]any{
 		"host": ev.Host, "port": ev.Port, "method": ev.Method, "rule": ev.Rule, "vm": ev.VMID,
 		"policy_version": ev.PolicyVersion, "egress_event": ev.ID, "suppressed": suppressed,
 	})
+}
+
+// writeAudit records one of the gateway's audit events about ev's sandbox,
+// outcome denied (the gateway refused a connection, or a value).
+func (g *Gateway) writeAudit(ctx context.Context, ev Event, typ string, details map[string]any) {
+	a := audit.Actor{Kind: audit.ActorSystem, ID: AuditActorID, Name: "egress gateway"}
+	e := a.Event(ev.TenantID, typ, "sandbox", ev.SandboxID, details)
 	e.Outcome = audit.OutcomeDenied
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := g.cfg.Audit.Record(rctx, e); err != nil {
-		g.log.Error("audit egress denial", "tenant", ev.TenantID, "sandbox", ev.SandboxID, "err", err)
+		g.log.Error("audit "+typ, "tenant", ev.TenantID, "sandbox", ev.SandboxID, "err", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/netguard"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 )
 
 // Resolver turns a name into addresses (net.Resolver is one).
@@ -44,10 +45,11 @@ func (f SandboxesFunc) CheckEgress(ctx context.Context, tenantID, vmID, sandboxI
 
 // Swapper is the credential broker: for a host a tenant secret is scoped
 // to, the gateway terminates the sandbox's TLS with the tenant CA
-// (TLSConfig, a leaf per SNI) and replaces placeholders with real values
-// in what it forwards to that host only.
+// (TLSConfig, a leaf per SNI), replaces placeholders with real values in
+// what it forwards to that host only, each where its secret may go, and
+// rewrites real values in what comes back to placeholders (scrub.go).
 type Swapper interface {
-	ForHost(ctx context.Context, tenantID, sandboxID, host string) (*strings.Replacer, bool, error)
+	Credentials(ctx context.Context, tenantID, sandboxID, host string) ([]secrets.Credential, bool, error)
 	TLSConfig(ctx context.Context, tenantID string) (*tls.Config, error)
 }
 
@@ -101,8 +103,9 @@ type Gateway struct {
 	cfg   Config
 	log   *slog.Logger
 	rules *ruleCache
-	// denials rate-limits the audit events of refused connections.
-	denials *audit.Limiter
+	// denials rate-limits the audit events of refused connections;
+	// reflected, those of secret values found in responses.
+	denials, reflected *audit.Limiter
 	// events rate-limits the egress_events rows of each sandbox.
 	events *audit.Limiter
 
@@ -110,7 +113,7 @@ type Gateway struct {
 	counters map[string]*counter
 }
 
-type counter struct{ up, down, conns atomic.Int64 }
+type counter struct{ up, down, conns, reflected atomic.Int64 }
 
 // maxHeaderBytes bounds a proxy request's head (and each intercepted one).
 const maxHeaderBytes = 64 << 10
@@ -151,8 +154,8 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "egress"),
 		rules:    &ruleCache{src: cfg.Policies, ttl: cfg.CacheTTL, clock: cfg.Clock, m: map[string]cachedRules{}},
 		counters: map[string]*counter{},
-		denials:  audit.NewLimiter(cfg.DenialAuditWindow, 1),
-		events:   audit.NewLimiter(cfg.EventWindow, cfg.EventsPerWindow),
+		denials:  audit.NewLimiter(cfg.DenialAuditWindow, 1), reflected: audit.NewLimiter(cfg.DenialAuditWindow, 1),
+		events: audit.NewLimiter(cfg.EventWindow, cfg.EventsPerWindow),
 	}, nil
 }
 
@@ -181,6 +184,7 @@ func (g *Gateway) Bytes(sandboxID string) (up, down int64) {
 func (g *Gateway) Forget(sandboxID string) {
 	g.denials.Forget(sandboxID + "\x00")
 	g.events.Forget(sandboxID + "\x00")
+	g.reflected.Forget(sandboxID + "\x00")
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c := g.counters[sandboxID]; c != nil && c.conns.Load() == 0 {
@@ -211,6 +215,7 @@ type conn struct {
 	// unknown: the guest named a sandbox that is not an active one of the
 	// tenant on this VM.
 	unknown bool
+	inj     *injector // intercepted: swaps and scrubs
 }
 
 // limitKey is what the rate limits of s count under: its sandbox, or for
@@ -311,14 +316,15 @@ func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID strin
 	}
 	if req.URL.Scheme == "https" {
 		if sw := g.cfg.Swapper; sw != nil {
-			repl, ok, err := sw.ForHost(ctx, tenantID, sandboxID, host)
+			creds, ok, err := sw.Credentials(ctx, tenantID, sandboxID, host)
 			if err != nil {
 				s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
 				return
 			}
 			if ok {
 				s.ev.Intercepted = true
-				if err := swapRequest(req, repl); err != nil {
+				s.inj = newInjector(creds)
+				if err := s.inj.swapRequest(req); err != nil {
 					s.fail(http.StatusBadRequest, err)
 					return
 				}
@@ -427,14 +433,15 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 // secret is scoped to; either way pinned to host (pinning.go).
 func (s *conn) tunnel(ctx context.Context, req *http.Request, host string, up net.Conn) {
 	if sw := s.g.cfg.Swapper; sw != nil {
-		repl, ok, err := sw.ForHost(ctx, s.ev.TenantID, s.ev.SandboxID, host)
+		creds, ok, err := sw.Credentials(ctx, s.ev.TenantID, s.ev.SandboxID, host)
 		if err != nil {
 			s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
 			return
 		}
 		if ok {
 			s.ev.Intercepted = true
-			s.intercept(ctx, host, up, repl)
+			s.inj = newInjector(creds)
+			s.intercept(ctx, host, up)
 			return
 		}
 	}
@@ -471,6 +478,12 @@ func (s *conn) forward(req *http.Request, up net.Conn) {
 		return
 	}
 	defer resp.Body.Close()
+	if s.inj != nil {
+		if err := s.inj.scrubResponse(req, resp); err != nil {
+			s.fail(http.StatusBadGateway, err)
+			return
+		}
+	}
 	s.ev.Status = resp.StatusCode
 	// Framed by the response itself: done when its body is, whatever the
 	// upstream does with the connection after.
@@ -530,6 +543,8 @@ func (s *conn) record(ctx context.Context) {
 	s.ev.BytesUp, s.ev.BytesDown = s.c.up.Load(), s.c.down.Load()
 	now := s.g.cfg.Clock()
 	s.ev.DurationMS = now.Sub(s.start).Milliseconds()
+	s.ev.SecretsReflected = s.reflections()
+	defer s.auditReflections(ctx) // after Record: it names the event
 	if s.ev.Decision == "" {
 		s.ev.Decision = DecisionDeny
 	}

@@ -107,14 +107,14 @@ func newFixture(t testing.TB, allow string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.proxy = &url.URL{Scheme: "http", Host: serveGateway(t, f.gw, f.tenantID)}
+	f.proxy = &url.URL{Scheme: "http", Host: serveGatewayAddr(t, f.gw, f.tenantID)}
 	return f
 }
 
 // serveGateway serves gw on a loopback listener standing in for the
 // agent's proxy listener, every connection as sandbox sb-1 on vm-1 of the
 // tenant; it returns the listener's address.
-func serveGateway(t testing.TB, gw *egress.Gateway, tenantID string) string {
+func serveGatewayAddr(t testing.TB, gw *egress.Gateway, tenantID string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

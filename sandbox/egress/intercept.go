@@ -2,17 +2,13 @@ package egress
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -22,9 +18,10 @@ const maxSwapBody = 1 << 20
 
 // intercept answers CONNECT, terminates the sandbox's TLS with the tenant
 // CA, and forwards each request to host over TLS verified against the
-// upstream roots, with placeholders replaced in headers, query and (small)
-// bodies. The real values exist only on the host, in what goes upstream.
-func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *strings.Replacer) {
+// upstream roots, with placeholders replaced where their secrets may go
+// (s.inj), and each response scrubbed of real values. The real values
+// exist only on the host, in what goes upstream.
+func (s *conn) intercept(ctx context.Context, host string, up net.Conn) {
 	tcfg, err := s.g.cfg.Swapper.TLSConfig(ctx, s.ev.TenantID)
 	if err != nil {
 		s.fail(http.StatusBadGateway, fmt.Errorf("tenant CA: %w", err))
@@ -73,7 +70,7 @@ func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *st
 			s.misdirect(down, err)
 			return
 		}
-		if err := swapRequest(req, repl); err != nil {
+		if err := s.inj.swapRequest(req); err != nil {
 			s.ev.Error = err.Error()
 			writeTLSError(down, http.StatusBadRequest, "stockade egress: "+err.Error()+"\n")
 			return
@@ -88,6 +85,12 @@ func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *st
 			writeTLSError(down, http.StatusBadGateway, "stockade egress: no response from "+host+"\n")
 			return
 		}
+		if err := s.inj.scrubResponse(req, resp); err != nil {
+			resp.Body.Close()
+			s.ev.Error = err.Error()
+			writeTLSError(down, http.StatusBadGateway, "stockade egress: "+err.Error()+"\n")
+			return
+		}
 		s.ev.Status = resp.StatusCode
 		werr := resp.Write(down)
 		resp.Body.Close()
@@ -99,62 +102,6 @@ func (s *conn) intercept(ctx context.Context, host string, up net.Conn, repl *st
 			return
 		}
 	}
-}
-
-// swapRequest replaces placeholders in req's headers, query and body.
-func swapRequest(req *http.Request, repl *strings.Replacer) error {
-	stripHopHeaders(req.Header)
-	for k, vs := range req.Header {
-		for i, v := range vs {
-			if k == "Authorization" {
-				vs[i] = swapAuthorization(v, repl)
-				continue
-			}
-			vs[i] = repl.Replace(v)
-		}
-		req.Header[k] = vs
-	}
-	req.URL.RawQuery = repl.Replace(req.URL.RawQuery)
-	req.URL.Path = repl.Replace(req.URL.Path)
-	req.URL.RawPath = ""
-	req.RequestURI = ""
-	if req.Body != nil && req.ContentLength > 0 && req.ContentLength <= maxSwapBody {
-		b, err := io.ReadAll(io.LimitReader(req.Body, maxSwapBody+1))
-		if err != nil {
-			return fmt.Errorf("read request body: %w", err)
-		}
-		b = []byte(repl.Replace(string(b)))
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		req.ContentLength = int64(len(b))
-		req.Header.Set("Content-Length", strconv.Itoa(len(b)))
-	}
-	return nil
-}
-
-// swapAuthorization replaces placeholders in an Authorization value,
-// inside Basic credentials too: git and most HTTP clients send a token as
-// the password of "Basic base64(user:token)", where a plain replace never
-// sees it. repl only ever holds the secrets scoped to the request's host.
-func swapAuthorization(v string, repl *strings.Replacer) string {
-	v = repl.Replace(v)
-	scheme, cred, ok := strings.Cut(v, " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return v
-	}
-	cred = strings.TrimSpace(cred)
-	enc := base64.StdEncoding
-	raw, err := enc.DecodeString(cred)
-	if err != nil {
-		// Some clients leave the padding out.
-		if raw, err = base64.RawStdEncoding.DecodeString(cred); err != nil {
-			return v
-		}
-	}
-	swapped := repl.Replace(string(raw))
-	if swapped == string(raw) {
-		return v
-	}
-	return scheme + " " + enc.EncodeToString([]byte(swapped))
 }
 
 func writeTLSError(c net.Conn, status int, body string) {

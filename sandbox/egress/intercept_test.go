@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 )
 
 // testBroker is a credential broker for one scoped host: a CA made for
@@ -53,11 +54,11 @@ func newTestBroker(t *testing.T, host, placeholder, real string) *testBroker {
 	return &testBroker{host: host, placeholder: placeholder, real: real, ca: ca, key: key}
 }
 
-func (b *testBroker) ForHost(ctx context.Context, tenantID, sandboxID, host string) (*strings.Replacer, bool, error) {
+func (b *testBroker) Credentials(ctx context.Context, tenantID, sandboxID, host string) ([]secrets.Credential, bool, error) {
 	if host != b.host {
 		return nil, false, nil
 	}
-	return strings.NewReplacer(b.placeholder, b.real), true, nil
+	return []secrets.Credential{{Name: "GH_TOKEN", Placeholder: b.placeholder, Value: b.real, Inject: secrets.DefaultInject()}}, true, nil
 }
 
 func (b *testBroker) TLSConfig(ctx context.Context, tenantID string) (*tls.Config, error) {

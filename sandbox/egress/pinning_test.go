@@ -85,7 +85,7 @@ func newPinned(t *testing.T) *pinned {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.proxy = serveGateway(t, gw, ten.ID)
+	p.proxy = serveGatewayAddr(t, gw, ten.ID)
 	return p
 }
 

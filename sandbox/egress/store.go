@@ -42,6 +42,9 @@ type Event struct {
 	// Suppressed counts the sandbox's connections since its previous row
 	// that the rate limit kept out of the table (metered all the same).
 	Suppressed int `gorm:"column:suppressed" json:"suppressed,omitempty"`
+	// SecretsReflected counts real secret values rewritten to placeholders
+	// in the connection's responses.
+	SecretsReflected int64 `gorm:"column:secrets_reflected" json:"secrets_reflected"`
 
 	// unmetered: the connection is not billed to SandboxID (the guest
 	// named a sandbox that is not its own).

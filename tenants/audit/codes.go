@@ -60,6 +60,8 @@ const (
 	TypeSecretCreated   = "secret.created"
 	TypeSecretRevoked   = "secret.revoked"
 	TypeTenantCACreated = "secret.ca_created"
+	// A secret's injection locations changed (details: from, to).
+	TypeSecretUpdated = "secret.updated"
 
 	// Usage and billing: an export (details: period, format, rows) and a
 	// new price book version.
@@ -73,6 +75,11 @@ const (
 	// Egress denials, at most one per sandbox and host a minute; details
 	// count the ones folded in ("suppressed").
 	TypeEgressDenied = "egress.denied"
+	// A response carried a real secret value back towards a sandbox; the
+	// gateway rewrote it to the placeholder. At most one per sandbox and
+	// host a minute; details count the values rewritten and the events
+	// folded in, and name the secrets (never their values).
+	TypeEgressSecretReflected = "egress.secret_reflected"
 
 	// Retention: events older than the policy's audit.retention_days were
 	// deleted; details give the cutoff and the count.
@@ -159,6 +166,7 @@ var codes = map[string]string{
 	TypeSecretCreated:   "SC1100I",
 	TypeSecretRevoked:   "SC1101I",
 	TypeTenantCACreated: "SC1102I",
+	TypeSecretUpdated:   "SC1103I",
 
 	TypeUsageExported: "SB1300I",
 	TypePriceSet:      "SB1301I",
@@ -166,7 +174,8 @@ var codes = map[string]string{
 	TypeTenantFrozen:   "ST2003W",
 	TypeTenantUnfrozen: "ST2004I",
 
-	TypeEgressDenied: "SE1200W",
+	TypeEgressDenied:          "SE1200W",
+	TypeEgressSecretReflected: "SE1201W",
 
 	TypeAuditPruned: "SX5001I",
 

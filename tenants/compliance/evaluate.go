@@ -3,9 +3,11 @@ package compliance
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
@@ -429,7 +431,17 @@ func evalAuditPossible(in inputs, e *eval) {
 
 func evalCredentialsOutside(in inputs, e *eval) {
 	if in.platform.SecretsEncrypted {
-		e.add(StatusPass, KindPlatform, "/settings/secrets", "secrets are stored encrypted in the control plane's database, never in the VM; the egress gateway swaps a placeholder for the value only on the way to the secret's hosts")
+		e.add(StatusPass, KindPlatform, "/settings/secrets", "secrets are stored encrypted in the control plane's database, never in the VM; the egress gateway swaps a placeholder for the value only on the way to the secret's hosts, only where the secret may go (the Authorization header unless its owner says more)")
+		e.add(StatusPass, KindPlatform, auditLink(audit.TypeEgressSecretReflected, ""), "every answer from a secret's hosts is scrubbed before the sandbox reads it: a real value in its headers or body (streamed, gzip, base64) is rewritten to the placeholder, counted and audited as %s", audit.TypeEgressSecretReflected)
+		var echoable []string
+		for _, sec := range in.secrets {
+			if sec.State == secrets.StateActive && slices.ContainsFunc(sec.Inject, secrets.Echoable) {
+				echoable = append(echoable, sec.Name+" ("+strings.Join(sec.Inject, ", ")+")")
+			}
+		}
+		if len(echoable) > 0 {
+			e.add(StatusPass, KindLive, "/settings/secrets", "secrets that may also go in a URL or request body, where an upstream may store or echo them: %s", strings.Join(echoable, "; "))
+		}
 	} else {
 		e.add(StatusWarn, KindPlatform, "", "no secret store is configured: credentials can only reach sandboxes through their own environment")
 	}

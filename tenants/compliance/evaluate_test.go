@@ -111,6 +111,10 @@ func TestEvaluateWeakened(t *testing.T) {
 		{"host folders shared", func(in *inputs) { in.platform.HostMounts = true }, ItemHostIsolation, StatusFail, "share host folders"},
 		{"a network device", func(in *inputs) { in.platform.NetworkDevices = true }, ItemEgressRestricted, StatusFail, "around the egress gateway"},
 		{"real credentials seen", escaped(CheckCredentials), ItemCredentialsOutside, StatusFail, "ESCAPED"},
+		{"responses scrubbed", func(in *inputs) {}, ItemCredentialsOutside, StatusPass, "audited as egress.secret_reflected"},
+		{"a secret that may go in bodies", func(in *inputs) {
+			in.secrets = []secrets.Secret{{Name: "API_KEY", Hosts: []string{"api.example.com"}, Inject: []string{"authorization", "body"}, State: secrets.StateActive, CreatedAt: t0}}
+		}, ItemCredentialsOutside, StatusPass, "API_KEY (authorization, body)"},
 		{"control plane reached", escaped(CheckControlPlaneProxy), ItemProductionAccess, StatusFail, "ESCAPED"},
 		{"private ranges exempt with egress open", func(in *inputs) {
 			in.platform.AllowCIDRs = []string{"127.0.0.0/8"}

@@ -48,6 +48,7 @@ type Secret struct {
 	ID        string     `json:"id"`
 	Name      string     `json:"name"`
 	Hosts     []string   `json:"hosts"`
+	Inject    []string   `json:"inject"`
 	CreatedBy string     `json:"created_by"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
@@ -55,12 +56,14 @@ type Secret struct {
 	State     string     `json:"state"`
 }
 
-// NewSecret describes a secret to create. TTL 0 means DefaultTTL.
+// NewSecret describes a secret to create. TTL 0 means DefaultTTL; Inject
+// nil means DefaultInject (see NormalizeInject).
 type NewSecret struct {
-	Name  string
-	Value string
-	Hosts []string
-	TTL   time.Duration
+	Name   string
+	Value  string
+	Hosts  []string
+	Inject []string
+	TTL    time.Duration
 }
 
 // row is the database form of a secret.
@@ -69,6 +72,7 @@ type row struct {
 	TenantID   string
 	Name       string
 	Hosts      []string `gorm:"serializer:json"`
+	Inject     []string `gorm:"serializer:json"`
 	Ciphertext string
 	CreatedBy  string
 	CreatedAt  time.Time
@@ -98,7 +102,7 @@ func (r *row) live(now time.Time) bool {
 }
 
 func (r *row) public(now time.Time) Secret {
-	s := Secret{ID: r.ID, Name: r.Name, Hosts: slices.Clone(r.Hosts), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
+	s := Secret{ID: r.ID, Name: r.Name, Hosts: slices.Clone(r.Hosts), Inject: slices.Clone(r.inject()), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt, State: StateActive}
 	switch {
 	case r.RevokedAt != nil:
@@ -234,6 +238,10 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 			hosts = append(hosts, p)
 		}
 	}
+	inject, err := NormalizeInject(ns.Inject)
+	if err != nil {
+		return Secret{}, err
+	}
 	ttl := ns.TTL
 	if ttl == 0 {
 		ttl = DefaultTTL
@@ -247,7 +255,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 	}
 	now := s.now()
 	exp := now.Add(ttl)
-	r := row{ID: id.String(), TenantID: tenantID, Name: name, Hosts: hosts, CreatedBy: actor.Name, CreatedAt: now, ExpiresAt: &exp}
+	r := row{ID: id.String(), TenantID: tenantID, Name: name, Hosts: hosts, Inject: inject, CreatedBy: actor.Name, CreatedAt: now, ExpiresAt: &exp}
 	if r.CreatedBy == "" {
 		r.CreatedBy = actor.ID
 	}
@@ -289,7 +297,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 			return err
 		}
 		return s.write(tx, actor.Event(tenantID, audit.TypeSecretCreated, "secret", r.ID, map[string]any{
-			"secret_name": name, "hosts": hosts, "expires_at": exp,
+			"secret_name": name, "hosts": hosts, "inject": inject, "expires_at": exp,
 		}))
 	})
 	if err != nil {
