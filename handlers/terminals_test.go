@@ -33,11 +33,15 @@ type termEnv struct {
 	sb, otherSB sandbox.Sandbox
 }
 
-func newTermEnv(t *testing.T) *termEnv {
+func newTermEnv(t *testing.T) *termEnv { return newTermEnvWith(t, terminal.Config{}) }
+
+// newTermEnvWith is newTermEnv with cfg's recording caps.
+func newTermEnvWith(t *testing.T, cfg terminal.Config) *termEnv {
 	t.Helper()
 	db := dbtest.SQLite(t)
 	svc := terminal.New(db, terminaltest.NewLocal(db), terminal.Config{DataDir: t.TempDir(), Shell: []string{"/bin/sh"}, Logger: slog.New(slog.DiscardHandler),
-		Env: []string{"PS1=$ ", "TERM=xterm-256color", "ENV="}, CheckInterval: 100 * time.Millisecond})
+		Env: []string{"PS1=$ ", "TERM=xterm-256color", "ENV="}, CheckInterval: 100 * time.Millisecond,
+		MaxRecordingBytes: cfg.MaxRecordingBytes, MaxTenantRecordingBytes: cfg.MaxTenantRecordingBytes})
 	if err := svc.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

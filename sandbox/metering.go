@@ -65,6 +65,10 @@ func (s *Service) sampleAll(ctx context.Context) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			// A VM's sandboxes within one deadline: a guest that does not
+			// answer holds its slot that long, not per sandbox it has.
+			ctx, cancel := context.WithTimeout(ctx, max(s.cfg.SampleInterval, 10*time.Second))
+			defer cancel()
 			c, err := s.vms.Agent(ctx, k.tenant, k.vm)
 			if err != nil {
 				return // its session is being re-opened: next time

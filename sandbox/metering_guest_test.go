@@ -59,7 +59,7 @@ func label(m *dto.Metric, name string) string {
 }
 
 // TestSamplerHoldsInflatedCounters: a guest reports every counter at its
-// maximum through the real protocol, then one less (a "reset" each pass).
+// maximum through the real protocol, then one less.
 // What reaches the ledger is at most vCPUs x elapsed per sandbox, and the
 // tenant's totals, the operator's all-tenant view, both exports and the
 // metrics scrape all still read. The old sampler put math.MaxInt64 in the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -262,26 +263,50 @@ func (r *Recorder) run(bw *bufio.Writer) {
 		if failed != nil {
 			return
 		}
+		text := kind == CastOutput || kind == CastInput
 		if truncated != "" {
-			if kind != CastResize {
+			if text {
 				cut += int64(len(data))
 			}
 			return
 		}
 		encode(at, kind, data)
 		n := int64(line.Len())
-		switch size := r.stats.Bytes + written + n; {
-		case r.lim.MaxBytes > 0 && size+markerRoom > r.lim.MaxBytes:
-			stop(at, "truncated at "+byteSize(r.stats.Bytes+written)+": the session's cap is "+byteSize(r.lim.MaxBytes))
-		case r.lim.Budget != nil && !r.lim.Budget.take(n):
-			stop(at, "truncated at "+byteSize(r.stats.Bytes+written)+": the tenant's recordings reached their cap of "+byteSize(r.lim.Budget.total))
-		default:
+		room, why := int64(math.MaxInt64), ""
+		if r.lim.MaxBytes > 0 {
+			room, why = r.lim.MaxBytes-markerRoom-(r.stats.Bytes+written), "the session's cap is "+byteSize(r.lim.MaxBytes)
+		}
+		if b := r.lim.Budget; b != nil && b.Left() < room {
+			room, why = b.Left(), "the tenant's recordings reached their cap of "+byteSize(b.total)
+		}
+		if n <= room && (r.lim.Budget == nil || r.lim.Budget.take(n)) {
 			write()
 			return
 		}
-		if kind != CastResize {
-			cut += int64(len(data))
+		// It does not fit: as much of it as does (whole characters), then
+		// the marker.
+		var kept []byte
+		for k := len(data); text && room > 0 && k > 0; {
+			k = min(k-1, int(float64(k)*float64(room)/float64(n)))
+			part, _ := splitUTF8(data[:max(k, 0)])
+			if len(part) == 0 {
+				break
+			}
+			encode(at, kind, part)
+			if n = int64(line.Len()); n <= room {
+				kept = part
+				break
+			}
 		}
+		if len(kept) > 0 && (r.lim.Budget == nil || r.lim.Budget.take(n)) {
+			write()
+		} else {
+			kept = nil
+		}
+		if text {
+			cut += int64(len(data) - len(kept))
+		}
+		stop(at, "truncated at "+byteSize(r.stats.Bytes+written)+": "+why)
 	}
 	for ev := range r.ch {
 		if ev.lost > 0 {

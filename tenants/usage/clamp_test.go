@@ -39,6 +39,12 @@ func TestObserveHoldsGuestCountersToWhatIsPossible(t *testing.T) {
 		{"clamped from the last sample, not from the start", []usage.Sample{
 			{At: at(10 * time.Second), CPUNS: 1 * sec}, {At: at(11 * time.Second), CPUNS: huge},
 		}, nil, 1*sec + vcpus*sec, 0, 0, 11_000, 0},
+		{"a busy guest read late is held now and carried to the next samples", []usage.Sample{
+			{At: at(10 * time.Second), CPUNS: 20*sec + sec/2}, {At: at(20 * time.Second), CPUNS: 40*sec + sec/2}, {At: at(30 * time.Second), CPUNS: 50 * sec},
+		}, nil, 50 * sec, 0, 0, 30_000, 0},
+		{"an inflated counter bills at most vCPUs x elapsed each time", []usage.Sample{
+			{At: at(10 * time.Second), CPUNS: huge}, {At: at(20 * time.Second), CPUNS: huge}, {At: at(21 * time.Second), CPUNS: huge},
+		}, nil, vcpus * 21 * sec, 0, 0, 21_000, 0},
 		{"a counter that went down was reset: it counts from zero", []usage.Sample{
 			{At: at(10 * time.Second), CPUNS: 5 * sec}, {At: at(20 * time.Second), CPUNS: 1 * sec}, {At: at(30 * time.Second), CPUNS: 4 * sec},
 		}, nil, 5*sec + 1*sec + 3*sec, 0, 0, 30_000, 0},

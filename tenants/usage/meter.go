@@ -200,12 +200,13 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 		prev = *m.LastSampleAt
 	}
 	fresh := sample != nil && (m.LastSampleAt == nil || ts(sample.At).After(prev))
+	var cpuBase, readBase, writeBase int64
 	if fresh {
 		elapsed := max(ts(sample.At).Sub(prev), 0)
-		d.cpuNS = grown(m.CPUNS, sample.CPUNS, mulSat(int64(max(m.VCPUs, 1)), elapsed.Nanoseconds()))
+		d.cpuNS, cpuBase = grown(m.CPUNS, sample.CPUNS, mulSat(int64(max(m.VCPUs, 1)), elapsed.Nanoseconds()))
 		ioLimit := int64(min(float64(MaxIOBytesPerSecond)*elapsed.Seconds(), math.MaxInt64/4))
-		d.ioRead = grown(m.IOReadBytes, sample.IOReadBytes, ioLimit)
-		d.ioWrite = grown(m.IOWriteBytes, sample.IOWriteBytes, ioLimit)
+		d.ioRead, readBase = grown(m.IOReadBytes, sample.IOReadBytes, ioLimit)
+		d.ioWrite, writeBase = grown(m.IOWriteBytes, sample.IOWriteBytes, ioLimit)
 		d.peak = max(sample.MemoryPeakBytes, sample.MemoryCurrentBytes, 0)
 		if m.MemoryMiB > 0 {
 			d.peak = min(d.peak, int64(m.MemoryMiB)<<20)
@@ -221,9 +222,7 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 	set := map[string]any{"accounted_to": to}
 	if fresh {
 		at := ts(sample.At)
-		m.CPUNS = max(sample.CPUNS, 0)
-		m.IOReadBytes = max(sample.IOReadBytes, 0)
-		m.IOWriteBytes = max(sample.IOWriteBytes, 0)
+		m.CPUNS, m.IOReadBytes, m.IOWriteBytes = cpuBase, readBase, writeBase
 		m.MemoryPeakBytes = max(m.MemoryPeakBytes, d.peak)
 		if sample.VMCPUNS > 0 {
 			m.VMCPUNS = sample.VMCPUNS
@@ -250,17 +249,22 @@ func Observe(tx *gorm.DB, sandboxID string, sample *Sample, end *time.Time) (Met
 	return m, nil
 }
 
-// grown is what a cumulative counter of the guest added from prev to cur,
-// held to limit (what is physically possible since prev was read). A
-// counter that went down was reset (a new cgroup, a restarted guest): all
-// of cur is new, as Prometheus' rate() takes it. A negative reading is 0.
-func grown(prev, cur, limit int64) int64 {
+// grown is what a cumulative counter of the guest added since the meter's
+// base (what it accounted of the counter so far), held to limit (what is
+// physically possible since the last sample), and the new base. The base
+// moves by what was accounted, not to the reading: growth held back (a busy
+// sandbox whose last reading reached the host late) is accounted with the
+// next samples, so an honest counter is billed exactly over time, and an
+// inflated one at most limit each time. A counter below the base was reset
+// (a new cgroup, a restarted guest): all of cur is new, as Prometheus'
+// rate() takes it. A negative reading is 0.
+func grown(base, cur, limit int64) (d, next int64) {
 	cur = max(cur, 0)
-	d := cur
-	if cur >= prev {
-		d = cur - prev
+	if cur < base {
+		base = 0
 	}
-	return min(d, max(limit, 0))
+	d = min(cur-base, max(limit, 0))
+	return d, base + d
 }
 
 // mulSat is a*b for non-negative a and b, at most math.MaxInt64.
