@@ -24,6 +24,7 @@ const (
 	childTenantEnv = "SANDBOX_TEST_CHILD_TENANT"
 	childDataEnv   = "SANDBOX_TEST_CHILD_DATA"
 	childTypeEnv   = "SANDBOX_TEST_CHILD_DOMAIN_TYPE"
+	childKeyEnv    = "SANDBOX_TEST_CHILD_IDEMPOTENCY_KEY"
 	childActorID   = "child-control-plane"
 )
 
@@ -53,7 +54,7 @@ func runChild() int {
 	}
 	fmt.Println("READY")
 	sb, err := svc.Create(ctx, audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}, os.Getenv(childTenantEnv),
-		sandbox.Spec{MemoryMiB: 64})
+		sandbox.Spec{MemoryMiB: 64, IdempotencyKey: os.Getenv(childKeyEnv)})
 	fmt.Println("CREATED", sb.ID, err)
 	select {} // until killed
 }
@@ -61,7 +62,7 @@ func runChild() int {
 // killMidCreate stops the shared services, runs a child control plane that
 // creates a sandbox, SIGKILLs it once the sandbox's record satisfies at,
 // and starts the services again (which reconcile). It returns the sandbox.
-func (e *testEnv) killMidCreate(t *testing.T, at func(sandbox.Sandbox) bool) sandbox.Sandbox {
+func (e *testEnv) killMidCreate(t *testing.T, at func(sandbox.Sandbox) bool, key string) sandbox.Sandbox {
 	t.Helper()
 	e.stop()
 	defer func() {
@@ -76,7 +77,7 @@ func (e *testEnv) killMidCreate(t *testing.T, at func(sandbox.Sandbox) bool) san
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+e.dbPath(), childTenantEnv+"="+e.a.ID, childDataEnv+"="+e.dataDir,
-		childTypeEnv+"="+e.domainType)
+		childTypeEnv+"="+e.domainType, childKeyEnv+"="+key)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -931,7 +931,8 @@ func (e *testEnv) testKill(t *testing.T) {
 		{"while the agent creates it", func(sb sandbox.Sandbox) bool { return sb.VMID != "" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			sb := e.killMidCreate(t, tt.at)
+			key := "kill-" + strings.ReplaceAll(tt.name, " ", "-") + "-" + time.Now().Format("150405.000000")
+			sb := e.killMidCreate(t, tt.at, key)
 			deadline := time.Now().Add(60 * time.Second)
 			var got sandbox.Sandbox
 			for {
@@ -942,6 +943,15 @@ func (e *testEnv) testKill(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			t.Logf("after the restart: %s (%s)", got.State, got.StateReason)
+			// The client that sent the create finds its sandbox by the key,
+			// written with the row before any VM work.
+			var found struct {
+				Sandboxes []handlers.SandboxJSON `json:"sandboxes"`
+			}
+			if s, b := e.api(e.tokA).JSON(t, http.MethodGet, "/api/v1/sandboxes?idempotency_key="+url.QueryEscape(key), nil, &found); s != http.StatusOK ||
+				len(found.Sandboxes) != 1 || found.Sandboxes[0].ID != sb.ID || found.Sandboxes[0].State != string(got.State) {
+				t.Errorf("Got(GET ?idempotency_key=%s after the crash) = %d %s; want sandbox %s, %s", key, s, b, sb.ID, got.State)
+			}
 			guest := e.guestSandboxes(t)
 			switch got.State {
 			case sandbox.StateRunning:
