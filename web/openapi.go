@@ -145,7 +145,7 @@ func operations() []op {
 				"ttl": str("lifetime: 1h, 24h, 7d, 30d (default), 90d or 365d")})),
 			responses: obj{"201": jsonResponse("The secret, without its value", ref("Secret")), "409": problem("A live secret has this name")}},
 		{method: "DELETE", path: "/api/v1/secrets/{name}", summary: "Revoke a secret: the gateway stops using it at once", tag: "secrets",
-			responses: noContent},
+			params: []obj{nameParam}, responses: noContent},
 
 		{method: "GET", path: "/api/v1/integrations/webhooks", summary: "List the tenant's outgoing webhook endpoints (secret names, never values)", tag: "integrations",
 			responses: list("webhooks", "WebhookEndpoint")},
@@ -203,8 +203,8 @@ func operations() []op {
 				query("q", "text search", obj{"type": "string"}),
 				query("limit", "1 to 1000", obj{"type": "integer"}),
 			},
-			responses: obj{"200": obj{"description": "The events, oldest first", "content": obj{
-				"application/jsonl": obj{"schema": ref("AuditEvent"), "description": "one AuditEvent per line"},
+			responses: obj{"200": obj{"description": "The events, oldest first: JSON Lines (one AuditEvent per line), a JSON array, or CSV", "content": obj{
+				"application/jsonl": obj{"schema": ref("AuditEvent")},
 				"application/json":  obj{"schema": arrayOf(ref("AuditEvent"))},
 				"text/csv":          obj{"schema": obj{"type": "string"}},
 			}}}},
@@ -252,9 +252,9 @@ func operations() []op {
 				"A command refused before it starts (bad input, sandbox not running) gets a problem document as usual.",
 				obj{"type": "string", "enum": []string{"0", "1"}})},
 			body: jsonBody(ref("ExecRequest")),
-			responses: obj{"200": obj{"description": "How the command ended (or, with stream=1, its events)", "content": obj{
+			responses: obj{"200": obj{"description": "How the command ended (or, with stream=1, its events: one ExecEvent per line)", "content": obj{
 				"application/json":     obj{"schema": ref("ExecResult")},
-				"application/x-ndjson": obj{"schema": ref("ExecEvent"), "description": "one ExecEvent per line"},
+				"application/x-ndjson": obj{"schema": ref("ExecEvent")},
 			}}, "409": problem("The sandbox is not running")}},
 		{method: "GET", path: "/api/v1/sandboxes/{id}/files", summary: "Read a file of a sandbox as raw bytes", tag: "sandboxes",
 			params: []obj{filePath},
