@@ -3,13 +3,14 @@ package usage
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/stockade-dev/stockade/tenants/csvexport"
 )
 
 // Columns are the export's columns, in order: FOCUS names
@@ -211,7 +212,7 @@ func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 type encoder struct {
 	w      *bufio.Writer
 	format string
-	csv    *csv.Writer
+	csv    *csvexport.Writer
 	n      int
 	buf    []byte
 }
@@ -219,7 +220,7 @@ type encoder struct {
 func newEncoder(w *bufio.Writer, format string) *encoder {
 	e := &encoder{w: w, format: format}
 	if format == FormatCSV {
-		e.csv = csv.NewWriter(w)
+		e.csv = csvexport.NewWriter(w)
 	}
 	return e
 }
