@@ -417,7 +417,7 @@ func schemas() obj {
 		}),
 		"Role": obj{"type": "string", "enum": []string{"admin", "manager", "developer", "auditor", "billing"}},
 		"UsageTotals": object([]string{"cost", "currency"}, obj{
-			"cost": obj{"type": "number", "description": "priced by the price book in force at each hour"}, "currency": str("ISO 4217"),
+			"cost": obj{"type": "number", "description": "priced by the price book in force at each hour; an exact decimal, the sum of the export's BilledCost"}, "currency": str("ISO 4217"),
 			"vcpu_seconds": obj{"type": "number", "description": "vCPUs held x seconds"}, "gib_seconds": obj{"type": "number", "description": "GiB of memory held x seconds"},
 			"cpu_seconds": obj{"type": "number", "description": "CPU time the sandboxes' cgroups measured"}, "wall_seconds": obj{"type": "number", "description": "how long sandboxes held their allocation"},
 			"egress_bytes": integer("through the egress gateway, both directions"), "egress_up_bytes": integer(""), "egress_down_bytes": integer(""),
@@ -444,7 +444,7 @@ func schemas() obj {
 			"ChargeDescription": str("what was metered, in words"), "SubAccountId": str("the tenant's id"), "SubAccountName": str("the tenant's slug"),
 			"ResourceId": str("the sandbox's id"), "ResourceType": str("Sandbox"), "ServiceName": str("Stockade Sandboxes"), "SkuId": obj{"type": "string", "enum": []string{"vcpu-allocated", "memory-allocated", "cpu-measured", "egress"}},
 			"ConsumedQuantity": obj{"type": "number"}, "ConsumedUnit": obj{"type": "string", "enum": []string{"vCPU-Seconds", "GiB-Seconds", "CPU-Seconds", "GB"}},
-			"ListUnitPrice": obj{"type": "number"}, "BilledCost": obj{"type": "number"}, "BillingCurrency": str("ISO 4217"),
+			"ListUnitPrice": obj{"type": "number"}, "BilledCost": obj{"type": "number", "description": "ConsumedQuantity × ListUnitPrice, an exact decimal (no rounding)"}, "BillingCurrency": str("ISO 4217"),
 			"Tags": obj{"type": "object", "description": "template, user, tenant", "additionalProperties": obj{"type": "string"}},
 		}),
 		"Me": object([]string{"kind", "operator"}, obj{"kind": str("user or token"), "operator": boolean("platform operator"),
