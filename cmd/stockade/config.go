@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net/mail"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -50,6 +51,11 @@ type config struct {
 	// Enterprise Server, or a local server in tests).
 	GitHubAPI string
 	GitHubURL string
+	// IncidentContacts (comma list of emails) and IncidentRunbookURL are
+	// the platform's incident-response process, for tenants whose policy
+	// names none.
+	IncidentContacts   string
+	IncidentRunbookURL string
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -83,6 +89,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
+	fs.StringVar(&c.IncidentContacts, "incident-contacts", getenv("STOCKADE_INCIDENT_CONTACTS"), "comma list of emails that respond to a tenant's incident when its policy names none (STOCKADE_INCIDENT_CONTACTS)")
+	fs.StringVar(&c.IncidentRunbookURL, "incident-runbook-url", getenv("STOCKADE_INCIDENT_RUNBOOK_URL"), "the platform's runbook for a compromised agent, for tenants whose policy links none (STOCKADE_INCIDENT_RUNBOOK_URL)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -99,6 +107,9 @@ func (c *config) check() error {
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("%s %q: must be an http(s) URL", name, v)
 		}
+	}
+	if err := c.checkIncident(); err != nil {
+		return err
 	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
@@ -174,4 +185,21 @@ func (c *config) rootKey() ([]byte, error) {
 		return nil, fmt.Errorf("secret key %s: must hold at least 32 bytes as hex", c.SecretKey)
 	}
 	return key, nil
+}
+
+// checkIncident refuses platform incident contacts that are not bare email
+// addresses and a runbook that is not an http(s) URL.
+func (c *config) checkIncident() error {
+	for _, e := range splitList(c.IncidentContacts) {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e || a.Name != "" {
+			return fmt.Errorf("STOCKADE_INCIDENT_CONTACTS: %q is not an email address", e)
+		}
+	}
+	if c.IncidentRunbookURL = strings.TrimSpace(c.IncidentRunbookURL); c.IncidentRunbookURL != "" {
+		u, err := url.Parse(c.IncidentRunbookURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("STOCKADE_INCIDENT_RUNBOOK_URL %q: must be an http(s) URL", c.IncidentRunbookURL)
+		}
+	}
+	return nil
 }
