@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/big"
@@ -38,28 +39,16 @@ func (m Money) IsZero() bool { return m.hi == 0 && m.lo == 0 }
 
 // Cmp is -1, 0 or +1 as m is less than, equal to or more than n.
 func (m Money) Cmp(n Money) int {
-	switch {
-	case m.hi != n.hi:
-		return cmpU(m.hi, n.hi)
-	default:
-		return cmpU(m.lo, n.lo)
+	if c := cmp.Compare(m.hi, n.hi); c != 0 {
+		return c
 	}
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(m.lo, n.lo)
 }
 
 // Float64 is m as a float (to about 16 digits), for charts and for pages
 // that round to cents.
 func (m Money) Float64() float64 {
-	return (float64(m.hi)*(1<<64) + float64(m.lo)) / 1e22
+	return (float64(m.hi)*(1<<64) + float64(m.lo)) / 1e22 // 10^MoneyScale
 }
 
 // String is m as an exact decimal: no trailing zeros, "0" for nothing.
