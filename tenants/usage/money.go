@@ -238,7 +238,3 @@ func priceUnits(f float64) uint64 {
 	}
 	return uint64(math.Round(f * 1e9))
 }
-
-// PriceText is a unit price as an exact decimal (the export's
-// ListUnitPrice).
-func PriceText(f float64) string { return string(appendDecimal(nil, 0, priceUnits(f), PriceScale)) }
