@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/csvexport"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -201,7 +201,7 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 		w.Header().Set(echo.HeaderContentDisposition, `attachment; filename="`+name+`.jsonl"`)
 	}
 	w.WriteHeader(http.StatusOK)
-	cw := csv.NewWriter(w)
+	cw := csvexport.NewWriter(w)
 	enc := json.NewEncoder(w)
 	first := true
 	switch format {

@@ -28,6 +28,9 @@ type Compliance interface {
 	ProbeRuns(ctx context.Context, tenantID string, limit int) ([]compliance.ProbeRun, error)
 	// ProbeRun returns one run; another tenant's is tenants.ErrNotFound.
 	ProbeRun(ctx context.Context, tenantID, id string) (compliance.ProbeRun, error)
+	// Incident is the tenant's incident-response process: its policy's
+	// contacts and runbook, else the platform's.
+	Incident(ctx context.Context, tenantID string) (compliance.Incident, error)
 }
 
 // Page sizes of the compliance page and API.
@@ -57,8 +60,14 @@ func (h *Handlers) complianceView(c echo.Context, print bool) (views.ComplianceV
 		if err != nil {
 			return v, err
 		}
-		ir := cur.Doc.IncidentResponse
-		v.Incident = views.IncidentView{PolicyVersion: cur.Version, Contacts: ir.NotifyEmails, RunbookURL: ir.RunbookURL, OnEgressDenied: ir.OnEgressDenied}
+		inc := compliance.ResolveIncident(cur, compliance.Platform{})
+		if h.compliance != nil {
+			if inc, err = h.compliance.Incident(ctx, cl.Tenant.ID); err != nil {
+				return v, err
+			}
+		}
+		v.Incident = views.IncidentView{PolicyVersion: inc.PolicyVersion, Contacts: inc.Contacts, ContactsFrom: inc.ContactsFrom,
+			RunbookURL: inc.RunbookURL, RunbookFrom: inc.RunbookFrom, OnEgressDenied: inc.OnEgressDenied}
 	}
 	svc, err := h.complianceService()
 	if err != nil {
@@ -208,11 +217,15 @@ type ProbeRunOut struct {
 	Output    string                  `json:"output,omitempty"`
 }
 
-// IncidentOut is the policy's incident-response section as exported.
+// IncidentOut is the incident-response process as exported: contacts and
+// runbook with where each comes from ("tenant": the policy, "platform":
+// the deployment's settings, "": nobody names one).
 type IncidentOut struct {
 	PolicyVersion int      `json:"policy_version"`
 	Contacts      []string `json:"contacts"`
+	ContactsFrom  string   `json:"contacts_from"`
 	RunbookURL    string   `json:"runbook_url"`
+	RunbookFrom   string   `json:"runbook_from"`
 	FrozenAt      *string  `json:"frozen_at"`
 }
 
@@ -276,11 +289,12 @@ func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenan
 		return out, nil
 	}
 	if h.pol != nil {
-		cur, err := h.pol.Current(ctx, tn.ID)
+		inc, err := svc.Incident(ctx, tn.ID)
 		if err != nil {
 			return ComplianceJSON{}, err
 		}
-		out.Incident = &IncidentOut{PolicyVersion: cur.Version, Contacts: cur.Doc.IncidentResponse.NotifyEmails, RunbookURL: cur.Doc.IncidentResponse.RunbookURL}
+		out.Incident = &IncidentOut{PolicyVersion: inc.PolicyVersion, Contacts: inc.Contacts, ContactsFrom: inc.ContactsFrom,
+			RunbookURL: inc.RunbookURL, RunbookFrom: inc.RunbookFrom}
 		if f, frozen, err := h.store.TenantFreeze(ctx, tn.ID); err != nil {
 			return ComplianceJSON{}, err
 		} else if frozen {

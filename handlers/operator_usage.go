@@ -142,9 +142,10 @@ func (h *Handlers) OperatorUsagePage(c echo.Context) error {
 		byID[t.ID] = t
 	}
 	totals := map[string]*views.OperatorUsageRow{}
+	costs := map[string]usage.Money{} // exact, per currency
 	for _, t := range all {
 		tn := byID[t.TenantID]
-		row := views.OperatorUsageRow{Slug: tn.Slug, Name: tn.Name, Cost: t.Cost, Currency: t.Currency,
+		row := views.OperatorUsageRow{Slug: tn.Slug, Name: tn.Name, Cost: amountView(t.Cost), Currency: t.Currency,
 			VCPUHours: t.VCPUSeconds() / 3600, GiBHours: t.GiBSeconds() / 3600, CPUHours: t.CPUSeconds() / 3600,
 			EgressBytes: t.EgressBytes(), WallHours: t.WallSeconds() / 3600,
 			PricesHref: "/operator/prices?tenant=" + url.QueryEscape(tn.Slug), QuotaHref: "/operator/tenants#quota-" + tn.Slug}
@@ -157,7 +158,8 @@ func (h *Handlers) OperatorUsagePage(c echo.Context) error {
 			sum = &views.OperatorUsageRow{Currency: t.Currency}
 			totals[t.Currency] = sum
 		}
-		sum.Cost += row.Cost
+		costs[t.Currency] = costs[t.Currency].Add(t.Cost)
+		sum.Cost = amountView(costs[t.Currency])
 		sum.VCPUHours += row.VCPUHours
 		sum.GiBHours += row.GiBHours
 		sum.CPUHours += row.CPUHours

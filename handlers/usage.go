@@ -150,8 +150,14 @@ func (r usageReport) label(by, key string) string {
 	return key
 }
 
+// amountView is an exact cost for a page: rounded from the exact figure,
+// so the page shows what the export's rows add up to.
+func amountView(m usage.Money) views.Amount {
+	return views.Amount{Value: m.Float64(), Cents: m.Round(2), Fine: m.Round(4)}
+}
+
 func usageTotalsView(t usage.Totals) views.UsageTotals {
-	return views.UsageTotals{Cost: t.Cost, Currency: t.Currency, VCPUHours: t.VCPUSeconds() / 3600, GiBHours: t.GiBSeconds() / 3600,
+	return views.UsageTotals{Cost: amountView(t.Cost), Currency: t.Currency, VCPUHours: t.VCPUSeconds() / 3600, GiBHours: t.GiBSeconds() / 3600,
 		CPUHours: t.CPUSeconds() / 3600, WallHours: t.WallSeconds() / 3600, EgressBytes: t.EgressBytes(), MemoryPeakBytes: t.MemoryPeakBytes}
 }
 
@@ -344,17 +350,10 @@ func (h *Handlers) SandboxUsagePage(c echo.Context) error {
 		s := usage.Sums{AllocVCPUMS: e.AllocVCPUMS, AllocMiBMS: e.AllocMiBMS, WallMS: e.WallMS, CPUNS: e.CPUNS,
 			EgressUpBytes: e.EgressUpBytes, EgressDownBytes: e.EgressDownBytes, IOReadBytes: e.IOReadBytes,
 			IOWriteBytes: e.IOWriteBytes, MemoryPeakBytes: e.MemoryPeakBytes}
-		t := usage.Totals{Sums: s, Cost: s.Cost(p), Currency: p.Currency}
+		var t usage.Totals
+		t.Add(s, p)
 		v.Hours = append(v.Hours, views.UsageHour{Start: e.PeriodStart, UsageTotals: usageTotalsView(t)})
-		total.AllocVCPUMS += s.AllocVCPUMS
-		total.AllocMiBMS += s.AllocMiBMS
-		total.WallMS += s.WallMS
-		total.CPUNS += s.CPUNS
-		total.EgressUpBytes += s.EgressUpBytes
-		total.EgressDownBytes += s.EgressDownBytes
-		total.MemoryPeakBytes = max(total.MemoryPeakBytes, s.MemoryPeakBytes)
-		total.Cost += t.Cost
-		total.Currency = p.Currency
+		total.Add(s, p)
 	}
 	v.Totals = usageTotalsView(total)
 	samples, err := st.Samples(ctx, cl.Tenant.ID, id, usageSampleLimit)
@@ -383,16 +382,16 @@ func samplePoints(samples []usage.SampleRow) (cpu, mem []views.UsagePoint) {
 
 // UsageTotalsJSON is usage over a period, in the units the export uses.
 type UsageTotalsJSON struct {
-	Cost            float64 `json:"cost"`
-	Currency        string  `json:"currency"`
-	VCPUSeconds     float64 `json:"vcpu_seconds"`
-	GiBSeconds      float64 `json:"gib_seconds"`
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	WallSeconds     float64 `json:"wall_seconds"`
-	EgressBytes     int64   `json:"egress_bytes"`
-	EgressUpBytes   int64   `json:"egress_up_bytes"`
-	EgressDownBytes int64   `json:"egress_down_bytes"`
-	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	Cost            usage.Money `json:"cost"` // exact: the sum of the export's BilledCost
+	Currency        string      `json:"currency"`
+	VCPUSeconds     float64     `json:"vcpu_seconds"`
+	GiBSeconds      float64     `json:"gib_seconds"`
+	CPUSeconds      float64     `json:"cpu_seconds"`
+	WallSeconds     float64     `json:"wall_seconds"`
+	EgressBytes     int64       `json:"egress_bytes"`
+	EgressUpBytes   int64       `json:"egress_up_bytes"`
+	EgressDownBytes int64       `json:"egress_down_bytes"`
+	MemoryPeakBytes int64       `json:"memory_peak_bytes"`
 }
 
 func usageTotalsJSON(t usage.Totals) UsageTotalsJSON {

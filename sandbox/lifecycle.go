@@ -101,14 +101,14 @@ func usageOf(tx *gorm.DB, sb Sandbox) (UsageTotal, error) {
 	}
 	var (
 		sum  usage.Sums
-		cost float64
+		cost usage.Money
 	)
 	cur := prices.At(sb.TenantID, sb.CreatedAt).Currency
 	for _, e := range entries {
 		s := usage.Sums{AllocVCPUMS: e.AllocVCPUMS, AllocMiBMS: e.AllocMiBMS, WallMS: e.WallMS, CPUNS: e.CPUNS,
 			EgressUpBytes: e.EgressUpBytes, EgressDownBytes: e.EgressDownBytes}
 		p := prices.At(sb.TenantID, e.PeriodStart)
-		cost += s.Cost(p)
+		cost = cost.Add(s.Charge(p))
 		cur = p.Currency
 		sum.AllocVCPUMS += s.AllocVCPUMS
 		sum.AllocMiBMS += s.AllocMiBMS
@@ -119,5 +119,5 @@ func usageOf(tx *gorm.DB, sb Sandbox) (UsageTotal, error) {
 	}
 	return UsageTotal{VCPUSeconds: sum.VCPUSeconds(), GiBSeconds: sum.GiBSeconds(), CPUSeconds: sum.CPUSeconds(),
 		WallSeconds: sum.WallSeconds(), EgressUpBytes: sum.EgressUpBytes, EgressDownBytes: sum.EgressDownBytes,
-		EgressBytes: sum.EgressBytes(), Cost: cost, Currency: cur}, nil
+		EgressBytes: sum.EgressBytes(), Cost: cost.Float64(), Currency: cur}, nil
 }

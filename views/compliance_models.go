@@ -74,11 +74,15 @@ type ProbeCheckRow struct {
 	Detail   string
 }
 
-// IncidentView is the tenant's incident-response process from its policy.
+// IncidentView is the tenant's incident-response process: from its
+// policy, each of contacts and runbook falling back to the platform's.
 type IncidentView struct {
-	PolicyVersion  int
-	Contacts       []string
+	PolicyVersion int
+	Contacts      []string
+	// ContactsFrom and RunbookFrom are "tenant", "platform" or "" (none).
+	ContactsFrom   string
 	RunbookURL     string
+	RunbookFrom    string
 	OnEgressDenied string
 }
 

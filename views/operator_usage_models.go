@@ -30,7 +30,7 @@ type OperatorUsageView struct {
 // OperatorUsageRow is one tenant's usage (or a total line).
 type OperatorUsageRow struct {
 	Slug, Name  string
-	Cost        float64
+	Cost        Amount
 	Currency    string
 	VCPUHours   float64
 	GiBHours    float64
@@ -118,12 +118,12 @@ func OperatorQuotaFields() [][3]string {
 }
 
 // opMoney shows a cost to the cent, or to more digits when it is below one.
-func opMoney(v float64, currency string) string {
+func opMoney(a Amount, currency string) string {
 	prec := 2
-	if v != 0 && v < 0.1 {
+	if a.Value != 0 && a.Value < 0.1 {
 		prec = 4 // a small cost is not rounded to nothing
 	}
-	return strconv.FormatFloat(v, 'f', prec, 64) + " " + currency
+	return a.text(prec) + " " + currency
 }
 
 // opUnitPrice shows a price per unit with all its digits.

@@ -808,7 +808,7 @@ func priceForm(p Page, form, tenant string, f PriceForm) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		templ_7745c5c3_Err = formField(field{Form: form, Name: "effective_from", Label: "Effective from (UTC)", Type: "datetime-local", Value: f.EffectiveFrom, Optional: true, Errors: f.Errors,
-			Hint: "empty: now"}).Render(ctx, templ_7745c5c3_Buffer)
+			Hint: "empty: now; never earlier (hours already used keep the price they had)"}).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

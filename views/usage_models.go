@@ -31,7 +31,7 @@ type UsageView struct {
 
 // UsageTotals are usage quantities with their cost.
 type UsageTotals struct {
-	Cost     float64
+	Cost     Amount
 	Currency string
 	// VCPUHours and GiBHours are what sandboxes held; CPUHours what their
 	// cgroups measured.
@@ -140,14 +140,34 @@ func quotaState(l QuotaLineView) string {
 	return "ok"
 }
 
+// Amount is a cost as pages show it: its value (for charts and the choice
+// of precision) and the exact cost rounded half up to 2 and to 4 decimals,
+// which the handler makes from the exact figure, so a page shows what the
+// export's rows add up to. Without them the value is rounded.
+type Amount struct {
+	Value       float64
+	Cents, Fine string
+}
+
+// text is a rounded to prec (2 or 4) decimals.
+func (a Amount) text(prec int) string {
+	switch {
+	case prec == 2 && a.Cents != "":
+		return a.Cents
+	case prec == 4 && a.Fine != "":
+		return a.Fine
+	}
+	return strconv.FormatFloat(a.Value, 'f', prec, 64)
+}
+
 // money shows an amount in its currency: cents for sums of a dollar or
 // more, four decimals below (a sandbox-hour costs fractions of a cent).
-func money(v float64, currency string) string {
+func money(a Amount, currency string) string {
 	prec := 2
-	if v != 0 && math.Abs(v) < 0.995 {
+	if a.Value != 0 && math.Abs(a.Value) < 0.995 {
 		prec = 4
 	}
-	return moneyPrec(v, currency, prec)
+	return moneyText(a.text(prec), currency)
 }
 
 // stepDecimals is how many decimals (2 to 6) show an axis step exactly.
@@ -162,7 +182,11 @@ func stepDecimals(step float64) int {
 }
 
 func moneyPrec(v float64, currency string, prec int) string {
-	s := strconv.FormatFloat(v, 'f', prec, 64)
+	return moneyText(strconv.FormatFloat(v, 'f', prec, 64), currency)
+}
+
+// moneyText puts the currency to a figure.
+func moneyText(s, currency string) string {
 	switch currency {
 	case "USD":
 		return "$" + s
@@ -253,7 +277,7 @@ func dailyChart(days []UsageDay, currency string) chart {
 	}
 	top := 0.0
 	for _, d := range days {
-		top = max(top, d.Cost)
+		top = max(top, d.Cost.Value)
 	}
 	top = niceMax(top)
 	prec := stepDecimals(top / chartTicks)
@@ -261,7 +285,7 @@ func dailyChart(days []UsageDay, currency string) chart {
 	slot := chartPlotW / float64(len(days))
 	every := (len(days) + chartMaxXLabels - 1) / chartMaxXLabels
 	for i, d := range days {
-		h := chartPlotH * d.Cost / top
+		h := chartPlotH * d.Cost.Value / top
 		x := chartLeft + slot*float64(i)
 		c.Bars = append(c.Bars, chartBar{X: x + slot*chartBarGap/2, Y: chartPlotBottom - h, W: slot * (1 - chartBarGap), H: h,
 			Title: fmt.Sprintf("%s: %s, %s vCPU-hours, %s CPU-hours", usageDay(d.Day), money(d.Cost, currency), hours(d.VCPUHours), hours(d.CPUHours))})

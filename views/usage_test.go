@@ -30,9 +30,17 @@ func TestMoney(t *testing.T) {
 		{0, "USD", "$0.00"}, {12.345, "USD", "$12.35"}, {0.01234, "USD", "$0.0123"}, {1, "EUR", "€1.00"}, {2.5, "CHF", "2.50 CHF"},
 	}
 	for _, tc := range tests {
-		if got := money(tc.v, tc.currency); got != tc.want {
+		if got := money(Amount{Value: tc.v}, tc.currency); got != tc.want {
 			t.Errorf("Got(money(%v, %s)) = %q; want %q", tc.v, tc.currency, got, tc.want)
 		}
+	}
+	// The exact cost's own rounding wins over the float's (0.01235 is
+	// 0.012349999... as a float).
+	if got := money(Amount{Value: 0.01235, Cents: "0.01", Fine: "0.0124"}, "USD"); got != "$0.0124" {
+		t.Errorf("Got(money of exact 0.01235) = %q; want $0.0124", got)
+	}
+	if got := opMoney(Amount{Value: 12.345, Cents: "12.35", Fine: "12.3450"}, "EUR"); got != "12.35 EUR" {
+		t.Errorf("Got(opMoney of exact 12.345) = %q; want 12.35 EUR", got)
 	}
 	if got := stepDecimals(0.2); got != 2 {
 		t.Errorf("Got(stepDecimals(0.2)) = %d; want 2", got)
@@ -46,7 +54,7 @@ func TestDailyChart(t *testing.T) {
 	start := sampleTime("2026-11-01T00:00:00Z")
 	var days []UsageDay
 	for i, cost := range []float64{0, 1, 3, 0.5} {
-		days = append(days, UsageDay{Day: start.AddDate(0, 0, i), UsageTotals: UsageTotals{Cost: cost, Currency: "USD"}})
+		days = append(days, UsageDay{Day: start.AddDate(0, 0, i), UsageTotals: UsageTotals{Cost: Amount{Value: cost}, Currency: "USD"}})
 	}
 	c := dailyChart(days, "USD")
 	if len(c.Bars) != 4 {
@@ -88,9 +96,9 @@ func TestLineChart(t *testing.T) {
 func TestUsagePage(t *testing.T) {
 	start := sampleTime("2026-11-01T00:00:00Z")
 	v := UsageView{PeriodLabel: "November 2026", From: "2026-11-01", To: "2026-11-30", PrevURL: "/usage?p", NextURL: "/usage?n", ThisMonthURL: "/usage?t",
-		Totals: UsageTotals{Cost: 1.5, Currency: "USD", VCPUHours: 10}, Sandboxes: 1,
-		Days:         []UsageDay{{Day: start, UsageTotals: UsageTotals{Cost: 1.5, Currency: "USD"}}, {Day: start.AddDate(0, 0, 1)}},
-		TopSandboxes: []UsageLine{{Key: "sb-1", Label: "sb-1 · <busybox>", Href: "/usage/sandboxes/sb-1", UsageTotals: UsageTotals{Cost: 1.5, Currency: "USD"}}},
+		Totals: UsageTotals{Cost: Amount{Value: 1.5}, Currency: "USD", VCPUHours: 10}, Sandboxes: 1,
+		Days:         []UsageDay{{Day: start, UsageTotals: UsageTotals{Cost: Amount{Value: 1.5}, Currency: "USD"}}, {Day: start.AddDate(0, 0, 1)}},
+		TopSandboxes: []UsageLine{{Key: "sb-1", Label: "sb-1 · <busybox>", Href: "/usage/sandboxes/sb-1", UsageTotals: UsageTotals{Cost: Amount{Value: 1.5}, Currency: "USD"}}},
 		Quota: []QuotaLineView{{Name: "max_vcpus", Label: "vCPUs", Used: 7, Limit: 8, Share: 7.0 / 8, Warn: true},
 			{Name: "max_vms", Label: "VMs", Used: 1, Limit: 4, Share: 0.25}}}
 	render := func(v UsageView) string {

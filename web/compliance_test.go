@@ -38,13 +38,19 @@ type complianceEnv struct {
 
 func newComplianceEnv(t *testing.T, o webtest.Options) *complianceEnv {
 	t.Helper()
+	return newComplianceEnvOn(t, o, compliance.Platform{Gateway: true, SecretsEncrypted: true})
+}
+
+// newComplianceEnvOn is newComplianceEnv on a platform configured as p.
+func newComplianceEnvOn(t *testing.T, o webtest.Options, p compliance.Platform) *complianceEnv {
+	t.Helper()
 	db := dbtest.SQLite(t)
 	pol, err := policy.NewStore(db, o.Clock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	svc, err := compliance.New(db, compliance.Config{Policies: pol, Tenants: tenants.NewStore(db, o.Clock), Clock: o.Clock,
-		Platform: compliance.Platform{Gateway: true, SecretsEncrypted: true}, Logger: slog.New(slog.DiscardHandler)})
+		Platform: p, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

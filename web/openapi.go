@@ -158,7 +158,7 @@ func operations() []op {
 			body:      jsonBody(object([]string{"inject"}, obj{"inject": injectField})),
 			responses: obj{"200": jsonResponse("The secret, without its value", ref("Secret"))}},
 		{method: "DELETE", path: "/api/v1/secrets/{name}", summary: "Revoke a secret: the gateway stops using it at once", tag: "secrets",
-			responses: noContent},
+			params: []obj{nameParam}, responses: noContent},
 
 		{method: "GET", path: "/api/v1/integrations/webhooks", summary: "List the tenant's outgoing webhook endpoints (secret names, never values)", tag: "integrations",
 			responses: list("webhooks", "WebhookEndpoint")},
@@ -216,8 +216,8 @@ func operations() []op {
 				query("q", "text search", obj{"type": "string"}),
 				query("limit", "1 to 1000", obj{"type": "integer"}),
 			},
-			responses: obj{"200": obj{"description": "The events, oldest first", "content": obj{
-				"application/jsonl": obj{"schema": ref("AuditEvent"), "description": "one AuditEvent per line"},
+			responses: obj{"200": obj{"description": "The events, oldest first: JSON Lines (one AuditEvent per line), a JSON array, or CSV", "content": obj{
+				"application/jsonl": obj{"schema": ref("AuditEvent")},
 				"application/json":  obj{"schema": arrayOf(ref("AuditEvent"))},
 				"text/csv":          obj{"schema": obj{"type": "string"}},
 			}}}},
@@ -268,9 +268,9 @@ func operations() []op {
 				"A command refused before it starts (bad input, sandbox not running) gets a problem document as usual.",
 				obj{"type": "string", "enum": []string{"0", "1"}})},
 			body: jsonBody(ref("ExecRequest")),
-			responses: obj{"200": obj{"description": "How the command ended (or, with stream=1, its events)", "content": obj{
+			responses: obj{"200": obj{"description": "How the command ended (or, with stream=1, its events: one ExecEvent per line)", "content": obj{
 				"application/json":     obj{"schema": ref("ExecResult")},
-				"application/x-ndjson": obj{"schema": ref("ExecEvent"), "description": "one ExecEvent per line"},
+				"application/x-ndjson": obj{"schema": ref("ExecEvent")},
 			}}, "409": problem("The sandbox is not running")}},
 		{method: "GET", path: "/api/v1/sandboxes/{id}/files", summary: "Read a file of a sandbox as raw bytes", tag: "sandboxes",
 			params: []obj{filePath},
@@ -434,7 +434,7 @@ func schemas() obj {
 		}),
 		"Role": obj{"type": "string", "enum": []string{"admin", "manager", "developer", "auditor", "billing"}},
 		"UsageTotals": object([]string{"cost", "currency"}, obj{
-			"cost": obj{"type": "number", "description": "priced by the price book in force at each hour"}, "currency": str("ISO 4217"),
+			"cost": obj{"type": "number", "description": "priced by the price book in force at each hour; an exact decimal, the sum of the export's BilledCost"}, "currency": str("ISO 4217"),
 			"vcpu_seconds": obj{"type": "number", "description": "vCPUs held x seconds"}, "gib_seconds": obj{"type": "number", "description": "GiB of memory held x seconds"},
 			"cpu_seconds": obj{"type": "number", "description": "CPU time the sandboxes' cgroups measured"}, "wall_seconds": obj{"type": "number", "description": "how long sandboxes held their allocation"},
 			"egress_bytes": integer("through the egress gateway, both directions"), "egress_up_bytes": integer(""), "egress_down_bytes": integer(""),
@@ -461,7 +461,7 @@ func schemas() obj {
 			"ChargeDescription": str("what was metered, in words"), "SubAccountId": str("the tenant's id"), "SubAccountName": str("the tenant's slug"),
 			"ResourceId": str("the sandbox's id"), "ResourceType": str("Sandbox"), "ServiceName": str("Stockade Sandboxes"), "SkuId": obj{"type": "string", "enum": []string{"vcpu-allocated", "memory-allocated", "cpu-measured", "egress"}},
 			"ConsumedQuantity": obj{"type": "number"}, "ConsumedUnit": obj{"type": "string", "enum": []string{"vCPU-Seconds", "GiB-Seconds", "CPU-Seconds", "GB"}},
-			"ListUnitPrice": obj{"type": "number"}, "BilledCost": obj{"type": "number"}, "BillingCurrency": str("ISO 4217"),
+			"ListUnitPrice": obj{"type": "number"}, "BilledCost": obj{"type": "number", "description": "ConsumedQuantity × ListUnitPrice, an exact decimal (no rounding)"}, "BillingCurrency": str("ISO 4217"),
 			"Tags": obj{"type": "object", "description": "template, user, tenant", "additionalProperties": obj{"type": "string"}},
 		}),
 		"Me": object([]string{"kind", "operator"}, obj{"kind": str("user or token"), "operator": boolean("platform operator"),

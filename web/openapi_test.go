@@ -2,11 +2,14 @@ package web_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -94,5 +97,31 @@ func TestOpenAPIDocumentIsStable(t *testing.T) {
 	b, _ := json.Marshal(web.OpenAPIDocument())
 	if string(a) != string(b) {
 		t.Error("Got(two builds of the document) differ; want the same")
+	}
+}
+
+// TestOpenAPIDocumentValidates: the document served at /api/v1/openapi.json
+// is valid OpenAPI as a standard validator (kin-openapi) reads it, every
+// error reported, not just the first.
+func TestOpenAPIDocumentValidates(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	status, body, _ := env.Anonymous().Request(t, http.MethodGet, "/api/v1/openapi.json", "", nil)
+	if status != http.StatusOK {
+		t.Fatalf("Got(GET /api/v1/openapi.json) = %d; want 200", status)
+	}
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData([]byte(body))
+	if err != nil {
+		t.Fatalf("Got(load the served document) = %v; want a document kin-openapi reads", err)
+	}
+	if err := doc.Validate(loader.Context, openapi3.EnableMultiError()); err != nil {
+		var me openapi3.MultiError
+		if errors.As(err, &me) {
+			for _, e := range me {
+				t.Errorf("Got(validate) error: %v; want none", e)
+			}
+			return
+		}
+		t.Errorf("Got(validate) = %v; want a valid OpenAPI document", err)
 	}
 }

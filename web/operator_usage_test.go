@@ -47,6 +47,17 @@ func opMeter(t testing.TB, db *gorm.DB, tenantID, id string, vcpus, memMiB int, 
 	}
 }
 
+// opPriceFrom sets p as an operator did at p.EffectiveFrom: a price is
+// never back-dated, so the store's clock stands there.
+func opPriceFrom(t testing.TB, db *gorm.DB, p usage.Price) usage.Price {
+	t.Helper()
+	saved, err := usage.NewStore(db, func() time.Time { return p.EffectiveFrom }).SetPrice(context.Background(), opSystem, p)
+	if err != nil {
+		t.Fatalf("set price from %s: %v", p.EffectiveFrom, err)
+	}
+	return saved
+}
+
 type opProblem struct {
 	Status int `json:"status"`
 	Errors []struct {
@@ -75,10 +86,8 @@ func TestOperatorUsageExport(t *testing.T) {
 			a := env.TenantNamed(t, "export-a", "Export A")
 			b := env.TenantNamed(t, "export-b", "Export B")
 			month := usage.MonthStart(now)
-			if _, err := env.Usage.SetPrice(ctx, opSystem, usage.Price{TenantID: b.ID, Currency: "EUR", VCPUSecond: 0.001, GiBSecond: 0.0001,
-				EgressGB: 0.5, EffectiveFrom: month}); err != nil {
-				t.Fatal(err)
-			}
+			opPriceFrom(t, env.DB, usage.Price{TenantID: b.ID, Currency: "EUR", VCPUSecond: 0.001, GiBSecond: 0.0001,
+				EgressGB: 0.5, EffectiveFrom: month})
 			for i := range 3 {
 				opMeter(t, env.DB, a.ID, fmt.Sprintf("a-%d", i), 2, 1024, month.Add(time.Duration(24*i+3)*time.Hour), 90*time.Minute, 40*time.Second, 2e9)
 			}
@@ -125,7 +134,7 @@ func TestOperatorUsageExport(t *testing.T) {
 					t.Fatal(err)
 				}
 				for unit, want := range map[string]float64{"vCPU-Seconds": tot.VCPUSeconds(), "GiB-Seconds": tot.GiBSeconds(),
-					"CPU-Seconds": tot.CPUSeconds(), "GB": tot.EgressGB(), "cost": tot.Cost} {
+					"CPU-Seconds": tot.CPUSeconds(), "GB": tot.EgressGB(), "cost": tot.Cost.Float64()} {
 					if got := sums[tn.slug+"/"+unit]; math.Abs(got-want) > 1e-6*math.Max(1, want) || want == 0 {
 						t.Errorf("Got(export sum %s %s) = %v; want the ledger's %v (not 0)", tn.slug, unit, got, want)
 					}
@@ -267,7 +276,9 @@ func TestOperatorPrices(t *testing.T) {
 		wantField string
 	}{
 		{"platform", price(nil), 201, ""},
-		{"tenant override from a date", price(map[string]any{"tenant_id": a.ID, "currency": "EUR", "effective_from": "2020-01-01T00:00:00Z"}), 201, ""},
+		{"tenant override from now", price(map[string]any{"tenant_id": a.ID, "currency": "EUR"}), 201, ""},
+		{"back-dated", price(map[string]any{"tenant_id": a.ID, "currency": "EUR", "effective_from": "2020-01-01T00:00:00Z"}), 422, "effective_from"},
+		{"below a nano-unit", price(map[string]any{"gib_second": 0.0000000001}), 422, "gib_second"},
 		{"bad currency", price(map[string]any{"currency": "dollars"}), 422, "currency"},
 		{"negative", price(map[string]any{"egress_gb": -1}), 422, "egress_gb"},
 		{"slipped decimal point", price(map[string]any{"vcpu_second": 14000}), 422, "vcpu_second"},
@@ -324,6 +335,11 @@ func TestOperatorPrices(t *testing.T) {
 			t.Errorf("Got(POST /operator/prices with egress abc) = %d; want 422 naming the field:\n%s", status, page)
 		}
 		form.Set("egress_gb", "0.08")
+		form.Set("effective_from", "2020-01-01T00:00")
+		status, page, _ = op.Post(t, "/operator/prices", form)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(page, "must be now or later") || !strings.Contains(page, `aria-invalid="true"`) {
+			t.Errorf("Got(POST /operator/prices from 2020) = %d; want 422 saying the start must be now or later:\n%s", status, page)
+		}
 		form.Set("effective_from", "2030-01-01T00:00")
 		status, _, hdr := op.Post(t, "/operator/prices", form)
 		if status != http.StatusSeeOther || hdr.Get("Location") != "/operator/prices" {
@@ -439,23 +455,18 @@ func TestOperatorUsageBrowser(t *testing.T) {
 	now := time.Now().UTC()
 	env := webtest.New(t, webtest.Options{Operators: []string{opEmail}})
 	month := usage.MonthStart(now)
-	ctx := context.Background()
+	// Prices set at the start of the month, before the usage they price.
+	opPriceFrom(t, env.DB, usage.Price{Currency: "USD", VCPUSecond: 0.000014, GiBSecond: 0.0000045, EgressGB: 0.05, EffectiveFrom: month})
 	for i, slug := range []string{"acme-corp", "globex", "initech", "umbrella"} {
 		tn := env.TenantNamed(t, slug, strings.ToUpper(slug[:1])+slug[1:])
+		if slug == "globex" {
+			opPriceFrom(t, env.DB, usage.Price{TenantID: tn.ID, Currency: "EUR", VCPUSecond: 0.00001, GiBSecond: 0.000004,
+				EgressGB: 0.04, EffectiveFrom: month})
+		}
 		for j := range i + 2 {
 			opMeter(t, env.DB, tn.ID, fmt.Sprintf("%s-%d", slug, j), 1+i, 512*(i+1), month.Add(time.Duration(j*5+i)*time.Hour),
 				time.Duration(30+20*i)*time.Minute, time.Duration(10+i*40)*time.Second, int64(i+1)*3e8)
 		}
-		if slug == "globex" {
-			if _, err := env.Usage.SetPrice(ctx, opSystem, usage.Price{TenantID: tn.ID, Currency: "EUR", VCPUSecond: 0.00001, GiBSecond: 0.000004,
-				EgressGB: 0.04, EffectiveFrom: month}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if _, err := env.Usage.SetPrice(ctx, opSystem, usage.Price{Currency: "USD", VCPUSecond: 0.000014, GiBSecond: 0.0000045, EgressGB: 0.05,
-		EffectiveFrom: month}); err != nil {
-		t.Fatal(err)
 	}
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 	b.Do(t, "sign in", chromedp.Navigate(env.URL+"/login/start?return_to=/operator/usage"), chromedp.WaitVisible(css(`input[name="email"]`)),

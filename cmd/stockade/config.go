@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/mail"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -68,6 +69,11 @@ type config struct {
 	// zero value, unless the flag overrode the variable.
 	envErrs map[string]error
 	fs      *flag.FlagSet
+	// IncidentContacts (comma list of emails) and IncidentRunbookURL are
+	// the platform's incident-response process, for tenants whose policy
+	// names none.
+	IncidentContacts   string
+	IncidentRunbookURL string
 }
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
@@ -109,6 +115,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
+	fs.StringVar(&c.IncidentContacts, "incident-contacts", getenv("STOCKADE_INCIDENT_CONTACTS"), "comma list of emails that respond to a tenant's incident when its policy names none (STOCKADE_INCIDENT_CONTACTS)")
+	fs.StringVar(&c.IncidentRunbookURL, "incident-runbook-url", getenv("STOCKADE_INCIDENT_RUNBOOK_URL"), "the platform's runbook for a compromised agent, for tenants whose policy links none (STOCKADE_INCIDENT_RUNBOOK_URL)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -234,6 +242,9 @@ func (c *config) check() error {
 	if c.RetentionDays <= 0 {
 		return errors.New("STOCKADE_RECORDING_RETENTION_DAYS: must be a positive number of days such as 90")
 	}
+	if err := c.checkIncident(); err != nil {
+		return err
+	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
 	}
@@ -336,4 +347,21 @@ func mib(n int64) int64 {
 		return -1
 	}
 	return n << 20
+}
+
+// checkIncident refuses platform incident contacts that are not bare email
+// addresses and a runbook that is not an http(s) URL.
+func (c *config) checkIncident() error {
+	for _, e := range splitList(c.IncidentContacts) {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e || a.Name != "" {
+			return fmt.Errorf("STOCKADE_INCIDENT_CONTACTS: %q is not an email address", e)
+		}
+	}
+	if c.IncidentRunbookURL = strings.TrimSpace(c.IncidentRunbookURL); c.IncidentRunbookURL != "" {
+		u, err := url.Parse(c.IncidentRunbookURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("STOCKADE_INCIDENT_RUNBOOK_URL %q: must be an http(s) URL", c.IncidentRunbookURL)
+		}
+	}
+	return nil
 }

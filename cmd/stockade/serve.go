@@ -142,6 +142,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			Targets: probe.Targets{ControlPlane: probe.HostPort(cfg.PublicURL)}}),
 		Platform: compliance.Platform{DomainType: cfg.DomainType, HostMounts: hostShares, NetworkDevices: vmNICs, Gateway: true,
 			AllowCIDRs: splitList(cfg.EgressAllowCIDRs), SecretsEncrypted: true, OperatorContacts: cfg.operatorList(),
+			IncidentContacts: splitList(cfg.IncidentContacts), IncidentRunbookURL: cfg.IncidentRunbookURL,
 			ControlPlane: cfg.PublicURL},
 		Interval: cfg.ComplianceInterval, ProbeInterval: cfg.ProbeInterval, Logger: log,
 	})

@@ -31,11 +31,11 @@ func (c ledgerCosts) SandboxCost(ctx context.Context, tenantID, sandboxID string
 	if err != nil {
 		return 0, fmt.Errorf("price sandbox %s: %w", sandboxID, err)
 	}
-	var total float64
+	var total usage.Money
 	for _, e := range entries {
 		s := usage.Sums{AllocVCPUMS: e.AllocVCPUMS, AllocMiBMS: e.AllocMiBMS, WallMS: e.WallMS, CPUNS: e.CPUNS,
 			EgressUpBytes: e.EgressUpBytes, EgressDownBytes: e.EgressDownBytes}
-		total += s.Cost(ps.At(tenantID, e.PeriodStart))
+		total = total.Add(s.Charge(ps.At(tenantID, e.PeriodStart)))
 	}
-	return total, nil
+	return total.Float64(), nil
 }

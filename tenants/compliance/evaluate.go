@@ -448,20 +448,27 @@ func evalCredentialsOutside(in inputs, e *eval) {
 	probe(in, e, CheckCredentials)
 }
 
+// evalIncident passes only when someone is named to respond and a runbook
+// says what they do, each from the tenant's policy or the platform's
+// settings; the evidence says which is missing and where each comes from.
 func evalIncident(in inputs, e *eval) {
 	ir := in.pol.Doc.IncidentResponse
-	switch {
-	case len(ir.NotifyEmails) > 0:
-		e.add(StatusPass, KindPolicy, policyLink(in.pol), "the policy (version %d) names incident contacts: %s", in.pol.Version, strings.Join(ir.NotifyEmails, ", "))
-	case len(in.platform.OperatorContacts) > 0:
-		e.add(StatusPass, KindPlatform, "", "the policy names no incident contacts: the platform operators (%s) respond", strings.Join(in.platform.OperatorContacts, ", "))
+	inc := ResolveIncident(in.pol, in.platform)
+	switch inc.ContactsFrom {
+	case FromTenant:
+		e.add(StatusPass, KindPolicy, policyLink(in.pol), "incident contacts from the tenant's policy (version %d): %s", in.pol.Version, strings.Join(inc.Contacts, ", "))
+	case FromPlatform:
+		e.add(StatusPass, KindPlatform, "", "incident contacts from the platform (STOCKADE_INCIDENT_CONTACTS; the policy, version %d, names none): %s", in.pol.Version, strings.Join(inc.Contacts, ", "))
 	default:
-		e.add(StatusWarn, KindPolicy, policyLink(in.pol), "no incident contact: the policy (version %d) names none and no platform operator is configured", in.pol.Version)
+		e.add(StatusWarn, KindPolicy, policyLink(in.pol), "no incident contact: neither the tenant's policy (version %d, incident_response.notify_emails) nor the platform (STOCKADE_INCIDENT_CONTACTS) names one", in.pol.Version)
 	}
-	if ir.RunbookURL != "" {
-		e.add(StatusPass, KindPolicy, ir.RunbookURL, "the tenant's runbook for a compromised agent: %s", ir.RunbookURL)
-	} else {
-		e.add(StatusPass, KindPolicy, policyLink(in.pol), "the policy links no runbook of the tenant's own: the platform's procedure applies (freeze the tenant, then review its audit log, recordings and egress)")
+	switch inc.RunbookFrom {
+	case FromTenant:
+		e.add(StatusPass, KindPolicy, inc.RunbookURL, "the runbook for a compromised agent, from the tenant's policy (version %d): %s", in.pol.Version, inc.RunbookURL)
+	case FromPlatform:
+		e.add(StatusPass, KindPlatform, inc.RunbookURL, "the runbook for a compromised agent, from the platform (STOCKADE_INCIDENT_RUNBOOK_URL; the policy, version %d, links none): %s", in.pol.Version, inc.RunbookURL)
+	default:
+		e.add(StatusWarn, KindPolicy, policyLink(in.pol), "no runbook: neither the tenant's policy (version %d, incident_response.runbook_url) nor the platform (STOCKADE_INCIDENT_RUNBOOK_URL) links one", in.pol.Version)
 	}
 	e.add(StatusPass, KindPolicy, policyLink(in.pol), "on a denied connection the policy says: %s", ir.OnEgressDenied)
 	e.add(StatusPass, KindPlatform, auditLink("tenant.", ""), "an operator can freeze the tenant: its sandboxes are destroyed, new ones refused, recordings and logs kept; freezes are audited")

@@ -25,9 +25,10 @@ func strict() inputs {
 	}
 	return inputs{
 		now: t0, cfg: cfg, pol: policy.Version{TenantID: "t1", Version: 0, Doc: policy.Defaults()},
-		platform: Platform{Gateway: true, SecretsEncrypted: true, OperatorContacts: []string{"ops@example.test"}, ControlPlane: "http://127.0.0.1:8080"},
-		live:     &Facts{Since: t0.Add(-cfg.Window), Active: 1, Ended: 3, Destroyed: 3, Execs: 5, RunningVMs: 1},
-		run:      run, runSandbox: &SandboxRef{ID: "sb-1", State: "destroyed"},
+		platform: Platform{Gateway: true, SecretsEncrypted: true, OperatorContacts: []string{"ops@example.test"}, ControlPlane: "http://127.0.0.1:8080",
+			IncidentContacts: []string{"secops@example.test"}, IncidentRunbookURL: "https://wiki.example.test/agent-incident"},
+		live: &Facts{Since: t0.Add(-cfg.Window), Active: 1, Ended: 3, Destroyed: 3, Execs: 5, RunningVMs: 1},
+		run:  run, runSandbox: &SandboxRef{ID: "sb-1", State: "destroyed"},
 		secrets: []secrets.Secret{}, auditExecs: 5, auditProbeExecs: 3, auditProbeRuns: 1,
 	}
 }
@@ -127,14 +128,15 @@ func TestEvaluateWeakened(t *testing.T) {
 			ItemFilesystemPermissions, StatusWarn, "read_only_root is false"},
 		{"commands without audit events", func(in *inputs) { in.auditExecs = 2 }, ItemActionsLogged, StatusFail, "only 2 sandbox.exec"},
 		{"a tenant runbook", func(in *inputs) { in.pol.Doc.IncidentResponse.RunbookURL = "https://wiki.tenant.test/agents" },
-			ItemIncidentResponse, StatusPass, "runbook for a compromised agent: https://wiki.tenant.test/agents"},
+			ItemIncidentResponse, StatusPass, "from the tenant's policy (version 0): https://wiki.tenant.test/agents"},
 		{"audit kept forever", func(in *inputs) { in.pol.Doc.Audit.RetentionDays = 0 }, ItemAuditPossible, StatusPass, "forever"},
 		{"a terminal session without recording", func(in *inputs) { in.live.Sessions, in.live.Unrecorded = 3, 1 },
 			ItemActionsLogged, StatusWarn, "1 terminal sessions"},
 		{"short audit retention", func(in *inputs) { in.pol.Doc.Audit.RetentionDays = 30 }, ItemAuditPossible, StatusWarn, "30 days"},
-		{"no incident contact", func(in *inputs) { in.platform.OperatorContacts = nil }, ItemIncidentResponse, StatusWarn, "no incident contact"},
+		{"no incident contact", func(in *inputs) { in.platform.IncidentContacts = nil }, ItemIncidentResponse, StatusWarn, "no incident contact"},
+		{"no runbook", func(in *inputs) { in.platform.IncidentRunbookURL = "" }, ItemIncidentResponse, StatusWarn, "no runbook"},
 		{"tenant contacts", func(in *inputs) {
-			in.platform.OperatorContacts = nil
+			in.platform.IncidentContacts = nil
 			in.pol.Doc.IncidentResponse.NotifyEmails = []string{"sec@tenant.test"}
 		}, ItemIncidentResponse, StatusPass, "sec@tenant.test"},
 		{"a granted secret that never expires", func(in *inputs) {
@@ -165,6 +167,74 @@ func TestEvaluateWeakened(t *testing.T) {
 			}
 			if it.Status != tc.want || !strings.Contains(strings.Join(texts, "\n"), tc.text) {
 				t.Errorf("Got(%s) = %s %q; want %s with %q", tc.item, it.Status, texts, tc.want, tc.text)
+			}
+		})
+	}
+}
+
+// TestEvaluateIncidentResponse: the incident-response item passes only when
+// contacts and a runbook are both named, by the tenant's policy or by the
+// platform, and says which is missing and where each comes from. Platform
+// operators who merely sign in are not incident contacts: a tenant with no
+// contacts and no runbook warns (it passed before).
+func TestEvaluateIncidentResponse(t *testing.T) {
+	for _, tc := range []struct {
+		name                              string
+		tenantContacts, tenantRunbook     bool
+		platformContacts, platformRunbook bool
+		want                              Status
+		texts                             []string
+	}{
+		{"nothing named, operators configured", false, false, false, false, StatusWarn,
+			[]string{"no incident contact: neither the tenant's policy (version 0, incident_response.notify_emails) nor the platform (STOCKADE_INCIDENT_CONTACTS)",
+				"no runbook: neither the tenant's policy (version 0, incident_response.runbook_url) nor the platform (STOCKADE_INCIDENT_RUNBOOK_URL)"}},
+		{"tenant contacts only", true, false, false, false, StatusWarn,
+			[]string{"incident contacts from the tenant's policy (version 0): sec@tenant.test", "no runbook"}},
+		{"tenant runbook only", false, true, false, false, StatusWarn,
+			[]string{"no incident contact", "from the tenant's policy (version 0): https://wiki.tenant.test/ir"}},
+		{"the tenant names both", true, true, false, false, StatusPass,
+			[]string{"from the tenant's policy (version 0): sec@tenant.test", "from the tenant's policy (version 0): https://wiki.tenant.test/ir"}},
+		{"the platform names both", false, false, true, true, StatusPass,
+			[]string{"from the platform (STOCKADE_INCIDENT_CONTACTS; the policy, version 0, names none): ir@platform.test",
+				"from the platform (STOCKADE_INCIDENT_RUNBOOK_URL; the policy, version 0, links none): https://wiki.platform.test/ir"}},
+		{"tenant contacts, platform runbook", true, false, false, true, StatusPass,
+			[]string{"from the tenant's policy (version 0): sec@tenant.test", "from the platform (STOCKADE_INCIDENT_RUNBOOK_URL"}},
+		{"the tenant's win over the platform's", true, true, true, true, StatusPass,
+			[]string{"sec@tenant.test", "https://wiki.tenant.test/ir"}},
+		{"platform contacts only", false, false, true, false, StatusWarn,
+			[]string{"ir@platform.test", "no runbook"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := strict()
+			in.platform.IncidentContacts, in.platform.IncidentRunbookURL = nil, ""
+			if tc.tenantContacts {
+				in.pol.Doc.IncidentResponse.NotifyEmails = []string{"sec@tenant.test"}
+			}
+			if tc.tenantRunbook {
+				in.pol.Doc.IncidentResponse.RunbookURL = "https://wiki.tenant.test/ir"
+			}
+			if tc.platformContacts {
+				in.platform.IncidentContacts = []string{"ir@platform.test"}
+			}
+			if tc.platformRunbook {
+				in.platform.IncidentRunbookURL = "https://wiki.platform.test/ir"
+			}
+			it := itemOf(evaluate(in), ItemIncidentResponse)
+			var texts []string
+			for _, e := range it.Evidence {
+				texts = append(texts, e.Text)
+			}
+			all := strings.Join(texts, "\n")
+			if it.Status != tc.want {
+				t.Errorf("Got(status) = %s %q; want %s", it.Status, texts, tc.want)
+			}
+			for _, want := range tc.texts {
+				if !strings.Contains(all, want) {
+					t.Errorf("Got(evidence) = %q; want %q in it", texts, want)
+				}
+			}
+			if tc.tenantContacts && strings.Contains(all, "ir@platform.test") {
+				t.Errorf("Got(evidence) = %q; want the tenant's contacts, not the platform's", texts)
 			}
 		})
 	}

@@ -114,9 +114,15 @@ type Platform struct {
 	AllowCIDRs []string
 	// SecretsEncrypted reports that a secret store seals secrets at rest.
 	SecretsEncrypted bool
-	// OperatorContacts are the platform operators (incident responders
-	// when a tenant names none).
+	// OperatorContacts are the platform operators. Signing in as one does
+	// not make them the incident contacts: IncidentContacts names those.
 	OperatorContacts []string
+	// IncidentContacts respond to a tenant's incident when its policy names
+	// none (STOCKADE_INCIDENT_CONTACTS).
+	IncidentContacts []string
+	// IncidentRunbookURL is the platform's runbook for a compromised agent,
+	// for tenants whose policy links none (STOCKADE_INCIDENT_RUNBOOK_URL).
+	IncidentRunbookURL string
 	// ControlPlane is the control plane's public URL.
 	ControlPlane string
 }

@@ -3,13 +3,13 @@ package usage
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/stockade-dev/stockade/tenants/csvexport"
 )
 
 // Columns are the export's columns, in order: FOCUS names
@@ -28,10 +28,11 @@ import (
 //	ResourceType        always "Sandbox"
 //	ServiceName         always "Stockade Sandboxes"
 //	SkuId               the meter: vcpu-allocated, memory-allocated, cpu-measured, egress
-//	ConsumedQuantity    the quantity, in ConsumedUnit
+//	ConsumedQuantity    the quantity, in ConsumedUnit (an exact decimal)
 //	ConsumedUnit        vCPU-Seconds, GiB-Seconds, CPU-Seconds or GB (10^9 bytes)
 //	ListUnitPrice       the price book's price per ConsumedUnit in force at ChargePeriodStart
-//	BilledCost          ConsumedQuantity x ListUnitPrice
+//	                    (an exact decimal, at most 9 decimals)
+//	BilledCost          ConsumedQuantity x ListUnitPrice, exactly (no rounding)
 //	BillingCurrency     the price book's ISO 4217 currency
 //	Tags                JSON object: tenant (slug), template, user (id), user_name
 var Columns = []string{
@@ -143,6 +144,7 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 	var e Entry
 	rec := make([]string, len(Columns))
 	tagsOf := map[[3]string]string{} // the same few combinations come back row after row
+	var scratch []byte
 	for rows.Next() {
 		if err := rows.Scan(&e.TenantID, &e.SandboxID, &e.PeriodStart, &e.Template, &e.UserID, &e.AllocVCPUMS,
 			&e.AllocMiBMS, &e.CPUNS, &e.EgressUpBytes, &e.EgressDownBytes); err != nil {
@@ -165,21 +167,22 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 		}
 		sums := Sums{AllocVCPUMS: e.AllocVCPUMS, AllocMiBMS: e.AllocMiBMS, CPUNS: e.CPUNS,
 			EgressUpBytes: e.EgressUpBytes, EgressDownBytes: e.EgressDownBytes}
-		for _, m := range []struct {
-			sku, desc, unit string
-			qty, price      float64
-		}{
-			{SkuVCPU, "vCPUs allocated to the sandbox", "vCPU-Seconds", sums.VCPUSeconds(), p.VCPUSecond},
-			{SkuMemory, "memory allocated to the sandbox", "GiB-Seconds", sums.GiBSeconds(), p.GiBSecond},
-			{SkuCPU, "CPU time the sandbox used", "CPU-Seconds", sums.CPUSeconds(), p.CPUSecond},
-			{SkuEgress, "traffic through the egress gateway", "GB", sums.EgressGB(), p.EgressGB},
-		} {
-			if m.qty == 0 {
+		for i, l := range sums.lines(p) {
+			if l.qty == 0 {
 				continue
 			}
+			m := &meters[i]
+			// Exact decimals: the quantity in its unit, the unit price, and
+			// their product (no float, no rounding).
+			scratch = l.appendQuantity(scratch[:0])
+			qty := string(scratch)
+			scratch = appendDecimal(scratch[:0], 0, l.price, PriceScale)
+			price := string(scratch)
+			c := l.cost()
+			scratch = appendDecimal(scratch[:0], c.hi, c.lo, MoneyScale)
 			rec = append(rec[:0], rfc(bill), rfc(bill.AddDate(0, 1, 0)), rfc(start), rfc(start.Add(Period)), "Usage",
 				m.desc, e.TenantID, slugs[e.TenantID], e.SandboxID, "Sandbox", "Stockade Sandboxes", m.sku,
-				num(m.qty), m.unit, num(m.price), num(m.qty*m.price), p.Currency, tags)
+				qty, m.unit, price, string(scratch), p.Currency, tags)
 			if err := enc.row(rec); err != nil {
 				return res, fmt.Errorf("export usage: %w", err)
 			}
@@ -205,13 +208,19 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 
 func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// meters are the SKUs in the order of Sums.lines.
+var meters = [4]struct{ sku, desc, unit string }{
+	{SkuVCPU, "vCPUs allocated to the sandbox", "vCPU-Seconds"},
+	{SkuMemory, "memory allocated to the sandbox", "GiB-Seconds"},
+	{SkuCPU, "CPU time the sandbox used", "CPU-Seconds"},
+	{SkuEgress, "traffic through the egress gateway", "GB"},
+}
 
 // encoder writes rows in one format.
 type encoder struct {
 	w      *bufio.Writer
 	format string
-	csv    *csv.Writer
+	csv    *csvexport.Writer
 	n      int
 	buf    []byte
 }
@@ -219,7 +228,7 @@ type encoder struct {
 func newEncoder(w *bufio.Writer, format string) *encoder {
 	e := &encoder{w: w, format: format}
 	if format == FormatCSV {
-		e.csv = csv.NewWriter(w)
+		e.csv = csvexport.NewWriter(w)
 	}
 	return e
 }

@@ -39,6 +39,17 @@ func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 	}
 }
 
+// priceFrom sets p as an operator did at p.EffectiveFrom: a price is never
+// back-dated, so the store's clock stands there.
+func priceFrom(t testing.TB, db *gorm.DB, p usage.Price) usage.Price {
+	t.Helper()
+	saved, err := usage.NewStore(db, func() time.Time { return p.EffectiveFrom }).SetPrice(ctx, op, p)
+	if err != nil {
+		t.Fatalf("set price from %s: %v", p.EffectiveFrom, err)
+	}
+	return saved
+}
+
 func (e *env) tenant(t *testing.T, slug string) tenants.Tenant {
 	t.Helper()
 	tn, err := e.ts.CreateTenant(ctx, op, slug, slug)
@@ -204,11 +215,8 @@ func TestEgressAccounting(t *testing.T) {
 func TestPrices(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		tn := e.tenant(t, "prices")
-		platform, err := e.store.SetPrice(ctx, op, usage.Price{Currency: "EUR", VCPUSecond: 0.00002, GiBSecond: 0.000005,
+		platform := priceFrom(t, e.db, usage.Price{Currency: "EUR", VCPUSecond: 0.00002, GiBSecond: 0.000005,
 			EffectiveFrom: t0.Add(-24 * time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if _, err := e.store.SetPrice(ctx, op, usage.Price{TenantID: tn.ID, Currency: "EUR", VCPUSecond: 0.00001,
 			EffectiveFrom: t0.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -263,10 +271,8 @@ func TestPrices(t *testing.T) {
 func TestExportMatchesLedger(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		a, b := e.tenant(t, "export-a"), e.tenant(t, "export-b")
-		if _, err := e.store.SetPrice(ctx, op, usage.Price{Currency: "USD", VCPUSecond: 0.001, GiBSecond: 0.0001,
-			CPUSecond: 0.01, EgressGB: 0.5, EffectiveFrom: t0.Add(-time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
+		priceFrom(t, e.db, usage.Price{Currency: "USD", VCPUSecond: 0.001, GiBSecond: 0.0001,
+			CPUSecond: 0.01, EgressGB: 0.5, EffectiveFrom: t0.Add(-time.Hour)})
 		e.open(t, a.ID, "sb-a1", 2, 1024, t0)
 		e.observe(t, "sb-a1", &usage.Sample{At: t0.Add(50 * time.Minute), CPUNS: int64(7 * time.Second)}, nil)
 		end := t0.Add(55 * time.Minute)
@@ -300,15 +306,18 @@ func TestExportMatchesLedger(t *testing.T) {
 		for i, c := range recs[0] {
 			col[c] = i
 		}
-		byUnit, cost := map[string]float64{}, 0.0
+		byUnit, cost := map[string]float64{}, usage.Money{}
 		for _, rec := range recs[1:] {
 			if rec[col["SubAccountId"]] != a.ID {
 				t.Errorf("Got(row of tenant %s) in tenant %s's export", rec[col["SubAccountId"]], a.ID)
 			}
 			q, _ := strconv.ParseFloat(rec[col["ConsumedQuantity"]], 64)
-			c, _ := strconv.ParseFloat(rec[col["BilledCost"]], 64)
+			c, err := usage.ParseMoney(rec[col["BilledCost"]])
+			if err != nil {
+				t.Errorf("Got(BilledCost) = %q: %v; want an exact decimal", rec[col["BilledCost"]], err)
+			}
 			byUnit[rec[col["ConsumedUnit"]]] += q
-			cost += c
+			cost = cost.Add(c)
 		}
 		if int64(len(recs)-1) != res.Rows || res.LedgerRows != 2 {
 			t.Errorf("Got(result) = %+v; want %d rows from 2 ledger rows (09:00, 10:00)", res, len(recs)-1)
@@ -319,8 +328,9 @@ func TestExportMatchesLedger(t *testing.T) {
 				t.Errorf("Got(export sum of %s) = %v; want the ledger's %v", unit, byUnit[unit], want)
 			}
 		}
-		if want := 55*60*2*0.001 + 55*60*1*0.0001 + 9*0.01 + 0.5*0.5; math.Abs(cost-want) > 1e-9 || math.Abs(tot.Cost-want) > 1e-9 {
-			t.Errorf("Got(cost) export %v, totals %v; want %v", cost, tot.Cost, want)
+		// 55 min × 2 vCPUs × 0.001 + 55 min × 1 GiB × 0.0001 + 9 CPU-s × 0.01 + 0.5 GB × 0.5, exactly.
+		if want := "7.27"; cost.String() != want || tot.Cost.String() != want {
+			t.Errorf("Got(cost) export %v, totals %v; want %s in both", cost, tot.Cost, want)
 		}
 
 		buf.Reset()

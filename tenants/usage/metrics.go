@@ -264,7 +264,7 @@ func (c *Collector) read(ctx context.Context) ([]*tenantFigures, error) {
 		}
 		p := ps.At(r.TenantID, cuts[r.Seg])
 		f.sums.add(r.Sums)
-		v := r.Sums.Cost(p)
+		v := r.Sums.Charge(p).Float64()
 		f.cost[p.Currency] += v
 		f.costRank += v
 	}

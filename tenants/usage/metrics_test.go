@@ -111,14 +111,11 @@ func TestCollector(t *testing.T) {
 			month := usage.MonthStart(now)
 
 			// A platform price change on the 10th and a tenant override.
-			if _, err := us.SetPrice(ctx, metricsActor, usage.Price{Currency: "USD", VCPUSecond: 0.001, GiBSecond: 0.0001, EgressGB: 0.1,
-				EffectiveFrom: month}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := us.SetPrice(ctx, metricsActor, usage.Price{Currency: "USD", VCPUSecond: 0.002, GiBSecond: 0.0002, CPUSecond: 0.01,
-				EgressGB: 0.2, EffectiveFrom: month.AddDate(0, 0, 9)}); err != nil {
-				t.Fatal(err)
-			}
+			// (set at the start of the month, when both were still ahead).
+			priceFrom(t, d.DB, usage.Price{Currency: "USD", VCPUSecond: 0.001, GiBSecond: 0.0001, EgressGB: 0.1,
+				EffectiveFrom: month})
+			priceFrom(t, d.DB, usage.Price{Currency: "USD", VCPUSecond: 0.002, GiBSecond: 0.0002, CPUSecond: 0.01,
+				EgressGB: 0.2, EffectiveFrom: month.AddDate(0, 0, 9)})
 			ids := map[string]string{}
 			for i := 1; i <= 5; i++ {
 				slug := fmt.Sprintf("m-tenant-%d", i)
@@ -127,16 +124,15 @@ func TestCollector(t *testing.T) {
 					t.Fatal(err)
 				}
 				ids[slug] = tn.ID
+				if i == 1 {
+					priceFrom(t, d.DB, usage.Price{TenantID: tn.ID, Currency: "EUR", VCPUSecond: 0.5, EffectiveFrom: month})
+				}
 				// Tenant i uses i vCPUs for i hours, across the price change.
 				start := month.AddDate(0, 0, 9).Add(-time.Duration(i) * 30 * time.Minute)
 				metricsRun(t, d.DB, tn.ID, fmt.Sprintf("sb-%d", i), i, 512*i, start, time.Duration(i)*time.Hour,
 					time.Duration(i)*17*time.Second, int64(i)*1_000_000, int64(i)*3_000_000, false)
 				// Last month: not in this month's figures.
 				metricsRun(t, d.DB, tn.ID, fmt.Sprintf("old-%d", i), 4, 4096, month.Add(-48*time.Hour), time.Hour, time.Hour, 5e9, 5e9, false)
-			}
-			if _, err := us.SetPrice(ctx, metricsActor, usage.Price{TenantID: ids["m-tenant-1"], Currency: "EUR", VCPUSecond: 0.5,
-				EffectiveFrom: month}); err != nil {
-				t.Fatal(err)
 			}
 			// Two sandboxes of tenant 2 running now.
 			metricsRun(t, d.DB, ids["m-tenant-2"], "live-2a", 2, 1024, now.Add(-time.Hour), 30*time.Minute, time.Second, 0, 0, true)
@@ -178,7 +174,7 @@ func TestCollector(t *testing.T) {
 				other.CPUNS += tt.CPUNS
 				other.EgressUpBytes += tt.EgressUpBytes
 				other.EgressDownBytes += tt.EgressDownBytes
-				other.Cost += tt.Cost
+				other.Cost = other.Cost.Add(tt.Cost)
 			}
 			for _, slug := range append(labelled, usage.OtherTenants) {
 				tt := other
@@ -195,14 +191,14 @@ func TestCollector(t *testing.T) {
 					{"stockade_tenant_month_cpu_seconds", l, tt.CPUSeconds()},
 					{"stockade_tenant_month_egress_bytes", "direction=up," + l, float64(tt.EgressUpBytes)},
 					{"stockade_tenant_month_egress_bytes", "direction=down," + l, float64(tt.EgressDownBytes)},
-					{"stockade_tenant_month_cost", "currency=" + tt.Currency + "," + l, tt.Cost},
+					{"stockade_tenant_month_cost", "currency=" + tt.Currency + "," + l, tt.Cost.Float64()},
 				} {
 					got, ok := series(fams, c.metric)[c.key]
 					if !ok || !near(got, c.want) {
 						t.Errorf("Got(%s{%s}) = %v (present %v); want %v", c.metric, c.key, got, ok, c.want)
 					}
 				}
-				if tt.VCPUSeconds() == 0 || tt.Cost == 0 {
+				if tt.VCPUSeconds() == 0 || tt.Cost.IsZero() {
 					t.Errorf("Got(ledger of %s) = %+v; want usage this month (the test's own fill)", slug, tt)
 				}
 			}

@@ -69,6 +69,10 @@ func (p Price) validate() error {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > maxUnitPrice {
 			return tenants.Invalid(f.name, "range", fmt.Sprintf("must be a price between 0 and %d", maxUnitPrice))
 		}
+		// Costs are exact in integer units of 10^-PriceScale of a price.
+		if x := f.v * 1e9; math.Abs(x-math.Round(x)) > 1e-3 {
+			return tenants.Invalid(f.name, "precision", fmt.Sprintf("may have at most %d decimal places (0.000000001)", PriceScale))
+		}
 	}
 	return nil
 }
@@ -76,6 +80,10 @@ func (p Price) validate() error {
 // SetPrice adds a version to the platform's price book (p.TenantID "") or a
 // tenant's; it is in force from p.EffectiveFrom (zero: now), audited
 // usage.price_set. A tenant that does not exist is ErrNotFound.
+//
+// A version prices the ledger hours that start at or after its
+// EffectiveFrom, which may not be before now: an hour already used (billed,
+// exported, perhaps invoiced) keeps the price it had, whatever is set later.
 func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price, error) {
 	if err := p.validate(); err != nil {
 		return Price{}, err
@@ -85,6 +93,10 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 		p.EffectiveFrom = now
 	}
 	p.EffectiveFrom = ts(p.EffectiveFrom)
+	if p.EffectiveFrom.Before(now) {
+		return Price{}, tenants.Invalid("effective_from", "past", fmt.Sprintf(
+			"must be now or later (it is %s): a price never changes hours already used; leave it empty for now", now.Format(time.RFC3339)))
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Price{}, fmt.Errorf("set price: %w", err)
@@ -99,6 +111,19 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 			if n == 0 {
 				return fmt.Errorf("tenant %s: %w", p.TenantID, tenants.ErrNotFound)
 			}
+		}
+		// Belt and braces against a clock behind the ledger's (another
+		// replica's): no hour it would price may hold usage yet.
+		var used int64
+		q := tx.Model(&Entry{}).Where("period_start >= ?", p.EffectiveFrom)
+		if p.TenantID != "" {
+			q = q.Where("tenant_id = ?", p.TenantID)
+		}
+		if err := q.Count(&used).Error; err != nil {
+			return err
+		}
+		if used > 0 {
+			return tenants.Invalid("effective_from", "billed", "usage is already recorded from that instant on: a price never changes hours already used")
 		}
 		if err := tx.Create(&p).Error; err != nil {
 			return err

@@ -52,21 +52,17 @@ func (a Sums) EgressBytes() int64 { return a.EgressUpBytes + a.EgressDownBytes }
 // EgressGB is EgressBytes in GB (10^9 bytes).
 func (a Sums) EgressGB() float64 { return float64(a.EgressBytes()) / 1e9 }
 
-// Cost is what the quantities cost at p.
-func (a Sums) Cost(p Price) float64 {
-	return a.VCPUSeconds()*p.VCPUSecond + a.GiBSeconds()*p.GiBSecond + a.CPUSeconds()*p.CPUSecond + a.EgressGB()*p.EgressGB
-}
-
-// Totals are sums with their cost.
+// Totals are sums with their cost, exact.
 type Totals struct {
 	Sums
-	Cost     float64 `json:"cost"`
-	Currency string  `json:"currency"`
+	Cost     Money  `json:"cost"`
+	Currency string `json:"currency"`
 }
 
-func (t *Totals) add(s Sums, p Price) {
+// Add adds quantities priced at p.
+func (t *Totals) Add(s Sums, p Price) {
 	t.Sums.add(s)
-	t.Cost += s.Cost(p)
+	t.Cost = t.Cost.Add(s.Charge(p))
 	t.Currency = p.Currency
 }
 
@@ -116,7 +112,7 @@ func (s *Store) Totals(ctx context.Context, tenantID string, r Range) (Totals, e
 		if err := q.Select(sumColumns).Scan(&sums).Error; err != nil {
 			return err
 		}
-		t.add(sums, p)
+		t.Add(sums, p)
 		return nil
 	})
 	if err != nil {
@@ -152,7 +148,7 @@ func (s *Store) Daily(ctx context.Context, tenantID string, r Range) ([]Day, err
 			if byDay[d] == nil {
 				byDay[d] = &Totals{}
 			}
-			byDay[d].add(row.Sums, p)
+			byDay[d].Add(row.Sums, p)
 		}
 		return nil
 	})
@@ -209,7 +205,7 @@ func (s *Store) Top(ctx context.Context, tenantID string, r Range, by string, li
 			if groups[row.Key] == nil {
 				groups[row.Key] = &Totals{}
 			}
-			groups[row.Key].add(row.Sums, p)
+			groups[row.Key].Add(row.Sums, p)
 		}
 		return nil
 	})
@@ -221,8 +217,8 @@ func (s *Store) Top(ctx context.Context, tenantID string, r Range, by string, li
 		out = append(out, Line{Key: k, Totals: *t})
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Cost != out[j].Cost {
-			return out[i].Cost > out[j].Cost
+		if c := out[i].Cost.Cmp(out[j].Cost); c != 0 {
+			return c > 0
 		}
 		return out[i].Key < out[j].Key
 	})
@@ -296,6 +292,6 @@ func (s *Store) AllTenants(ctx context.Context, r Range) ([]TenantTotal, error) 
 		}
 		out = append(out, TenantTotal{TenantID: id, Totals: t})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Cost > out[j].Cost })
+	sort.Slice(out, func(i, j int) bool { return out[i].Cost.Cmp(out[j].Cost) > 0 })
 	return out, nil
 }
