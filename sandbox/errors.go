@@ -29,6 +29,8 @@ func agentErr(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, ErrNoSpace, err)
 	case errors.Is(err, agentproto.ErrNotFound):
 		return fmt.Errorf("%s: %w: %w", op, tenants.ErrNotFound, err)
+	case errors.Is(err, agentproto.ErrPermission):
+		return fmt.Errorf("%s: %w: %w", op, tenants.ErrForbidden, err)
 	case errors.Is(err, agentproto.ErrBadRequest):
 		return fmt.Errorf("%s: %w: %w", op, tenants.ErrInvalid, err)
 	case errors.Is(err, agentproto.ErrConflict):

@@ -390,6 +390,7 @@ func (b *builder) templateInputs(ctx context.Context, name string, busybox debPa
 	switch name {
 	case TemplateBusybox:
 		in["busybox"] = busybox.String() + " sha256:" + busybox.SHA256
+		in["layout"] = busyboxLayout
 	case TemplateDebian:
 		suite := hostSuite()
 		mirror, err := aptMirror(suite)
