@@ -111,6 +111,9 @@ type builder struct {
 	p           *progress
 }
 
+// dataDir is the (absolute) data dir the images folder is in.
+func (b *builder) dataDir() string { return filepath.Dir(b.root) }
+
 func (b *builder) run(ctx context.Context) (Manifest, error) {
 	start := time.Now()
 	// 1. resolve
@@ -228,7 +231,7 @@ func (b *builder) run(ctx context.Context) (Manifest, error) {
 		}
 		m.Files[p] = s
 	}
-	if err := writeJSON(manifestPath(filepath.Dir(b.root)), m); err != nil {
+	if err := writeJSON(manifestPath(b.dataDir()), m.onDisk(b.dataDir())); err != nil {
 		b.p.end("failed")
 		return Manifest{}, fmt.Errorf("image build: write manifest: %w", err)
 	}
@@ -330,7 +333,7 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 
 	var rec guestRecord
 	if err := readJSON(recPath, &rec); err == nil && rec.Guest.Version == version {
-		return guestResult{rec: rec, result: "reused " + version}, mods, nil
+		return guestResult{rec: rec.inMemory(b.dataDir()), result: "reused " + version}, mods, nil
 	}
 
 	tmp, err := os.MkdirTemp(b.root, ".guest-")
@@ -366,7 +369,7 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 		}
 		rec.Checksums[filepath.Join(dir, f)] = sum
 	}
-	if err := writeJSON(filepath.Join(tmp, "guest.json"), rec); err != nil {
+	if err := writeJSON(filepath.Join(tmp, "guest.json"), rec.onDisk(b.dataDir())); err != nil {
 		return guestResult{}, nil, err
 	}
 	os.RemoveAll(dir) // a leftover without guest.json is incomplete
@@ -427,6 +430,7 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	var rec templateRecord
 	if err := readJSON(recPath, &rec); err == nil && rec.Template.Version == version {
 		if _, err := os.Stat(img); err == nil {
+			rec = rec.inMemory(b.dataDir())
 			return &rec, "reused " + version, nil
 		}
 	}
@@ -476,7 +480,7 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	if err := os.Rename(tmpImg, img); err != nil {
 		return nil, "", err
 	}
-	if err := writeJSON(recPath, rec); err != nil {
+	if err := writeJSON(recPath, rec.onDisk(b.dataDir())); err != nil {
 		return nil, "", err
 	}
 	return &rec, fmt.Sprintf("built %s (%.0f MiB)", version, float64(fi.Size())/(1<<20)), nil
