@@ -1,25 +1,38 @@
 package sandbox_test
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-// TestFilesAsSandboxUser: the files API has the sandbox user's rights in
-// the sandbox, exactly as a command there (item 9 of the hardening issue:
-// it used to act as root, reading /etc/shadow, also through a link made
-// inside, and writing into root's folders).
-func TestFilesAsSandboxUser(t *testing.T) {
+// fileSandbox makes a busybox sandbox of tenant A (destroyed at cleanup)
+// and returns the developer's client, the sandbox and its files URL prefix.
+func fileSandbox(t *testing.T) (*webtest.Client, handlers.SandboxJSON, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("boots VMs")
 	}
 	e := need(t)
 	api := e.api(e.tokADev)
 	sb := create(t, api, map[string]any{"template": "busybox", "memory_mib": 128, "timeout_seconds": 600})
-	defer destroy(t, api, sb.ID)
-	files := "/api/v1/sandboxes/" + sb.ID + "/files?path="
+	t.Cleanup(func() { destroy(t, api, sb.ID) })
+	return api, sb, "/api/v1/sandboxes/" + sb.ID + "/files?path="
+}
+
+// TestFilesAsSandboxUser: the files API has the sandbox user's rights in
+// the sandbox, exactly as a command there (item 9 of the hardening issue:
+// it used to act as root, reading /etc/shadow, also through a link made
+// inside, and writing into root's folders).
+func TestFilesAsSandboxUser(t *testing.T) {
+	api, sb, files := fileSandbox(t)
 
 	// What a command of the sandbox meets, for comparison.
 	r := execIn(t, api, sb.ID, map[string]any{"cmd": []string{"sh", "-c",
@@ -85,4 +98,43 @@ func TestFilesAsSandboxUser(t *testing.T) {
 			t.Errorf("GET /etc/passwd = %d %q; want it read (world-readable)", s, got)
 		}
 	})
+}
+
+// TestFileSizeLimit: a file over the per-file limit, read or written, is a
+// 413 problem that names the limit and the setting it comes from.
+func TestFileSizeLimit(t *testing.T) {
+	api, sb, files := fileSandbox(t)
+	if r := execIn(t, api, sb.ID, map[string]any{"cmd": []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero > big.bin && echo ok", testFileLimit+1)}}); r.Stdout != "ok\n" {
+		t.Fatalf("Got(make big.bin) = %+v", r)
+	}
+	check := func(t *testing.T, status int, body string, hdr http.Header) {
+		t.Helper()
+		if status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("Got(status) = %d %s; want 413", status, body)
+		}
+		p := decodeProblem(t, hdr, body)
+		if p.field() != sandbox.SettingMaxFileBytes || !strings.Contains(p.Detail, "the limit of 1 MiB (1048576 bytes), set by STOCKADE_MAX_FILE_BYTES") {
+			t.Errorf("Got(problem) = %+v; want it to name the limit of 1 MiB and STOCKADE_MAX_FILE_BYTES", p)
+		}
+	}
+	t.Run("upload", func(t *testing.T) {
+		status, body, hdr := call(t, api, http.MethodPut, files+"over.bin", make([]byte, testFileLimit+1))
+		check(t, status, body, hdr)
+	})
+	t.Run("upload without a length", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go func() { pw.Write(make([]byte, testFileLimit+4096)); pw.Close() }()
+		status, body, hdr := api.Request(t, http.MethodPut, "/api/v1/sandboxes/"+sb.ID+"/files?path=over.bin", "application/octet-stream", pr)
+		check(t, status, body, hdr)
+	})
+	t.Run("download", func(t *testing.T) {
+		status, body, hdr := call(t, api, http.MethodGet, files+"big.bin", nil)
+		check(t, status, body, hdr)
+	})
+	if s, _, _ := call(t, api, http.MethodGet, files+"over.bin", nil); s != http.StatusNotFound {
+		t.Errorf("Got(GET over.bin after the refused uploads) = %d; want 404: nothing written", s)
+	}
+	if s, body, _ := call(t, api, http.MethodPut, files+"at-the-limit.bin", make([]byte, testFileLimit)); s != http.StatusOK {
+		t.Errorf("Got(PUT of exactly the limit) = %d %s; want 200", s, body)
+	}
 }

@@ -50,7 +50,13 @@ type config struct {
 	// Enterprise Server, or a local server in tests).
 	GitHubAPI string
 	GitHubURL string
+	// MaxFileBytes bounds one file read or written through the files API.
+	MaxFileBytes int64
 }
+
+// maxFileBytesBound is the most STOCKADE_MAX_FILE_BYTES may be: the guest
+// agent's own bound on one file (sandbox/agent ManagerConfig.MaxFileBytes).
+const maxFileBytesBound = 256 << 20
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	def := func(env, d string) string {
@@ -83,6 +89,11 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", getenv("STOCKADE_METRICS_TOKEN_FILE"), "file holding the bearer token Prometheus sends to /metrics (STOCKADE_METRICS_TOKEN_FILE; default: /metrics answers this machine only)")
 	fs.StringVar(&c.GitHubAPI, "github-api", def("STOCKADE_GITHUB_API", "https://api.github.com"), "GitHub REST API base that workflow results are posted to (STOCKADE_GITHUB_API)")
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
+	maxFile, err := strconv.ParseInt(def("STOCKADE_MAX_FILE_BYTES", "67108864"), 10, 64)
+	if err != nil {
+		maxFile = -1 // check names the variable
+	}
+	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", maxFile, "largest file read or written through the files API, in bytes; a tenant policy's filesystem.max_file_bytes may lower it (STOCKADE_MAX_FILE_BYTES)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -105,6 +116,9 @@ func (c *config) check() error {
 	}
 	if c.MetricsTenants <= 0 {
 		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")
+	}
+	if c.MaxFileBytes < 1 || c.MaxFileBytes > maxFileBytesBound {
+		return fmt.Errorf("STOCKADE_MAX_FILE_BYTES: must be a number of bytes from 1 to %d (256 MiB, the guest agent's bound), such as 67108864 (64 MiB)", maxFileBytesBound)
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = -1 // on demand only

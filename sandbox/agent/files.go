@@ -408,20 +408,20 @@ func mkdirAllInRoot(root int, dir string) (int, error) {
 	return openInRoot(root, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 }
 
-// createTemp makes a new file in the folder parent. O_EXCL never follows a
-// link, so the name is ours.
-func createTemp(parent int, mode uint32) (string, *os.File, error) {
+// createTemp makes a new file in the folder parent, for the file p (named
+// in errors). O_EXCL never follows a link, so the name is ours.
+func createTemp(parent int, p string, mode uint32) (string, *os.File, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	name := ".stockade-upload-" + hex.EncodeToString(b[:])
 	fd, err := unix.Openat(parent, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode)
 	if err != nil {
-		return "", nil, fileError(name, err)
+		return "", nil, fileError(p, err)
 	}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		unix.Close(fd)
 		unix.Unlinkat(parent, name, 0)
-		return "", nil, fileError(name, err)
+		return "", nil, fileError(p, err)
 	}
 	return name, os.NewFile(uintptr(fd), name), nil
 }

@@ -66,7 +66,7 @@ func (si *sandboxInit) file(c *net.UnixConn, req *fileRequest) {
 			return
 		}
 		defer unix.Close(parent)
-		tmp, f, err := createTemp(parent, mode)
+		tmp, f, err := createTemp(parent, p, mode)
 		if err != nil {
 			fail(err)
 			return
