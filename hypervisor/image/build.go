@@ -369,7 +369,7 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 		}
 		rec.Checksums[filepath.Join(dir, f)] = sum
 	}
-	if err := writeJSON(filepath.Join(tmp, "guest.json"), rec.onDisk(b.dataDir())); err != nil {
+	if err := writeJSON(filepath.Join(tmp, "guest.json"), rec); err != nil {
 		return guestResult{}, nil, err
 	}
 	os.RemoveAll(dir) // a leftover without guest.json is incomplete
@@ -480,7 +480,7 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	if err := os.Rename(tmpImg, img); err != nil {
 		return nil, "", err
 	}
-	if err := writeJSON(recPath, rec.onDisk(b.dataDir())); err != nil {
+	if err := writeJSON(recPath, rec); err != nil {
 		return nil, "", err
 	}
 	return &rec, fmt.Sprintf("built %s (%.0f MiB)", version, float64(fi.Size())/(1<<20)), nil

@@ -6,7 +6,6 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,7 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -72,8 +70,8 @@ type Options struct {
 	Logger    *slog.Logger
 }
 
-// Guest is a bootable guest: absolute paths (relative to the data dir on
-// disk) and the kernel command line.
+// Guest is a bootable guest: absolute paths (in the manifest on disk,
+// relative to the data dir) and the kernel command line.
 type Guest struct {
 	Version       string `json:"version"`
 	Kernel        string `json:"kernel"`
@@ -101,8 +99,8 @@ type FileStamp struct {
 type Manifest struct {
 	Guest     Guest      `json:"guest"`
 	Templates []Template `json:"templates"`
-	// Checksums maps each file's absolute path (relative to the data dir on
-	// disk) to its SHA-256 (hex).
+	// Checksums maps each file's absolute path (in the manifest on disk,
+	// relative to the data dir) to its SHA-256 (hex).
 	Checksums map[string]string `json:"checksums"`
 	BuiltAt   time.Time         `json:"built_at"`
 	// Inputs are what the versions were computed from ("guest.kernel", "template.debian.mirror", ...).
@@ -126,9 +124,7 @@ func manifestPath(dataDir string) string { return filepath.Join(imagesDir(dataDi
 
 // Load reads what is built and checks that every file is still there with
 // the size and time it was built with (Verify hashes them in full). Paths
-// come back absolute, wherever the data dir was built (see paths.go); a
-// manifest of an older build, with absolute paths, is rewritten in the
-// relative form when no build runs.
+// come back absolute, wherever the data dir was built (see paths.go).
 func Load(dataDir string) (Manifest, error) {
 	dataDir, err := filepath.Abs(dataDir)
 	if err != nil {
@@ -158,25 +154,7 @@ func Load(dataDir string) (Manifest, error) {
 			return Manifest{}, fmt.Errorf("load image: %s: %w", path, ErrChanged)
 		}
 	}
-	if rel := m.onDisk(dataDir); !reflect.DeepEqual(rel, disk) {
-		migrateManifest(dataDir, b, rel)
-	}
 	return m, nil
-}
-
-// migrateManifest writes m (in its on-disk form) over the manifest that
-// was read as old, unless a build holds the lock or the manifest changed
-// meanwhile. It is best effort: Load reads either form.
-func migrateManifest(dataDir string, old []byte, m Manifest) {
-	unlock, ok := tryLockDir(imagesDir(dataDir))
-	if !ok {
-		return
-	}
-	defer unlock()
-	if now, err := os.ReadFile(manifestPath(dataDir)); err != nil || !bytes.Equal(now, old) {
-		return
-	}
-	_ = writeJSON(manifestPath(dataDir), m)
 }
 
 // Verify hashes every file of m and compares with its recorded checksum.
@@ -231,19 +209,6 @@ func lockDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
 	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-}
-
-// tryLockDir takes the lock of lockDir if no one holds it.
-func tryLockDir(dir string) (func(), bool) {
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, false
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, false
-	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, true
 }
 
 // progress writes "[i/n] what ... done 1.2s" lines.

@@ -5,12 +5,14 @@ import (
 	"strings"
 )
 
-// On disk (the manifest, guest.json, the template records) every path
-// inside the data dir is relative to it, so a data dir copied or moved
-// elsewhere keeps working; in memory (what Load and Build return) every
-// path is absolute. Records written by older builds hold absolute paths:
-// those inside the data dir they were written in (the folder above the
-// nearest "images") are read as inside this one.
+// On disk the manifest names every file inside the data dir relative to
+// it, so a data dir copied or moved elsewhere keeps working; in memory
+// (what Load and Build return) every path is absolute. Absolute paths on
+// disk (the manifests of older builds, and guest.json and the template
+// records, which keep the form older builds read) that lie inside the data
+// dir they were written in (the folder above the nearest "images") are read
+// as inside this one. Manifests are not rewritten on load: the next build
+// writes the relative form.
 
 // within returns p relative to dir when p is dir or below it.
 func within(dir, p string) (string, bool) {
@@ -106,21 +108,10 @@ func (m Manifest) inMemory(dataDir string) Manifest {
 	return m.mapPaths(func(p string) string { return memPath(dataDir, old, p) })
 }
 
-func (r guestRecord) onDisk(dataDir string) guestRecord {
-	f := func(p string) string { return diskPath(dataDir, p) }
-	r.Guest, r.Checksums = r.Guest.mapPaths(f), mapKeys(r.Checksums, f)
-	return r
-}
-
 func (r guestRecord) inMemory(dataDir string) guestRecord {
 	old := writtenIn(r.Guest.Kernel)
 	f := func(p string) string { return memPath(dataDir, old, p) }
 	r.Guest, r.Checksums = r.Guest.mapPaths(f), mapKeys(r.Checksums, f)
-	return r
-}
-
-func (r templateRecord) onDisk(dataDir string) templateRecord {
-	r.Template.Path = diskPath(dataDir, r.Template.Path)
 	return r
 }
 
