@@ -49,10 +49,14 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	cfg.LogOutput = io.Discard
 	// Streams the agent opens wait here; beyond the backlog yamux resets them.
 	cfg.AcceptBacklog = 32
-	cfg.KeepAliveInterval = 15 * time.Second
+	interval := 15 * time.Second
 	if opts.KeepAliveInterval > 0 {
-		cfg.KeepAliveInterval = opts.KeepAliveInterval
+		interval = opts.KeepAliveInterval
 	}
+	// Keepalives start once the agent answered hello: a guest still booting
+	// (tens of seconds under TCG on a loaded host) cannot answer a ping yet,
+	// and yamux's own keepalive would end the session under the hello.
+	cfg.EnableKeepAlive = false
 	link, err := newHostLink(conn)
 	if err != nil {
 		conn.Close()
@@ -85,7 +89,27 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	}
 	c.hello = *resp.Hello
 	log.Debug("agent hello", "agent", c.hello.Agent, "kernel", c.hello.Kernel, "protocol", c.hello.Protocol)
+	go c.keepAlive(interval)
 	return c, nil
+}
+
+// keepAlive pings the agent every interval and ends the session when a
+// ping goes unanswered (yamux waits its ConnectionWriteTimeout, 10 s).
+func (c *Client) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.sess.CloseChan():
+			return
+		case <-t.C:
+			if _, err := c.sess.Ping(); err != nil {
+				c.log.Warn("agent keepalive unanswered: session ended", "err", err)
+				c.sess.Close()
+				return
+			}
+		}
+	}
 }
 
 // Hello returns what the agent said in the handshake (the guest's claim).
