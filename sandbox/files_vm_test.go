@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -137,4 +138,44 @@ func TestFileSizeLimit(t *testing.T) {
 	if s, body, _ := call(t, api, http.MethodPut, files+"at-the-limit.bin", make([]byte, testFileLimit)); s != http.StatusOK {
 		t.Errorf("Got(PUT of exactly the limit) = %d %s; want 200", s, body)
 	}
+}
+
+// TestBusyboxWget: the busybox template's wget works (the resilience issue
+// saw it segfault; it does not here): fetching from a server inside the
+// sandbox directly (-Y off: busybox wget ignores no_proxy), asking the
+// egress proxy (which refuses loopback, and wget says so), and on a
+// terminal, where it draws its progress bar.
+func TestBusyboxWget(t *testing.T) {
+	api, sb, _ := fileSandbox(t)
+	e := need(t)
+	start := execIn(t, api, sb.ID, map[string]any{"cmd": []string{"sh", "-c",
+		"mkdir -p /tmp/www && head -c 70000 /dev/zero | tr '\\0' x > /tmp/www/x && httpd -p 127.0.0.1:8000 -h /tmp/www && echo up"}})
+	if start.Stdout != "up\n" {
+		t.Fatalf("Got(httpd in the sandbox) = %+v; want it up", start)
+	}
+	tests := []struct {
+		name, line string
+		code       int
+		out        string
+	}{
+		{"direct", "wget -Y off -q -O - http://127.0.0.1:8000/x | wc -c", 0, "70000\n"},
+		{"to a file", "cd /tmp && wget -Y off http://127.0.0.1:8000/x -O got >/dev/null 2>&1; wc -c < got", 0, "70000\n"},
+		{"through the proxy", "wget -q -O - http://127.0.0.1:8000/x 2>&1; echo exit $?", 0, "wget: server returned error: HTTP/1.1 "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := execIn(t, api, sb.ID, map[string]any{"cmd": []string{"sh", "-c", tt.line}})
+			if r.ExitCode != tt.code || !strings.HasPrefix(r.Stdout, tt.out) || strings.Contains(r.Stdout+r.Stderr, "egmentation") {
+				t.Errorf("Got(%s) = exit %d %q %q; want exit %d and %q", tt.line, r.ExitCode, r.Stdout, r.Stderr, tt.code, tt.out)
+			}
+		})
+	}
+	t.Run("on a terminal", func(t *testing.T) {
+		var out strings.Builder
+		st, err := e.agent(t).Exec(ctx, agentproto.ExecRequest{Sandbox: sb.ID, TTY: true, Size: agentproto.Winsize{Rows: 24, Cols: 80},
+			Argv: []string{"sh", "-c", "wget -Y off -O /tmp/tty http://127.0.0.1:8000/x; echo exit $?"}}, strings.NewReader(""), &out, &out)
+		if err != nil || st.Code != 0 || !strings.Contains(out.String(), "100%") || !strings.Contains(out.String(), "exit 0") {
+			t.Errorf("Got(wget on a terminal) = %+v, %v, %q; want its progress to 100%% and exit 0", st, err, out.String())
+		}
+	})
 }
