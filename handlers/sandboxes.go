@@ -423,9 +423,13 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := svc.Config().MaxFileBytes
-	if c.Request().ContentLength > limit {
-		return fmt.Errorf("upload of %d bytes: %w: the limit is %d", c.Request().ContentLength, sandbox.ErrTooLarge, limit)
+	cl := CallerOf(c)
+	limit, err := svc.FileLimit(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	if n := c.Request().ContentLength; n > limit.Bytes {
+		return &sandbox.TooLargeError{Op: "upload", Size: n, Limit: limit}
 	}
 	var mode uint64
 	if m := c.QueryParam("mode"); m != "" {
@@ -433,13 +437,12 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 			return tenants.Invalid("mode", "syntax", "must be octal permission bits, such as 0644 or 755")
 		}
 	}
-	cl := CallerOf(c)
-	body := http.MaxBytesReader(c.Response(), c.Request().Body, limit+1)
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, limit.Bytes+1)
 	fi, err := svc.WriteFile(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), c.QueryParam("path"), body, uint32(mode))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return fmt.Errorf("upload: %w: the limit is %d", sandbox.ErrTooLarge, limit)
+			return &sandbox.TooLargeError{Op: "upload", Size: -1, Limit: limit}
 		}
 		return err
 	}

@@ -17,6 +17,51 @@ var (
 	ErrNoSpace = errors.New("no space left in the sandbox")
 )
 
+// FileLimit is the size bound of one file moved through the API for a
+// tenant, and the setting it comes from.
+type FileLimit struct {
+	Bytes int64
+	// Setting names where the bound is set: SettingMaxFileBytes, or the
+	// tenant policy's PolicyMaxFileBytes.
+	Setting string
+	// PolicyVersion is the policy's version when the policy set it.
+	PolicyVersion int
+}
+
+// Where a FileLimit comes from.
+const (
+	SettingMaxFileBytes = "STOCKADE_MAX_FILE_BYTES"
+	PolicyMaxFileBytes  = "filesystem.max_file_bytes"
+)
+
+func (l FileLimit) String() string {
+	s := fmt.Sprintf("%d bytes", l.Bytes)
+	if l.Bytes >= 1<<20 && l.Bytes%(1<<20) == 0 {
+		s = fmt.Sprintf("%d MiB (%d bytes)", l.Bytes>>20, l.Bytes)
+	}
+	if l.Setting == PolicyMaxFileBytes {
+		return fmt.Sprintf("%s, set by the tenant policy's %s (version %d)", s, l.Setting, l.PolicyVersion)
+	}
+	return fmt.Sprintf("%s, set by %s", s, l.Setting)
+}
+
+// TooLargeError is a file or upload over its FileLimit; errors.Is matches
+// ErrTooLarge. Size is -1 when unknown (an upload cut off while read).
+type TooLargeError struct {
+	Op    string
+	Size  int64
+	Limit FileLimit
+}
+
+func (e *TooLargeError) Error() string {
+	if e.Size < 0 {
+		return fmt.Sprintf("%s: too large: over the limit of %s", e.Op, e.Limit)
+	}
+	return fmt.Sprintf("%s: too large: %d bytes, over the limit of %s", e.Op, e.Size, e.Limit)
+}
+
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
 // agentErr maps what the agent said onto the domain errors web/ knows, so
 // that no agent code leaks into HTTP statuses chosen elsewhere.
 func agentErr(op string, err error) error {
@@ -29,6 +74,8 @@ func agentErr(op string, err error) error {
 		return fmt.Errorf("%s: %w: %w", op, ErrNoSpace, err)
 	case errors.Is(err, agentproto.ErrNotFound):
 		return fmt.Errorf("%s: %w: %w", op, tenants.ErrNotFound, err)
+	case errors.Is(err, agentproto.ErrPermission):
+		return fmt.Errorf("%s: %w: %w", op, tenants.ErrForbidden, err)
 	case errors.Is(err, agentproto.ErrBadRequest):
 		return fmt.Errorf("%s: %w: %w", op, tenants.ErrInvalid, err)
 	case errors.Is(err, agentproto.ErrConflict):

@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
 // FileInfo describes a file read or written.
@@ -18,12 +19,36 @@ type FileInfo struct {
 	Mode uint32
 }
 
+// FileLimit is the bound on one file read or written through the API for
+// the tenant: the platform's MaxFileBytes (STOCKADE_MAX_FILE_BYTES), or
+// the tenant policy's filesystem.max_file_bytes when that is lower.
+func (s *Service) FileLimit(ctx context.Context, tenantID string) (FileLimit, error) {
+	l := FileLimit{Bytes: s.cfg.MaxFileBytes, Setting: SettingMaxFileBytes}
+	if s.cfg.Policies == nil {
+		return l, nil
+	}
+	pol, err := s.cfg.Policies.Current(ctx, tenantID)
+	if err != nil {
+		return FileLimit{}, fmt.Errorf("file size limit: %w", err)
+	}
+	return l.withPolicy(pol), nil
+}
+
+// withPolicy is l lowered to the policy's bound, if that is lower.
+func (l FileLimit) withPolicy(pol policy.Version) FileLimit {
+	if b := int64(pol.Doc.Filesystem.MaxFileBytes); b > 0 && b < l.Bytes {
+		return FileLimit{Bytes: b, Setting: PolicyMaxFileBytes, PolicyVersion: pol.Version}
+	}
+	return l
+}
+
 // ReadFile copies a file of the tenant's running sandbox. Once the file is
-// found and within MaxFileBytes (else ErrTooLarge, before anything is
-// written) open is called with its size and returns where the bytes go.
-// path is absolute in the sandbox or relative to /workspace; one that
-// climbs with ".." is a *tenants.FieldError; a missing file
-// tenants.ErrNotFound. It is audited sandbox.file_read.
+// found and within the tenant's FileLimit (else a *TooLargeError, before
+// anything is written) open is called with its size and returns where the
+// bytes go. path is absolute in the sandbox or relative to /workspace; one
+// that climbs with ".." is a *tenants.FieldError; a missing file
+// tenants.ErrNotFound; one the sandbox user may not read
+// tenants.ErrForbidden. It is audited sandbox.file_read.
 func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, open func(size int64) (io.Writer, error)) (FileInfo, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, id)
 	if err != nil {
@@ -32,14 +57,18 @@ func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id,
 	if err := checkPath(path); err != nil {
 		return FileInfo{}, err
 	}
+	lim, err := s.FileLimit(ctx, tenantID)
+	if err != nil {
+		return FileInfo{}, err
+	}
 	// A first read of one byte says whether the file is there and how big
 	// it is, so a refusal comes before any of it is sent.
 	fi, err := c.ReadFile(ctx, agentproto.FileReadRequest{Sandbox: sb.ID, Path: path, Limit: 1}, io.Discard)
 	if err != nil {
 		return FileInfo{}, agentErr("read "+path, err)
 	}
-	if fi.Size > s.cfg.MaxFileBytes {
-		return FileInfo{}, fmt.Errorf("read %s: %w: %d bytes, the limit is %d", path, ErrTooLarge, fi.Size, s.cfg.MaxFileBytes)
+	if fi.Size > lim.Bytes {
+		return FileInfo{}, &TooLargeError{Op: "read " + path, Size: fi.Size, Limit: lim}
 	}
 	w, err := open(fi.Size)
 	if err != nil {
@@ -62,9 +91,10 @@ func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id,
 }
 
 // WriteFile writes r into a file of the tenant's running sandbox (missing
-// folders are made; mode 0 means 0644). More than MaxFileBytes is
-// ErrTooLarge and writes nothing: the file appears whole or not at all. It
-// is audited sandbox.file_written.
+// folders are made; mode 0 means 0644), with the sandbox user's rights (a
+// folder it may not write: tenants.ErrForbidden). More than the tenant's
+// FileLimit is a *TooLargeError and writes nothing: the file appears whole
+// or not at all. It is audited sandbox.file_written.
 func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, r io.Reader, mode uint32) (FileInfo, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, id)
 	if err != nil {
@@ -76,11 +106,15 @@ func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id
 	if mode > 0o7777 {
 		return FileInfo{}, tenants.Invalid("mode", "range", "must be permission bits in octal, 0 to 7777")
 	}
-	lr := &boundedReader{r: r, left: s.cfg.MaxFileBytes}
-	fi, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: sb.ID, Path: path, Mode: mode, MaxBytes: s.cfg.MaxFileBytes}, lr)
+	lim, err := s.FileLimit(ctx, tenantID)
 	if err != nil {
-		if lr.over || errors.Is(err, ErrTooLarge) {
-			return FileInfo{}, fmt.Errorf("write %s: %w: the limit is %d bytes", path, ErrTooLarge, s.cfg.MaxFileBytes)
+		return FileInfo{}, err
+	}
+	lr := &boundedReader{r: r, left: lim.Bytes}
+	fi, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: sb.ID, Path: path, Mode: mode, MaxBytes: lim.Bytes}, lr)
+	if err != nil {
+		if lr.over || errors.Is(err, ErrTooLarge) || errors.Is(err, agentproto.ErrFileTooLarge) {
+			return FileInfo{}, &TooLargeError{Op: "write " + path, Size: -1, Limit: lim}
 		}
 		return FileInfo{}, agentErr("write "+path, err)
 	}

@@ -129,9 +129,10 @@ func setup() (env *testEnv, skip string, err error) {
 		return nil, "", err
 	}
 	env = &testEnv{dir: dir, dataDir: dataDir, log: testLogger()}
+	made := env // a failing return sets env to nil before this runs
 	defer func() {
 		if err != nil {
-			env.teardown()
+			made.teardown()
 			env = nil
 		}
 	}()

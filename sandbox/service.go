@@ -67,7 +67,9 @@ type Config struct {
 	GuestReserveMiB int
 	// MaxPerVM bounds the sandboxes placed on one VM; default 32.
 	MaxPerVM int
-	// MaxFileBytes bounds a file read or written through the API; default 64 MiB.
+	// MaxFileBytes bounds a file read or written through the API
+	// (STOCKADE_MAX_FILE_BYTES); default 64 MiB. A tenant policy's
+	// filesystem.max_file_bytes may lower it for its tenant (FileLimit).
 	MaxFileBytes int64
 	// MaxStdinBytes bounds a command's stdin; default 1 MiB.
 	MaxStdinBytes int64

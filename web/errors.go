@@ -47,6 +47,7 @@ func problemFor(err error) Problem {
 		me  *handlers.MalformedError
 		fbe *forbiddenError
 		qe  *tenants.QuotaError
+		tle *sandbox.TooLargeError
 	)
 	switch {
 	case errors.As(err, &me):
@@ -78,6 +79,9 @@ func problemFor(err error) Problem {
 			Errors: []ProblemField{{Field: qe.Quota, Rule: "quota", Detail: qe.Error()}}}
 	case errors.Is(err, tenants.ErrQuota):
 		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error()}
+	case errors.As(err, &tle):
+		return Problem{Type: problemBase + "too-large", Title: "Too large", Status: http.StatusRequestEntityTooLarge, Detail: tle.Error(),
+			Errors: []ProblemField{{Field: tle.Limit.Setting, Rule: "max", Detail: "at most " + tle.Limit.String()}}}
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return Problem{Type: problemBase + "too-large", Title: "Too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
 	case errors.Is(err, sandbox.ErrNoSpace):

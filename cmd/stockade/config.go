@@ -74,7 +74,13 @@ type config struct {
 	// names none.
 	IncidentContacts   string
 	IncidentRunbookURL string
+	// MaxFileBytes bounds one file read or written through the files API.
+	MaxFileBytes int64
 }
+
+// maxFileBytesBound is the most STOCKADE_MAX_FILE_BYTES may be: the guest
+// agent's own bound on one file (sandbox/agent ManagerConfig.MaxFileBytes).
+const maxFileBytesBound = 256 << 20
 
 func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	c.fs = fs
@@ -117,6 +123,7 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.GitHubURL, "github-url", def("STOCKADE_GITHUB_URL", "https://github.com"), "where workflow runs clone repositories from, as URL/owner/name.git (STOCKADE_GITHUB_URL)")
 	fs.StringVar(&c.IncidentContacts, "incident-contacts", getenv("STOCKADE_INCIDENT_CONTACTS"), "comma list of emails that respond to a tenant's incident when its policy names none (STOCKADE_INCIDENT_CONTACTS)")
 	fs.StringVar(&c.IncidentRunbookURL, "incident-runbook-url", getenv("STOCKADE_INCIDENT_RUNBOOK_URL"), "the platform's runbook for a compromised agent, for tenants whose policy links none (STOCKADE_INCIDENT_RUNBOOK_URL)")
+	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", int64(c.envInt(getenv, "max-file-bytes", "STOCKADE_MAX_FILE_BYTES", 64<<20)), "largest file read or written through the files API, in bytes; a tenant policy's filesystem.max_file_bytes may lower it (STOCKADE_MAX_FILE_BYTES)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 
@@ -258,6 +265,9 @@ func (c *config) check() error {
 	}
 	if c.MetricsTenants <= 0 {
 		return errors.New("STOCKADE_METRICS_TENANTS: must be a positive number such as 200")
+	}
+	if c.MaxFileBytes < 1 || c.MaxFileBytes > maxFileBytesBound {
+		return fmt.Errorf("STOCKADE_MAX_FILE_BYTES: must be a number of bytes from 1 to %d (256 MiB, the guest agent's bound), such as 67108864 (64 MiB)", maxFileBytesBound)
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = -1 // on demand only

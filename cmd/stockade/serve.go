@@ -113,7 +113,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// transactions of their changes; a dispatcher (below) delivers them.
 	hooks := integrations.NewStore(db, integrations.Config{})
 	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol, Freezes: store,
-		Outbox: hooks})
+		Outbox: hooks, MaxFileBytes: cfg.MaxFileBytes})
 	if err := sbx.Start(ctx); err != nil {
 		return err
 	}

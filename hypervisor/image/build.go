@@ -111,6 +111,9 @@ type builder struct {
 	p           *progress
 }
 
+// dataDir is the (absolute) data dir the images folder is in.
+func (b *builder) dataDir() string { return filepath.Dir(b.root) }
+
 func (b *builder) run(ctx context.Context) (Manifest, error) {
 	start := time.Now()
 	// 1. resolve
@@ -228,7 +231,7 @@ func (b *builder) run(ctx context.Context) (Manifest, error) {
 		}
 		m.Files[p] = s
 	}
-	if err := writeJSON(manifestPath(filepath.Dir(b.root)), m); err != nil {
+	if err := writeJSON(manifestPath(b.dataDir()), m.onDisk(b.dataDir())); err != nil {
 		b.p.end("failed")
 		return Manifest{}, fmt.Errorf("image build: write manifest: %w", err)
 	}
@@ -330,7 +333,7 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 
 	var rec guestRecord
 	if err := readJSON(recPath, &rec); err == nil && rec.Guest.Version == version {
-		return guestResult{rec: rec, result: "reused " + version}, mods, nil
+		return guestResult{rec: rec.inMemory(b.dataDir()), result: "reused " + version}, mods, nil
 	}
 
 	tmp, err := os.MkdirTemp(b.root, ".guest-")
@@ -390,6 +393,7 @@ func (b *builder) templateInputs(ctx context.Context, name string, busybox debPa
 	switch name {
 	case TemplateBusybox:
 		in["busybox"] = busybox.String() + " sha256:" + busybox.SHA256
+		in["layout"] = busyboxLayout
 	case TemplateDebian:
 		suite := hostSuite()
 		mirror, err := aptMirror(suite)
@@ -426,6 +430,7 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	var rec templateRecord
 	if err := readJSON(recPath, &rec); err == nil && rec.Template.Version == version {
 		if _, err := os.Stat(img); err == nil {
+			rec = rec.inMemory(b.dataDir())
 			return &rec, "reused " + version, nil
 		}
 	}

@@ -70,7 +70,8 @@ type Options struct {
 	Logger    *slog.Logger
 }
 
-// Guest is a bootable guest: absolute paths and the kernel command line.
+// Guest is a bootable guest: absolute paths (in the manifest on disk,
+// relative to the data dir) and the kernel command line.
 type Guest struct {
 	Version       string `json:"version"`
 	Kernel        string `json:"kernel"`
@@ -98,7 +99,8 @@ type FileStamp struct {
 type Manifest struct {
 	Guest     Guest      `json:"guest"`
 	Templates []Template `json:"templates"`
-	// Checksums maps each file's absolute path to its SHA-256 (hex).
+	// Checksums maps each file's absolute path (in the manifest on disk,
+	// relative to the data dir) to its SHA-256 (hex).
 	Checksums map[string]string `json:"checksums"`
 	BuiltAt   time.Time         `json:"built_at"`
 	// Inputs are what the versions were computed from ("guest.kernel", "template.debian.mirror", ...).
@@ -121,8 +123,13 @@ func imagesDir(dataDir string) string { return filepath.Join(dataDir, "images") 
 func manifestPath(dataDir string) string { return filepath.Join(imagesDir(dataDir), "manifest.json") }
 
 // Load reads what is built and checks that every file is still there with
-// the size and time it was built with (Verify hashes them in full).
+// the size and time it was built with (Verify hashes them in full). Paths
+// come back absolute, wherever the data dir was built (see paths.go).
 func Load(dataDir string) (Manifest, error) {
+	dataDir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("load image: %w", err)
+	}
 	b, err := os.ReadFile(manifestPath(dataDir))
 	if isNotExist(err) {
 		return Manifest{}, fmt.Errorf("load image from %s: %w", dataDir, ErrNotBuilt)
@@ -130,10 +137,11 @@ func Load(dataDir string) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, fmt.Errorf("load image: %w", err)
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	var disk Manifest
+	if err := json.Unmarshal(b, &disk); err != nil {
 		return Manifest{}, fmt.Errorf("load image: %w", err)
 	}
+	m := disk.inMemory(dataDir)
 	if m.Guest.Kernel == "" || len(m.Files) == 0 {
 		return Manifest{}, fmt.Errorf("load image: manifest without a guest: %w", ErrNotBuilt)
 	}

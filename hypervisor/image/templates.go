@@ -61,8 +61,13 @@ func debianIncludes() []string {
 	return []string{"bash", "coreutils", "git", "curl", "ca-certificates", "python3"}
 }
 
+// busyboxLayout changes whenever populateBusybox lays out a different tree
+// (2: /etc/shadow), so that only this template is built again.
+const busyboxLayout = "2"
+
 // populateBusybox lays out the tiny test template in dir: a static busybox
-// with every applet linked, a sandbox user, /tmp and /workspace.
+// with every applet linked, a sandbox user (and root's /etc/shadow), /tmp
+// and /workspace.
 func populateBusybox(ctx context.Context, dir, busybox string) error {
 	if err := copyFileMode(busybox, filepath.Join(dir, "bin/busybox"), 0o755); err != nil {
 		return err
@@ -97,6 +102,13 @@ func populateBusybox(ctx context.Context, dir, busybox string) error {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("busybox template: %w", err)
 		}
+	}
+	// Root's alone, as on any system: no password works, but the sandbox
+	// user must not read it (the compliance probe and the files API's
+	// tests try).
+	shadow := "root:*:19000:0:99999:7:::\n" + sandboxUser + ":!:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n"
+	if err := os.WriteFile(filepath.Join(dir, "etc/shadow"), []byte(shadow), 0o600); err != nil {
+		return fmt.Errorf("busybox template: %w", err)
 	}
 	for _, d := range []string{"proc", "sys", "dev", "run", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {

@@ -48,7 +48,9 @@ func TestFilesStayInRoot(t *testing.T) {
 		}
 		t.Skip("files are given to uid 1000: needs root")
 	}
-	c, sb := hostSandbox(t)
+	// Init runs as the sandbox user, as in a real sandbox: the files API
+	// has its rights, no more.
+	c, sb := hostSandboxAs(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	root := sb.rootfs
@@ -60,6 +62,12 @@ func TestFilesStayInRoot(t *testing.T) {
 	}
 	must(os.MkdirAll(filepath.Join(root, "etc"), 0o755))
 	must(os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("sandbox's passwd\n"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "etc/shadow"), []byte("root:$6$secret:19000::::::\n"), 0o600))
+	must(os.MkdirAll(filepath.Join(root, "tmp"), 0o777))
+	must(os.Chmod(filepath.Join(root, "tmp"), 0o777|os.ModeSticky))
+	must(os.MkdirAll(filepath.Join(root, "home/sandbox"), 0o755))
+	must(os.Chown(filepath.Join(root, "home/sandbox"), sandboxUID, sandboxGID))
+	must(os.Symlink("/etc/shadow", filepath.Join(root, "workspace/shadow")))
 	// Links a sandbox process could plant, aiming out of the root.
 	must(os.Symlink("../../../../../../..", filepath.Join(root, "workspace/up")))
 	must(os.Symlink("/etc", filepath.Join(root, "workspace/etc")))
@@ -122,6 +130,51 @@ func TestFilesStayInRoot(t *testing.T) {
 		}
 		if _, err := os.Stat("/tmp/planted"); err == nil {
 			t.Error("Got(/tmp/planted on the host) = exists; want nothing outside the root")
+		}
+	})
+
+	// Item 9 of the hardening issue: the API used to act as root.
+	t.Run("only what the sandbox user may", func(t *testing.T) {
+		tests := []struct {
+			name string
+			err  error
+		}{
+			{"read /etc/shadow", second(read(agentproto.FileReadRequest{Path: "/etc/shadow"}))},
+			{"read /etc/shadow through a link", second(read(agentproto.FileReadRequest{Path: "shadow"}))},
+			{"write into /etc", second(write(agentproto.FileWriteRequest{Path: "/etc/planted"}, []byte("x")))},
+			{"write into /", second(write(agentproto.FileWriteRequest{Path: "/planted"}, []byte("x")))},
+			{"append to /etc/passwd", second(write(agentproto.FileWriteRequest{Path: "/etc/passwd", Append: true}, []byte("x")))},
+			{"make a folder in /etc", second(write(agentproto.FileWriteRequest{Path: "/etc/newdir/f"}, []byte("x")))},
+			{"replace /etc/passwd", second(write(agentproto.FileWriteRequest{Path: "/etc/passwd"}, []byte("x")))},
+		}
+		for _, tc := range tests {
+			if !errors.Is(tc.err, agentproto.ErrPermission) {
+				t.Errorf("Got(%s) = %v; want ErrPermission", tc.name, tc.err)
+			}
+		}
+		for _, p := range []string{"etc/planted", "planted", "etc/newdir"} {
+			if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+				t.Errorf("Got(%s after the refused write) = exists; want nothing", p)
+			}
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "etc/passwd")); string(b) != "sandbox's passwd\n" {
+			t.Errorf("Got(/etc/passwd after refused writes) = %q; want it untouched", b)
+		}
+		// The sandbox user's own places still work, and what is made there
+		// is the sandbox user's.
+		for _, p := range []string{"/home/sandbox/notes/n.txt", "/tmp/t.txt", "/workspace/w.txt"} {
+			if _, err := write(agentproto.FileWriteRequest{Path: p, Mode: 0o640}, []byte(p)); err != nil {
+				t.Errorf("Got(WriteFile(%s)) = %v; want it written", p, err)
+				continue
+			}
+			if got, err := read(agentproto.FileReadRequest{Path: p}); err != nil || got != p {
+				t.Errorf("Got(ReadFile(%s)) = %q, %v; want what was written", p, got, err)
+			}
+			var st syscall.Stat_t
+			must(syscall.Stat(filepath.Join(root, p), &st))
+			if st.Uid != sandboxUID || st.Gid != sandboxGID || st.Mode&0o7777 != 0o640 {
+				t.Errorf("Got(%s) = %d:%d mode %o; want %d:%d mode 640", p, st.Uid, st.Gid, st.Mode&0o7777, sandboxUID, sandboxGID)
+			}
 		}
 	})
 

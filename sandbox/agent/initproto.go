@@ -25,10 +25,18 @@ import (
 //     initControl messages (signals); init sends one initExit when the
 //     command ends, then closes. If the agent closes first, init kills the
 //     command's process group.
+//   - "file": init opens a file for the agent (fileRequest), resolved in
+//     the sandbox's own mount namespace with the sandbox user's
+//     credentials (its own), and answers initReply with the descriptor.
+//     For fileWrite the descriptor is a new file beside the target: init
+//     then waits for one fileCommit and renames it over the target, or
+//     removes it, and answers initReply; it removes it as well when the
+//     agent closes first.
 
 const (
 	initOpHello = "hello"
 	initOpSpawn = "spawn"
+	initOpFile  = "file"
 	// maxInitMessage bounds one message (argv and env included).
 	maxInitMessage = 256 << 10
 	// maxInitFDs bounds the descriptors one message may carry.
@@ -38,6 +46,28 @@ const (
 type initRequest struct {
 	Op    string        `json:"op"`
 	Spawn *spawnRequest `json:"spawn,omitempty"`
+	File  *fileRequest  `json:"file,omitempty"`
+}
+
+// fileRequest.Op values.
+const (
+	fileRead   = "read"   // open for reading
+	fileWrite  = "write"  // a new file to rename over Path on commit
+	fileAppend = "append" // open for appending, made when missing
+)
+
+type fileRequest struct {
+	Op string `json:"op"`
+	// Path is absolute in the sandbox and clean.
+	Path string `json:"path"`
+	// Mode of a file made (permission bits, no umask).
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// fileCommit ends a fileWrite: Commit renames the new file over the
+// target; anything else removes it.
+type fileCommit struct {
+	Commit bool `json:"commit"`
 }
 
 type spawnRequest struct {

@@ -29,6 +29,9 @@ type InitOptions struct {
 	// WorkDir is the default working directory of commands; default
 	// /workspace.
 	WorkDir string
+	// Root is the folder file operations resolve in; default / (inside a
+	// sandbox, the sandbox's root). Tests point it at a folder.
+	Root string
 }
 
 // RunSandboxInit is main for `stockade-agent sandbox-init`: PID 1 of a
@@ -43,6 +46,9 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	}
 	if o.WorkDir == "" {
 		o.WorkDir = workspaceDir
+	}
+	if o.Root == "" {
+		o.Root = "/"
 	}
 	// crun ran without address randomization (personality.go): commands
 	// of the sandbox get it back.
@@ -146,6 +152,12 @@ func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
 			return
 		}
 		si.spawn(ctx, c, req.Spawn)
+	case initOpFile:
+		if req.File == nil {
+			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "file without its body"})
+			return
+		}
+		si.file(c, req.File)
 	default:
 		sendInit(c, initReply{Code: agentproto.CodeUnknownOp, Error: fmt.Sprintf("op %q", req.Op)})
 	}

@@ -30,10 +30,30 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			os.Exit(2)
 		}
-		RunSandboxInit(context.Background(), l.(*net.UnixListener), InitOptions{WorkDir: os.Getenv("STOCKADE_TEST_WORKDIR")})
+		// As the sandbox user when asked, as crun starts a sandbox's init.
+		if os.Getenv(initUserEnv) != "" {
+			if err := dropToSandboxUser(); err != nil {
+				os.Exit(3)
+			}
+		}
+		RunSandboxInit(context.Background(), l.(*net.UnixListener), InitOptions{WorkDir: os.Getenv("STOCKADE_TEST_WORKDIR"),
+			Root: os.Getenv("STOCKADE_TEST_ROOT")})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// initUserEnv makes the test init drop to the sandbox user first.
+const initUserEnv = "STOCKADE_TEST_SANDBOX_INIT_USER"
+
+func dropToSandboxUser() error {
+	if err := syscall.Setgroups([]int{sandboxGID}); err != nil {
+		return err
+	}
+	if err := syscall.Setresgid(sandboxGID, sandboxGID, sandboxGID); err != nil {
+		return err
+	}
+	return syscall.Setresuid(sandboxUID, sandboxUID, sandboxUID)
 }
 
 // hostSandbox is a sandbox without a container: the real sandbox-init
@@ -42,6 +62,13 @@ func TestMain(m *testing.M) {
 // init, pipes, terminals, openat2) in seconds; the same code runs in real
 // containers in hypervisor/image's VM test.
 func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
+	t.Helper()
+	return hostSandboxAs(t, false)
+}
+
+// hostSandboxAs is hostSandbox, with its init running as the sandbox user
+// (uid and gid 1000, as in a real sandbox) when asUser; that needs root.
+func hostSandboxAs(t *testing.T, asUser bool) (*agentproto.Client, *sandbox) {
 	t.Helper()
 	dir := t.TempDir()
 	sb := &sandbox{
@@ -61,7 +88,19 @@ func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), initListenerEnv+"=1", "STOCKADE_TEST_WORKDIR="+ws)
+	cmd.Env = append(os.Environ(), initListenerEnv+"=1", "STOCKADE_TEST_WORKDIR="+ws, "STOCKADE_TEST_ROOT="+sb.rootfs)
+	if asUser {
+		cmd.Env = append(cmd.Env, initUserEnv+"=1")
+		// The sandbox user must reach its root, as in a real sandbox.
+		for _, d := range []string{filepath.Dir(dir), dir, sb.rootfs} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chown(ws, sandboxUID, sandboxGID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd.ExtraFiles = []*os.File{ln}
 	cmd.Stderr = os.Stderr
 	err = cmd.Start()

@@ -31,6 +31,8 @@ var (
 	// ErrExhausted: out of room (sandboxes in the guest, processes or disk
 	// space in the sandbox).
 	ErrExhausted = errors.New("resources exhausted")
+	// ErrPermission: the sandbox user may not do this.
+	ErrPermission = errors.New("permission denied")
 )
 
 // RemoteError is an Error received from the peer. errors.Is matches it
@@ -63,6 +65,8 @@ func (e *RemoteError) Is(target error) bool {
 		return target == ErrFileTooLarge
 	case CodeExhausted:
 		return target == ErrExhausted
+	case CodePermission:
+		return target == ErrPermission
 	default:
 		return target == ErrRemote
 	}
@@ -88,6 +92,8 @@ func ErrorFor(err error) *Error {
 		code = CodeTooLarge
 	case errors.Is(err, ErrExhausted):
 		code = CodeExhausted
+	case errors.Is(err, ErrPermission):
+		code = CodePermission
 	}
 	e := &Error{Code: code, Message: err.Error()}
 	if code == CodeUnsupportedVersion {

@@ -119,6 +119,9 @@ const (
 	// CodeExhausted: the guest or the sandbox is out of room (sandboxes,
 	// processes, disk space).
 	CodeExhausted = "exhausted"
+	// CodePermission: the sandbox user may not do this (a file it cannot
+	// read or a folder it cannot write).
+	CodePermission = "permission_denied"
 )
 
 // Error is a failed op as sent on the wire.

@@ -1,9 +1,10 @@
 // Package probe runs the compliance probe: a shell program (probe.sh,
 // busybox ash, dash or bash) copied into a fresh sandbox of the tenant
 // through the files API, which tries each escape the compliance checklist
-// asks about and prints one line per check. The runner also tries two time
-// limits from outside: a command past its timeout, and a second, short-lived
-// sandbox past its lifetime. Both sandboxes are destroyed whatever happens.
+// asks about and prints one line per check. The runner also tries from
+// outside two time limits (a command past its timeout, and a second,
+// short-lived sandbox past its lifetime) and the files API (root's files and
+// folders must be refused to it as they are to the sandbox user). Both sandboxes are destroyed whatever happens.
 // Live reads the sandbox, terminal, VM and egress data the checklist needs.
 // Runner implements compliance.Prober and Live compliance.Live.
 package probe
@@ -40,6 +41,7 @@ func Script() []byte { return bytes.Clone(script) }
 type Sandboxes interface {
 	Create(ctx context.Context, actor audit.Actor, tenantID string, spec sandbox.Spec) (sandbox.Sandbox, error)
 	WriteFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, r io.Reader, mode uint32) (sandbox.FileInfo, error)
+	ReadFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, open func(size int64) (io.Writer, error)) (sandbox.FileInfo, error)
 	Exec(ctx context.Context, actor audit.Actor, tenantID, id string, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error)
 	Destroy(ctx context.Context, actor audit.Actor, tenantID, id string) (sandbox.Sandbox, error)
 	Get(ctx context.Context, tenantID, id string) (sandbox.Status, error)
@@ -220,7 +222,67 @@ func (r *Runner) run(ctx context.Context, actor audit.Actor, tenantID string, ti
 	}
 	c := r.commandTimeout(ctx, actor, tenantID, sb.ID, out)
 	checks[c.ID] = c
+	c = r.filesAPI(ctx, actor, tenantID, sb.ID, out)
+	checks[c.ID] = c
 	return nil
+}
+
+// Paths the files API check tries.
+const (
+	shadowPath = "/etc/shadow"
+	shadowLink = "/workspace/.stockade-probe-shadow"
+)
+
+// filesAPI tries, from outside through the files API, what the sandbox
+// user may not do inside: read /etc/shadow, directly and through a link
+// made in the sandbox, and write into / and /etc. Only a refusal for want
+// of permission counts as blocked; nothing read is kept, only its size.
+func (r *Runner) filesAPI(ctx context.Context, actor audit.Actor, tenantID, id string, out *syncBuffer) compliance.ProbeCheck {
+	c := compliance.ProbeCheck{ID: compliance.CheckFilesAPI, Name: compliance.CheckName(compliance.CheckFilesAPI)}
+	var made bytes.Buffer
+	line := "[ -e " + shadowPath + " ] && ln -sf " + shadowPath + " " + shadowLink + " && echo linked"
+	if _, err := r.sbx.Exec(ctx, actor, tenantID, id, sandbox.ExecRequest{Cmd: []string{"/bin/sh", "-c", line}, TimeoutSeconds: 30}, &made, out); err != nil {
+		c.Outcome, c.Detail = compliance.OutcomeError, "link "+shadowLink+": "+err.Error()
+		return c
+	}
+	if strings.TrimSpace(made.String()) != "linked" {
+		c.Outcome, c.Detail = compliance.OutcomeError, "the template has no "+shadowPath+" to try"
+		return c
+	}
+	var escaped, failed, refused []string
+	judge := func(what string, n int64, err error) {
+		switch {
+		case err == nil:
+			escaped = append(escaped, fmt.Sprintf("%s (%d bytes)", what, n))
+		case errors.Is(err, tenants.ErrForbidden):
+			refused = append(refused, what)
+		default:
+			failed = append(failed, what+": "+err.Error())
+		}
+		fmt.Fprintf(out, "# files api: %s: %v\n", what, errOr(err, "done"))
+	}
+	for _, p := range []string{shadowPath, shadowLink} {
+		var n int64
+		_, err := r.sbx.ReadFile(ctx, actor, tenantID, id, p, func(size int64) (io.Writer, error) {
+			n = size
+			return io.Discard, nil
+		})
+		judge("read "+p, n, err)
+	}
+	for _, p := range []string{"/etc/.stockade-probe-api", "/.stockade-probe-api"} {
+		_, err := r.sbx.WriteFile(ctx, actor, tenantID, id, p, strings.NewReader("written through the files API\n"), 0o644)
+		judge("write "+p, 0, err)
+	}
+	switch {
+	case len(escaped) > 0:
+		c.Outcome, c.Detail = compliance.OutcomeEscaped, "the files API could "+strings.Join(escaped, ", ")
+	case len(failed) > 0:
+		c.Outcome, c.Detail = compliance.OutcomeError, strings.Join(failed, "; ")
+	default:
+		c.Outcome = compliance.OutcomeBlocked
+		c.Detail = "the files API was refused, as the sandbox user is: " + strings.Join(refused, ", ")
+	}
+	return c
 }
 
 // lifetimes are the probe sandbox's and the short-lived sandbox's

@@ -242,6 +242,27 @@ func checkOf(t *testing.T, run compliance.ProbeRun, id string) compliance.ProbeC
 	return c
 }
 
+// waitEvaluated waits for the evaluation that follows a run's record: the
+// run is stored as ended first, then the checklist is evaluated from it.
+func (e *complianceEnv) waitEvaluated(t *testing.T, run compliance.ProbeRun) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		items, err := e.svc.Items(context.Background(), e.tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range itemOf(items, compliance.ItemFilesystemPermissions).Evidence {
+			if ev.Link == "/compliance/probes/"+run.ID {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Got(items) = %+v 2 min after run %s ended; want them evaluated from it", items, run.ID)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // scheduled waits for the cycle's first probe run of the tenant to end.
 func (e *complianceEnv) scheduled(t *testing.T) compliance.ProbeRun {
 	t.Helper()
@@ -255,6 +276,7 @@ func (e *complianceEnv) scheduled(t *testing.T) compliance.ProbeRun {
 		if len(runs) > 0 && runs[len(runs)-1].State != compliance.RunRunning {
 			run := runs[len(runs)-1]
 			t.Logf("scheduled probe run %s: %s in %v", run.ID, run.State, run.EndedAt.Sub(run.StartedAt).Round(time.Millisecond))
+			e.waitEvaluated(t, run)
 			return e.checkRun(t, run)
 		}
 		if time.Now().After(deadline) {

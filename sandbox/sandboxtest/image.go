@@ -26,8 +26,8 @@ func DataDir() string {
 // GuestImage returns the image in dir, building it first (the busybox
 // template plus any named in also, with a freshly built agent) when it is
 // missing, lacks one of those templates, or is older than a source file of
-// the guest agent or its protocol: an image built before those changed
-// would speak an old protocol. A rebuild keeps the templates already built
+// the guest agent, its protocol or the image recipe: an image built before
+// those changed would speak an old protocol or miss a template change. A rebuild keeps the templates already built
 // (debootstrap runs once per data dir, about a minute). Builds are locked,
 // so concurrent test binaries never interleave.
 func GuestImage(ctx context.Context, dir string, also ...string) (image.Manifest, error) {
@@ -73,11 +73,11 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// agentChangedSince reports whether a Go source of the guest agent or its
-// protocol was modified after t.
+// agentChangedSince reports whether a Go source of the guest agent, its
+// protocol or the image recipe was modified after t.
 func agentChangedSince(t time.Time) bool {
 	changed := false
-	for _, dir := range []string{"cmd/stockade-agent", "sandbox/agent", "sandbox/agentproto"} {
+	for _, dir := range []string{"cmd/stockade-agent", "sandbox/agent", "sandbox/agentproto", "hypervisor/image"} {
 		_ = filepath.WalkDir(filepath.Join(repoRoot(), dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return nil

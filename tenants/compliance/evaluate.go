@@ -327,7 +327,7 @@ func evalProduction(in inputs, e *eval) {
 
 func evalFilesystem(in inputs, e *eval) {
 	fs, pr := in.pol.Doc.Filesystem, in.pol.Doc.Process
-	e.add(StatusPass, KindPlatform, "", "commands run as uid 1000 with no capabilities, no_new_privs and a seccomp filter; the template is a read-only disk and /proc/sys, /sys are mounted read-only")
+	e.add(StatusPass, KindPlatform, "", "commands run as uid 1000 with no capabilities, no_new_privs and a seccomp filter; the template is a read-only disk and /proc/sys, /sys are mounted read-only; the files API opens files inside the sandbox with the same uid and groups")
 	if fs.ReadOnlyRoot {
 		e.add(StatusPass, KindPolicy, policyLink(in.pol), "the policy (version %d) asks for a read-only root, met by ownership rather than a read-only mount: the template disk is read-only and system paths belong to root, which a sandbox never is; a sandbox writes only /workspace, /tmp and its home, into a layer destroyed with it", in.pol.Version)
 	} else {
@@ -340,7 +340,7 @@ func evalFilesystem(in inputs, e *eval) {
 		e.add(StatusPass, KindPolicy, policyLink(in.pol), "the policy does not ask for no_new_privileges, but the platform sets it on every sandbox regardless")
 	}
 	e.add(StatusPass, KindPolicy, policyLink(in.pol), "files moved through the API are at most %d bytes; /workspace holds %d MiB", fs.MaxFileBytes, fs.WorkspaceMiB)
-	probe(in, e, CheckUser, CheckSystemWrite)
+	probe(in, e, CheckUser, CheckSystemWrite, CheckFilesAPI)
 }
 
 func evalActionsLogged(in inputs, e *eval) {

@@ -124,6 +124,7 @@ func TestEvaluateWeakened(t *testing.T) {
 		{"private ranges exempt, egress closed", func(in *inputs) { in.platform.AllowCIDRs = []string{"127.0.0.0/8"} },
 			ItemProductionAccess, StatusPass, "allows no host"},
 		{"system paths written", escaped(CheckSystemWrite), ItemFilesystemPermissions, StatusFail, "ESCAPED"},
+		{"root's files read through the files API", escaped(CheckFilesAPI), ItemFilesystemPermissions, StatusFail, "ESCAPED"},
 		{"writable root in the policy", func(in *inputs) { in.pol.Doc.Filesystem.ReadOnlyRoot = false },
 			ItemFilesystemPermissions, StatusWarn, "read_only_root is false"},
 		{"commands without audit events", func(in *inputs) { in.auditExecs = 2 }, ItemActionsLogged, StatusFail, "only 2 sandbox.exec"},

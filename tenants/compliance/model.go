@@ -183,6 +183,7 @@ const (
 	CheckDotenv             = "dotenv"
 	CheckCredentials        = "credentials"
 	CheckSystemWrite        = "system_write"
+	CheckFilesAPI           = "files_api"
 	CheckInternetProxy      = "internet_proxy"
 	CheckInternetDirect     = "internet_direct"
 	CheckMetadataProxy      = "metadata_proxy"
@@ -206,6 +207,7 @@ func CheckNames() []ProbeCheck {
 		{ID: CheckDotenv, Name: "find .env files outside /workspace"},
 		{ID: CheckCredentials, Name: "find real credentials in the environment and credential files"},
 		{ID: CheckSystemWrite, Name: "write system paths (/etc, /bin, /usr, /proc/sys, /sys)"},
+		{ID: CheckFilesAPI, Name: "read /etc/shadow (also through a link) or write / and /etc through the files API"},
 		{ID: CheckInternetProxy, Name: "reach the internet through the egress proxy"},
 		{ID: CheckInternetDirect, Name: "reach the internet directly"},
 		{ID: CheckMetadataProxy, Name: "reach the cloud metadata address through the proxy"},
