@@ -23,13 +23,22 @@ func (s *Service) admit(ctx context.Context, pool vmpool.Pool, sb Sandbox) error
 	if err != nil {
 		return err
 	}
-	load, err := s.store.loadByVM(ctx, sb.TenantID)
+	// One read: a sandbox placed between two reads would be counted in
+	// neither the VMs' loads nor the waiting ones.
+	held, err := s.store.activeSandboxes(ctx, sb.TenantID)
 	if err != nil {
 		return err
 	}
-	waiting, err := s.store.unplaced(ctx, sb.TenantID)
-	if err != nil {
-		return err
+	load := map[string]vmLoad{}
+	var waiting []Sandbox
+	for _, h := range held {
+		if h.VMID == "" {
+			waiting = append(waiting, h)
+			continue
+		}
+		l := load[h.VMID]
+		l.VMID, l.Sandboxes, l.VCPUs, l.MemoryMiB = h.VMID, l.Sandboxes+1, l.VCPUs+h.VCPUs, l.MemoryMiB+h.MemoryMiB
+		load[h.VMID] = l
 	}
 	quota, err := s.vms.Quota(ctx, sb.TenantID)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // (an agent that timed out) answers the first sandbox and makes no second.
 func (e *testEnv) testIdempotentCreate(t *testing.T) {
 	api := e.api(e.tokA)
-	const key = "agent-retry-1f6c"
+	key := "agent-retry-" + time.Now().Format("150405.000000") // one per run: the database outlives a -count rerun
 	post := func(body string) (int, string, http.Header) {
 		return api.Request(t, http.MethodPost, "/api/v1/sandboxes", "application/json", strings.NewReader(body), handlers.IdempotencyHeader, key)
 	}

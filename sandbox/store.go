@@ -273,13 +273,13 @@ func (s *Store) loadByVM(ctx context.Context, tenantID string) (map[string]vmLoa
 	return out, nil
 }
 
-// unplaced returns the tenant's sandboxes being created that are not on a
-// VM yet, oldest first.
-func (s *Store) unplaced(ctx context.Context, tenantID string) ([]Sandbox, error) {
+// activeSandboxes returns the tenant's active sandboxes (being created or
+// running, placed or not), oldest first, in one read.
+func (s *Store) activeSandboxes(ctx context.Context, tenantID string) ([]Sandbox, error) {
 	var out []Sandbox
-	err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND vm_id = ''", tenantID, StateCreating).Order("id").Find(&out).Error
+	err := s.db.WithContext(ctx).Where("tenant_id = ? AND state IN ?", tenantID, activeStates()).Order("id").Find(&out).Error
 	if err != nil {
-		return nil, fmt.Errorf("unplaced sandboxes of tenant %s: %w", tenantID, err)
+		return nil, fmt.Errorf("active sandboxes of tenant %s: %w", tenantID, err)
 	}
 	return out, nil
 }
