@@ -191,7 +191,8 @@ func newComplianceEnv(t *testing.T, template string, grant bool) *complianceEnv 
 	e.svc, err = compliance.New(db, compliance.Config{
 		Policies: e.pol, Secrets: sec, Tenants: onlyTenant{ts, e.tenant}, Live: e.live, Prober: runner,
 		Platform: compliance.Platform{HostMounts: hostShares, NetworkDevices: vmNICs, Gateway: true, SecretsEncrypted: true, AllowCIDRs: []string{"127.0.0.0/8"},
-			OperatorContacts: []string{"ops@example.test"}, ControlPlane: control.URL},
+			OperatorContacts: []string{"ops@example.test"}, ControlPlane: control.URL,
+			IncidentContacts: []string{"oncall@example.test"}, IncidentRunbookURL: "https://runbooks.example.test/agent-compromise"},
 		// The first probe comes from the schedule, at the first tick.
 		Interval: time.Second, ProbeInterval: time.Hour, FirstProbeAfter: time.Millisecond, Logger: log,
 	})
