@@ -155,7 +155,7 @@ func operations() []op {
 				"inject": injectField, "ttl": str("lifetime: 1h, 24h, 7d, 30d (default), 90d or 365d")})),
 			responses: obj{"201": jsonResponse("The secret, without its value", ref("Secret")), "409": problem("A live secret has this name")}},
 		{method: "PATCH", path: "/api/v1/secrets/{name}", summary: "Change where a live secret may be injected into requests to its hosts", tag: "secrets",
-			body:      jsonBody(object([]string{"inject"}, obj{"inject": injectField})),
+			params: []obj{nameParam}, body: jsonBody(object([]string{"inject"}, obj{"inject": injectField})),
 			responses: obj{"200": jsonResponse("The secret, without its value", ref("Secret"))}},
 		{method: "DELETE", path: "/api/v1/secrets/{name}", summary: "Revoke a secret: the gateway stops using it at once", tag: "secrets",
 			params: []obj{nameParam}, responses: noContent},
