@@ -1,8 +1,6 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 
@@ -29,7 +27,7 @@ func TestConfigEgress(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := checkedConfig(t, tc.env)
+			c, err := parseConfig(t, tc.env)
 			if err == nil {
 				// What serve does with the allowance.
 				_, err = netguard.ParseAllowance(c.EgressAllowCIDRs)
@@ -45,22 +43,4 @@ func TestConfigEgress(t *testing.T) {
 			}
 		})
 	}
-}
-
-// checkedConfig reads env (with a fresh data dir) as serve does and checks
-// it.
-func checkedConfig(t *testing.T, env map[string]string) (config, error) {
-	t.Helper()
-	all := map[string]string{"STOCKADE_DATA_DIR": t.TempDir()}
-	for k, v := range env {
-		all[k] = v
-	}
-	var c config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.flags(fs, func(k string) string { return all[k] })
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
-	}
-	return c, c.check()
 }

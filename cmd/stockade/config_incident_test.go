@@ -1,8 +1,6 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 )
@@ -27,18 +25,7 @@ func TestConfigIncident(t *testing.T) {
 		{"credentials in the runbook", map[string]string{"STOCKADE_INCIDENT_RUNBOOK_URL": "https://u:p@wiki.corp.test/ir"}, nil, "", "STOCKADE_INCIDENT_RUNBOOK_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"STOCKADE_DATA_DIR": t.TempDir()}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			var c config
-			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			c.flags(fs, func(k string) string { return env[k] })
-			if err := fs.Parse(nil); err != nil {
-				t.Fatal(err)
-			}
-			err := c.check()
+			c, err := parseConfig(t, tc.env)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Errorf("Got(check()) = %v; want an error naming %s", err, tc.wantErr)

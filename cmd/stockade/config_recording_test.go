@@ -1,8 +1,6 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 )
@@ -21,18 +19,7 @@ func TestConfigRecordingCaps(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"STOCKADE_DATA_DIR": t.TempDir()}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			var c config
-			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			c.flags(fs, func(k string) string { return env[k] })
-			if err := fs.Parse(nil); err != nil {
-				t.Fatal(err)
-			}
-			err := c.check()
+			c, err := parseConfig(t, tc.env)
 			if tc.session == 0 {
 				if err == nil || !strings.Contains(err.Error(), "STOCKADE_RECORDING_") {
 					t.Errorf("Got(check()) = %v; want an error naming the variable", err)
