@@ -20,7 +20,11 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
-// testVM is a booted guest with the busybox template attached.
+// scratchTestName is the file name of a test VM's scratch disk.
+const scratchTestName = "scratch.img"
+
+// testVM is a booted guest with the busybox template and a scratch disk
+// attached.
 type testVM struct {
 	name    string
 	sock    string
@@ -50,7 +54,11 @@ func bootTestVM(tb testing.TB, memMiB uint) (*testVM, *agentproto.Client) {
 	os.Chmod(dir, 0o755)
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	vm.sock, vm.console = filepath.Join(dir, "agent.sock"), filepath.Join(dir, "console.log")
-	xml, err := bootDomain(vm.name, m.Guest, vm.sock, vm.console, memMiB, tpl.Path)
+	scratch := filepath.Join(dir, scratchTestName)
+	if err := CreateScratch(context.Background(), scratch, 1024); err != nil {
+		tb.Fatal(err)
+	}
+	xml, err := bootDomain(vm.name, m.Guest, vm.sock, vm.console, memMiB, tpl.Path, scratch)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -148,6 +156,17 @@ func run(ctx context.Context, c *agentproto.Client, req agentproto.ExecRequest) 
 	var out, errOut bytes.Buffer
 	st, err := c.Exec(ctx, req, nil, &out, &errOut)
 	return out.String(), errOut.String(), st, err
+}
+
+// quotaFull is how a write past a sandbox's disk or workspace size fails:
+// EDQUOT, from the project quota on the VM's scratch disk.
+const quotaFull = "Disk quota exceeded"
+
+// between reports whether the number s is in [lo, hi].
+func between(s string, lo, hi int) bool {
+	var n int
+	_, err := fmt.Sscan(s, &n)
+	return err == nil && n >= lo && n <= hi
 }
 
 func sh(id, script string) agentproto.ExecRequest {
@@ -400,10 +419,10 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("disk full", func(t *testing.T) {
-		out, _, _, _ := run(ctx, c, sh("sb-a", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1 | grep -c 'No space left'; "+
-			"dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1 | grep -c 'No space left'"))
+		out, _, _, _ := run(ctx, c, sh("sb-a", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'; "+
+			"dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'"))
 		if out != "1\n1\n" {
-			t.Errorf("Got(filling a's disk and workspace) = %q; want ENOSPC twice", out)
+			t.Errorf("Got(filling a's disk and workspace) = %q; want EDQUOT twice", out)
 		}
 		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "more"}, bytes.NewReader(make([]byte, 1<<20))); !errors.Is(err, agentproto.ErrExhausted) {
 			t.Errorf("Got(WriteFile() into a full workspace) = %v; want ErrExhausted", err)
@@ -417,6 +436,42 @@ func TestSandboxes(t *testing.T) {
 			t.Errorf("Got(SandboxStats(a) disk) = %d/%d, workspace %d/%d; want both full", stats.DiskUsed, stats.DiskSize, stats.WorkspaceUsed, stats.WorkspaceSize)
 		}
 		run(ctx, c, sh("sb-a", "rm -f /tmp/fill /workspace/fill"))
+	})
+
+	// The writable layer and /workspace are on the VM's scratch disk, not
+	// in memory: a sandbox fills both far past its memory limit, the writer
+	// gets EDQUOT at the sandbox's sizes, and the sandbox, its files and its
+	// neighbour live on. (On tmpfs the fill was charged to the sandbox's
+	// memory and OOM-killed it.)
+	t.Run("disk full beyond memory", func(t *testing.T) {
+		big := agentproto.Limits{VCPUs: 1, MemoryMiB: 48, PidsMax: 64, DiskMiB: 96, WorkspaceMiB: 128}
+		if _, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-d", Template: "busybox", Limits: big}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.DestroySandbox(ctx, "sb-d")
+		if out, _, st, err := run(ctx, c, sh("sb-d", "echo kept > /workspace/keep.txt && echo kept > /home/sandbox/keep.txt && echo ok")); out != "ok\n" {
+			t.Fatalf("Got(write before the fill) = %q, %+v, %v; want ok", out, st, err)
+		}
+		out, _, st, err := run(ctx, c, sh("sb-d", "dd if=/dev/zero of=/workspace/big bs=1M count=400 2>&1 | grep -c '"+quotaFull+"'; "+
+			"ls -l /workspace/big | awk '{print int($5/1048576)}'; "+
+			"dd if=/dev/zero of=/tmp/big bs=1M count=400 2>&1 | grep -c '"+quotaFull+"'; "+
+			"ls -l /tmp/big | awk '{print int($5/1048576)}'"))
+		lines := strings.Fields(out)
+		if err != nil || st.Reason != "exited" || len(lines) != 4 || lines[0] != "1" || lines[2] != "1" ||
+			!between(lines[1], 100, 128) || !between(lines[3], 70, 96) {
+			t.Errorf("Got(filling d's workspace and root) = %q, %+v, %v; want EDQUOT for each at ~128 and ~96 MiB", out, st, err)
+		}
+		out, _, st, err = run(ctx, c, sh("sb-d", "cat /workspace/keep.txt /home/sandbox/keep.txt"))
+		if out != "kept\nkept\n" || st.Code != 0 {
+			t.Errorf("Got(d's files after the fill) = %q, %+v, %v; want both kept: the sandbox still runs", out, st, err)
+		}
+		if stats, err := c.SandboxStats(ctx, "sb-d"); err != nil || stats.State != agentproto.SandboxRunning || stats.OOMKills != 0 ||
+			stats.WorkspaceSize != 128<<20 || stats.DiskSize != 96<<20 {
+			t.Errorf("Got(SandboxStats(d)) = %+v, %v; want running, no OOM kill, sizes 128 and 96 MiB", stats, err)
+		}
+		if out, _, _, err := run(ctx, c, sh("sb-b", "echo alive")); out != "alive\n" {
+			t.Errorf("Got(exec in neighbour b) = %q, %v; want alive", out, err)
+		}
 	})
 
 	t.Run("lifetime", func(t *testing.T) {
