@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -350,6 +351,28 @@ func TestSandboxes(t *testing.T) {
 		out, _, _, _ = run(ctx, c, sh("sb-a", "ps -o args | grep -c '^sleep 7777'"))
 		if out != "1\n" {
 			t.Errorf("Got(ps in a) = %q; want a's own sleep", out)
+		}
+	})
+
+	// A folder's quota project and its inheritance hold a sandbox to its
+	// share of the VM's scratch disk; the owner of a folder could change
+	// both with two ioctls, which the seccomp profile refuses.
+	t.Run("quota project escape", func(t *testing.T) {
+		bin, err := os.ReadFile(buildQuotaEscape(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "/workspace/escape", Mode: 0o755}, bytes.NewReader(bin)); err != nil {
+			t.Fatal(err)
+		}
+		defer run(ctx, c, sh("sb-a", "rm -f /workspace/escape"))
+		out, errOut, _, err := run(ctx, c, sh("sb-a", "mkdir -p /workspace/d /tmp/d; /workspace/escape /workspace /workspace/d /tmp/d"))
+		want := ""
+		for _, p := range []string{"/workspace", "/workspace/d", "/tmp/d"} {
+			want += p + " fssetxattr: operation not permitted\n" + p + " setflags: operation not permitted\n"
+		}
+		if out != want || err != nil {
+			t.Errorf("Got(changing quota projects) = %q, %q, %v; want %q", out, errOut, err, want)
 		}
 	})
 
@@ -702,3 +725,77 @@ func p50Of(s []agentproto.Startup, f func(agentproto.Startup) time.Duration) tim
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quotaEscapeSource tries, on each folder named, to move it out of its
+// quota project (FS_IOC_FSSETXATTR with project 0, no inheritance) and to
+// stop it passing the project on (FS_IOC_SETFLAGS without
+// FS_PROJINHERIT_FL), and prints what each got.
+const quotaEscapeSource = `package main
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func ioctl(fd uintptr, req uintptr, p unsafe.Pointer) error {
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(p)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func main() {
+	for _, p := range os.Args[1:] {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Println(p, err)
+			continue
+		}
+		var fa struct{ XFlags, ExtSize, NExtents, ProjID, CowExtSize uint32; pad [8]byte }
+		res := "get: " + fmt.Sprint(ioctl(f.Fd(), 0x801c581f, unsafe.Pointer(&fa)))
+		if res == "get: <nil>" {
+			fa.ProjID, fa.XFlags = 0, fa.XFlags&^0x200
+			err := ioctl(f.Fd(), 0x401c5820, unsafe.Pointer(&fa))
+			res = "ok"
+			if err != nil {
+				res = err.Error()
+			}
+		}
+		fmt.Println(p, "fssetxattr:", res)
+		var flags int64
+		res = "get: " + fmt.Sprint(ioctl(f.Fd(), 0x80086601, unsafe.Pointer(&flags)))
+		if res == "get: <nil>" {
+			flags &^= 0x20000000
+			err := ioctl(f.Fd(), 0x40086602, unsafe.Pointer(&flags))
+			res = "ok"
+			if err != nil {
+				res = err.Error()
+			}
+		}
+		fmt.Println(p, "setflags:", res)
+		f.Close()
+	}
+}
+`
+
+// buildQuotaEscape builds quotaEscapeSource static and returns its path.
+func buildQuotaEscape(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module escape\n\ngo 1.21\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(quotaEscapeSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "escape")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build the quota escape: %v: %s", err, b)
+	}
+	return out
+}
