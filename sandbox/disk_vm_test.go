@@ -63,7 +63,7 @@ func TestDiskFullOnVMs(t *testing.T) {
 	if filler.VMID != neighbour.VMID {
 		t.Logf("the two sandboxes landed on different VMs (%s, %s)", filler.VMID, neighbour.VMID)
 	}
-	if _, err := os.Stat(filepath.Join(e.dataDir, "scratch", filler.VMID+".img")); err != nil {
+	if _, err := os.Stat(filepath.Join(e.dataDir, "scratch", e.pools().InstallationID(), filler.VMID+".img")); err != nil {
 		t.Errorf("Got(the VM's scratch disk) = %v; want a file in the data dir", err)
 	}
 

@@ -14,24 +14,28 @@ import (
 )
 
 // Every VM has a scratch disk: a sparse ext4 file with project quotas in
-// DataDir/scratch/<vm id>.img, made just before its domain is defined and
+// DataDir/scratch/<installation id>/<vm id>.img, made just before its domain is defined and
 // removed once the VM ended (dropRuntime); the reconcile sweeps any file
-// whose VM is not active (a crash between the two). The guest agent keeps
+// whose VM is not active (a crash between the two), in its installation's
+// folder only: installations sharing a data dir never touch each other's. The guest agent keeps
 // each sandbox's writable layer and /workspace on it, so they cost disk, not
 // guest memory (sandbox/agent scratch.go).
 
 const scratchExt = ".img"
 
+func (s *Service) scratchDir() string {
+	return filepath.Join(s.cfg.DataDir, "scratch", s.installID)
+}
+
 func (s *Service) scratchPath(id string) string {
-	return filepath.Join(s.cfg.DataDir, "scratch", id+scratchExt)
+	return filepath.Join(s.scratchDir(), id+scratchExt)
 }
 
 // createScratch makes the VM's scratch disk, attached after the nTemplates
 // template disks.
 func (s *Service) createScratch(ctx context.Context, id string, nTemplates int) (hypervisor.Disk, error) {
-	dir := filepath.Join(s.cfg.DataDir, "scratch")
-	// QEMU runs as its own user: the folder must be searchable.
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// QEMU runs as its own user: the folders must be searchable.
+	if err := os.MkdirAll(s.scratchDir(), 0o755); err != nil {
 		return hypervisor.Disk{}, fmt.Errorf("create scratch disk: %w", err)
 	}
 	p := s.scratchPath(id)
@@ -53,7 +57,7 @@ func (s *Service) removeScratch(id string) {
 
 // sweepScratch removes the scratch disks of VMs that are not active.
 func (s *Service) sweepScratch(ctx context.Context) {
-	entries, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "scratch"))
+	entries, err := os.ReadDir(s.scratchDir())
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("sweep scratch disks", "err", err)
