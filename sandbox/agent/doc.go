@@ -32,9 +32,12 @@ package agent
 // overlay, through its upper dir) reports the project's limit. The seccomp
 // profile refuses FS_IOC_FSSETXATTR and FS_IOC_SETFLAGS: a file's owner
 // could otherwise move it out of its project or stop a folder passing the
-// project on. Destroy removes the folders, lifts their quotas and trims the
-// disk so the host's sparse file shrinks. A VM without the disk (an older
-// host) falls back to the tmpfs.
+// project on. Destroy removes the folders and lifts their quotas; a trim
+// within a minute (batched: one FITRIM walks every group that freed blocks)
+// shrinks the host's sparse file again. The disk is mounted noinit_itable:
+// its inode tables read as zeros already, and lazily zeroing them would
+// write a GiB per 64 GiB on the emulated CPU. A VM without the disk (an
+// older host) falls back to the tmpfs.
 //
 // The container's process is this binary, bound read-only at
 // /.stockade/init and run as `sandbox-init --listen-fd 3`: crun hands over
