@@ -56,6 +56,9 @@ type Disk struct {
 	Target   string // "vdb", "vdc", ...
 	ReadOnly bool
 	Format   string // "raw" when empty
+	// Discard passes the guest's discards (fstrim) down to the file,
+	// punching holes in it: a sparse scratch disk shrinks again.
+	Discard bool
 }
 
 // DomainName is the libvirt name of the VM with this id. It is derived from
@@ -222,6 +225,9 @@ func BuildDomain(s DomainSpec) (*libvirtxml.Domain, error) {
 		}
 		if d.ReadOnly {
 			disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+		}
+		if d.Discard {
+			disk.Driver.Discard = "unmap"
 		}
 		disks = append(disks, disk)
 	}

@@ -40,7 +40,7 @@ func TestBuildDomainGolden(t *testing.T) {
 			s.VCPUs = 2
 			s.Disks = []Disk{
 				{Path: "/var/lib/stockade/templates/busybox.ext4", Target: "vdb", ReadOnly: true},
-				{Path: "/var/lib/stockade/vms/0b6c9e0e/scratch.qcow2", Target: "vdc", Format: "qcow2"},
+				{Path: "/var/lib/stockade/vms/0b6c9e0e/scratch.qcow2", Target: "vdc", Format: "qcow2", Discard: true},
 			}
 		}},
 		{"kvm", func(s *DomainSpec) { s.Type = TypeKVM; s.MemoryMiB = 1024 }},

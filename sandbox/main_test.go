@@ -303,6 +303,11 @@ func (e *testEnv) teardown() error {
 			}
 			h.Close()
 		}
+		// Their scratch disks: vmpool removes one as its VM ends, but these
+		// ended behind its back.
+		if err := os.RemoveAll(filepath.Join(e.dataDir, "scratch", install)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if e.db != nil {
 		if sqlDB, err := e.db.DB(); err == nil {

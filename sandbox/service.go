@@ -378,7 +378,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
 		ID: sb.ID, Template: sb.Template, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
 		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB, PidsMax: pol.Doc.Resources.MaxPids, // 0 (no policy): the agent's default
-			DiskMiB: max(sb.MemoryMiB/2, 8), WorkspaceMiB: max(sb.MemoryMiB/2, 8)},
+			// On the VM's scratch disk, not in memory: the policy's sizes (0: the agent's default).
+			DiskMiB: pol.Doc.Resources.MaxDiskMiB, WorkspaceMiB: pol.Doc.Filesystem.WorkspaceMiB},
 		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
 	})
 	if err != nil {

@@ -40,13 +40,17 @@ func needLibvirt(t *testing.T) {
 func bootDomain(name string, g Guest, sock, console string, memMiB uint, disks ...string) (string, error) {
 	var dd []libvirtxml.DomainDisk
 	for i, d := range disks {
-		dd = append(dd, libvirtxml.DomainDisk{
+		disk := libvirtxml.DomainDisk{
 			Device:   "disk",
 			Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
 			Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: d}},
 			Target:   &libvirtxml.DomainDiskTarget{Dev: "vd" + string(rune('b'+i)), Bus: "virtio"},
 			ReadOnly: &libvirtxml.DomainDiskReadOnly{},
-		})
+		}
+		if strings.HasSuffix(d, scratchTestName) { // the VM's scratch disk is writable
+			disk.ReadOnly, disk.Driver.Discard = nil, "unmap"
+		}
+		dd = append(dd, disk)
 	}
 	dom := &libvirtxml.Domain{
 		Type:   "qemu",

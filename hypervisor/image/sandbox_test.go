@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -20,7 +21,11 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
-// testVM is a booted guest with the busybox template attached.
+// scratchTestName is the file name of a test VM's scratch disk.
+const scratchTestName = "scratch.img"
+
+// testVM is a booted guest with the busybox template and a scratch disk
+// attached.
 type testVM struct {
 	name    string
 	sock    string
@@ -50,7 +55,11 @@ func bootTestVM(tb testing.TB, memMiB uint) (*testVM, *agentproto.Client) {
 	os.Chmod(dir, 0o755)
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	vm.sock, vm.console = filepath.Join(dir, "agent.sock"), filepath.Join(dir, "console.log")
-	xml, err := bootDomain(vm.name, m.Guest, vm.sock, vm.console, memMiB, tpl.Path)
+	scratch := filepath.Join(dir, scratchTestName)
+	if err := CreateScratch(context.Background(), scratch, 1024); err != nil {
+		tb.Fatal(err)
+	}
+	xml, err := bootDomain(vm.name, m.Guest, vm.sock, vm.console, memMiB, tpl.Path, scratch)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -148,6 +157,17 @@ func run(ctx context.Context, c *agentproto.Client, req agentproto.ExecRequest) 
 	var out, errOut bytes.Buffer
 	st, err := c.Exec(ctx, req, nil, &out, &errOut)
 	return out.String(), errOut.String(), st, err
+}
+
+// quotaFull is how a write past a sandbox's disk or workspace size fails:
+// EDQUOT, from the project quota on the VM's scratch disk.
+const quotaFull = "Disk quota exceeded"
+
+// between reports whether the number s is in [lo, hi].
+func between(s string, lo, hi int) bool {
+	var n int
+	_, err := fmt.Sscan(s, &n)
+	return err == nil && n >= lo && n <= hi
 }
 
 func sh(id, script string) agentproto.ExecRequest {
@@ -334,6 +354,28 @@ func TestSandboxes(t *testing.T) {
 		}
 	})
 
+	// A folder's quota project and its inheritance hold a sandbox to its
+	// share of the VM's scratch disk; the owner of a folder could change
+	// both with two ioctls, which the seccomp profile refuses.
+	t.Run("quota project escape", func(t *testing.T) {
+		bin, err := os.ReadFile(buildQuotaEscape(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "/workspace/escape", Mode: 0o755}, bytes.NewReader(bin)); err != nil {
+			t.Fatal(err)
+		}
+		defer run(ctx, c, sh("sb-a", "rm -f /workspace/escape"))
+		out, errOut, _, err := run(ctx, c, sh("sb-a", "mkdir -p /workspace/d /tmp/d; /workspace/escape /workspace /workspace/d /tmp/d"))
+		want := ""
+		for _, p := range []string{"/workspace", "/workspace/d", "/tmp/d"} {
+			want += p + " fssetxattr: operation not permitted\n" + p + " setflags: operation not permitted\n"
+		}
+		if out != want || err != nil {
+			t.Errorf("Got(changing quota projects) = %q, %q, %v; want %q", out, errOut, err, want)
+		}
+	})
+
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
 		out, _, st, err := run(ctx, c, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"sh", "-c", "echo begun; sleep 60"}, TimeoutSeconds: 2})
@@ -400,10 +442,10 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("disk full", func(t *testing.T) {
-		out, _, _, _ := run(ctx, c, sh("sb-a", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1 | grep -c 'No space left'; "+
-			"dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1 | grep -c 'No space left'"))
+		out, _, _, _ := run(ctx, c, sh("sb-a", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'; "+
+			"dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'"))
 		if out != "1\n1\n" {
-			t.Errorf("Got(filling a's disk and workspace) = %q; want ENOSPC twice", out)
+			t.Errorf("Got(filling a's disk and workspace) = %q; want EDQUOT twice", out)
 		}
 		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "more"}, bytes.NewReader(make([]byte, 1<<20))); !errors.Is(err, agentproto.ErrExhausted) {
 			t.Errorf("Got(WriteFile() into a full workspace) = %v; want ErrExhausted", err)
@@ -417,6 +459,42 @@ func TestSandboxes(t *testing.T) {
 			t.Errorf("Got(SandboxStats(a) disk) = %d/%d, workspace %d/%d; want both full", stats.DiskUsed, stats.DiskSize, stats.WorkspaceUsed, stats.WorkspaceSize)
 		}
 		run(ctx, c, sh("sb-a", "rm -f /tmp/fill /workspace/fill"))
+	})
+
+	// The writable layer and /workspace are on the VM's scratch disk, not
+	// in memory: a sandbox fills both far past its memory limit, the writer
+	// gets EDQUOT at the sandbox's sizes, and the sandbox, its files and its
+	// neighbour live on. (On tmpfs the fill was charged to the sandbox's
+	// memory and OOM-killed it.)
+	t.Run("disk full beyond memory", func(t *testing.T) {
+		big := agentproto.Limits{VCPUs: 1, MemoryMiB: 48, PidsMax: 64, DiskMiB: 96, WorkspaceMiB: 128}
+		if _, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-d", Template: "busybox", Limits: big}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.DestroySandbox(ctx, "sb-d")
+		if out, _, st, err := run(ctx, c, sh("sb-d", "echo kept > /workspace/keep.txt && echo kept > /home/sandbox/keep.txt && echo ok")); out != "ok\n" {
+			t.Fatalf("Got(write before the fill) = %q, %+v, %v; want ok", out, st, err)
+		}
+		out, _, st, err := run(ctx, c, sh("sb-d", "dd if=/dev/zero of=/workspace/big bs=1M count=400 2>&1 | grep -c '"+quotaFull+"'; "+
+			"ls -l /workspace/big | awk '{print int($5/1048576)}'; "+
+			"dd if=/dev/zero of=/tmp/big bs=1M count=400 2>&1 | grep -c '"+quotaFull+"'; "+
+			"ls -l /tmp/big | awk '{print int($5/1048576)}'"))
+		lines := strings.Fields(out)
+		if err != nil || st.Reason != "exited" || len(lines) != 4 || lines[0] != "1" || lines[2] != "1" ||
+			!between(lines[1], 100, 128) || !between(lines[3], 70, 96) {
+			t.Errorf("Got(filling d's workspace and root) = %q, %+v, %v; want EDQUOT for each at ~128 and ~96 MiB", out, st, err)
+		}
+		out, _, st, err = run(ctx, c, sh("sb-d", "cat /workspace/keep.txt /home/sandbox/keep.txt"))
+		if out != "kept\nkept\n" || st.Code != 0 {
+			t.Errorf("Got(d's files after the fill) = %q, %+v, %v; want both kept: the sandbox still runs", out, st, err)
+		}
+		if stats, err := c.SandboxStats(ctx, "sb-d"); err != nil || stats.State != agentproto.SandboxRunning || stats.OOMKills != 0 ||
+			stats.WorkspaceSize != 128<<20 || stats.DiskSize != 96<<20 {
+			t.Errorf("Got(SandboxStats(d)) = %+v, %v; want running, no OOM kill, sizes 128 and 96 MiB", stats, err)
+		}
+		if out, _, _, err := run(ctx, c, sh("sb-b", "echo alive")); out != "alive\n" {
+			t.Errorf("Got(exec in neighbour b) = %q, %v; want alive", out, err)
+		}
 	})
 
 	t.Run("lifetime", func(t *testing.T) {
@@ -647,3 +725,77 @@ func p50Of(s []agentproto.Startup, f func(agentproto.Startup) time.Duration) tim
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quotaEscapeSource tries, on each folder named, to move it out of its
+// quota project (FS_IOC_FSSETXATTR with project 0, no inheritance) and to
+// stop it passing the project on (FS_IOC_SETFLAGS without
+// FS_PROJINHERIT_FL), and prints what each got.
+const quotaEscapeSource = `package main
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func ioctl(fd uintptr, req uintptr, p unsafe.Pointer) error {
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(p)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func main() {
+	for _, p := range os.Args[1:] {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Println(p, err)
+			continue
+		}
+		var fa struct{ XFlags, ExtSize, NExtents, ProjID, CowExtSize uint32; pad [8]byte }
+		res := "get: " + fmt.Sprint(ioctl(f.Fd(), 0x801c581f, unsafe.Pointer(&fa)))
+		if res == "get: <nil>" {
+			fa.ProjID, fa.XFlags = 0, fa.XFlags&^0x200
+			err := ioctl(f.Fd(), 0x401c5820, unsafe.Pointer(&fa))
+			res = "ok"
+			if err != nil {
+				res = err.Error()
+			}
+		}
+		fmt.Println(p, "fssetxattr:", res)
+		var flags int64
+		res = "get: " + fmt.Sprint(ioctl(f.Fd(), 0x80086601, unsafe.Pointer(&flags)))
+		if res == "get: <nil>" {
+			flags &^= 0x20000000
+			err := ioctl(f.Fd(), 0x40086602, unsafe.Pointer(&flags))
+			res = "ok"
+			if err != nil {
+				res = err.Error()
+			}
+		}
+		fmt.Println(p, "setflags:", res)
+		f.Close()
+	}
+}
+`
+
+// buildQuotaEscape builds quotaEscapeSource static and returns its path.
+func buildQuotaEscape(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module escape\n\ngo 1.21\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(quotaEscapeSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "escape")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build the quota escape: %v: %s", err, b)
+	}
+	return out
+}

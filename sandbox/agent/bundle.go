@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -328,7 +330,7 @@ const (
 // seccompProfile is the default profile: everything is allowed but what lets
 // a process reach past its sandbox (mounts, modules, kexec, bpf, keyrings,
 // ptrace, perf, handles, namespaces, swap, reboot, raw and packet sockets,
-// terminal injection), which fails with EPERM. No capability is held in a
+// terminal injection, changing quota projects), which fails with EPERM. No capability is held in a
 // sandbox, so most of these fail anyway; the profile removes the kernel code
 // behind them from reach. Every ABI of the CPU is listed so a 32-bit
 // syscall cannot slip past.
@@ -379,6 +381,12 @@ func seccompProfile() *ociSeccomp {
 				ociSysArg{Index: 1, Value: sockTypeMask, ValueTwo: sockRaw, Op: "SCMP_CMP_MASKED_EQ"}),
 			denyIf("ioctl", ociSysArg{Index: 1, Value: tiocsti, Op: "SCMP_CMP_EQ"}),
 			denyIf("ioctl", ociSysArg{Index: 1, Value: tioclinux, Op: "SCMP_CMP_EQ"}),
+			// A file's quota project, and a folder's inheritance of it,
+			// hold it to its sandbox's share of the scratch disk
+			// (scratch.go): its owner could change either.
+			denyIf("ioctl", ociSysArg{Index: 1, Value: fsIocFSSetXattr, Op: "SCMP_CMP_EQ"}),
+			denyIf("ioctl", ociSysArg{Index: 1, Value: unix.FS_IOC_SETFLAGS, Op: "SCMP_CMP_EQ"}),
+			denyIf("ioctl", ociSysArg{Index: 1, Value: fsIoc32SetFlags, Op: "SCMP_CMP_EQ"}),
 		},
 	}
 }

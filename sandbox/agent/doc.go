@@ -9,15 +9,35 @@ package agent
 //
 // The bundle, /run/stockade/sandboxes/<id>:
 //
-//	scratch/   tmpfs of DiskMiB holding the overlay's upper and work dirs
+//	scratch/   the overlay's upper and work dirs: a bind of the quota'd
+//	           folder /run/stockade/scratch/<id>/disk (DiskMiB) of the VM's
+//	           scratch disk
 //	rootfs/    overlay(lower = template mount, upper = scratch/upper),
-//	           nosuid,nodev; /workspace on it is a tmpfs of WorkspaceMiB
+//	           nosuid,nodev; /workspace on it is a bind of the quota'd
+//	           folder /run/stockade/scratch/<id>/workspace (WorkspaceMiB)
 //	           owned by uid 1000. This is the sandbox's / as the agent sees
 //	           it: file operations resolve below it.
 //	config.json  ociConfig (bundle.go): golden files in testdata/
 //	ctl.sock   the control listener (SOCK_SEQPACKET, 0600, root)
 //	crun/      crun's state (--root)
 //	init.pid, init.log
+//
+// Scratch disk (scratch.go): the host attaches one sparse ext4 disk with
+// project quotas to every VM (label ScratchLabel); the agent mounts it at
+// /run/stockade/scratch with quotas enforced. Each sandbox's two folders are
+// quota projects of their own (blocks and inodes, as the tmpfs's were), so
+// a full one fails the writer with EDQUOT and costs no guest memory: before,
+// both were tmpfs charged to the sandbox's memory.max, and filling
+// /workspace OOM-killed the sandbox. statfs of a project folder (and of the
+// overlay, through its upper dir) reports the project's limit. The seccomp
+// profile refuses FS_IOC_FSSETXATTR and FS_IOC_SETFLAGS: a file's owner
+// could otherwise move it out of its project or stop a folder passing the
+// project on. Destroy removes the folders and lifts their quotas; a trim
+// within a minute (batched: one FITRIM walks every group that freed blocks)
+// shrinks the host's sparse file again. The disk is mounted noinit_itable:
+// its inode tables read as zeros already, and lazily zeroing them would
+// write a GiB per 64 GiB on the emulated CPU. A VM without the disk (an
+// older host) falls back to the tmpfs.
 //
 // The container's process is this binary, bound read-only at
 // /.stockade/init and run as `sandbox-init --listen-fd 3`: crun hands over

@@ -84,6 +84,10 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	if err := mountAll(); err != nil {
 		return err
 	}
+	// Sandbox quotas bind the agent's own writes into sandboxes too.
+	if err := dropQuotaOverride(); err != nil {
+		return err
+	}
 	bs.set(func(b *agentproto.Boot) { b.Mounted = uptime() })
 
 	release := kernelRelease()

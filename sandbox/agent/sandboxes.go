@@ -58,6 +58,7 @@ type Manager struct {
 	log       *slog.Logger
 	cgroups   string // the parent of every sandbox's cgroup
 	templates *templates
+	scratch   *scratch
 
 	// scanned is closed after the first template scan; scannedAt is when.
 	scanned   chan struct{}
@@ -122,6 +123,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, cgroups: cg, sandboxes: map[string]*sandbox{}, scanned: make(chan struct{}),
 		templates: newTemplates(cfg.Logger, cfg.SysBlockDir, cfg.DevDir, filepath.Join(cfg.StateDir, "templates")),
+		scratch:   newScratch(cfg.SysBlockDir, cfg.DevDir, filepath.Join(cfg.StateDir, "scratch")),
 	}
 	// Mount the templates as soon as their disks can be read, so the first
 	// create does not wait for it.
@@ -130,6 +132,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		m.disksReady(context.Background())
 		if err := m.templates.scan(); err != nil {
 			m.log.Warn("templates", "err", err)
+		}
+		if _, err := m.scratch.find(); err != nil {
+			m.log.Warn("scratch disk", "err", err)
 		}
 		m.scannedAt = time.Now()
 	}()
@@ -205,6 +210,10 @@ type sandbox struct {
 	cgroup  string
 	created time.Time
 	tpl     template
+	// scratchDir holds its folders on the scratch disk, quota projects
+	// projects; empty when they are tmpfs (scratch.go).
+	scratchDir string
+	projects   []uint32
 
 	mu         sync.Mutex
 	state      string
@@ -435,18 +444,16 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 	return nil
 }
 
-// mountRoot makes the bundle: a size-bounded tmpfs holding the overlay's
-// writable layer, the overlay over the template as rootfs, and a
-// size-bounded tmpfs on rootfs/workspace.
+// mountRoot makes the bundle: the overlay's writable layer on scratch/ (a
+// quota'd folder of the VM's scratch disk: scratch.go), the overlay over the
+// template as rootfs, and the sandbox's /workspace on rootfs/workspace.
 func (m *Manager) mountRoot(sb *sandbox) error {
-	l := sb.spec.Limits
 	if err := os.Mkdir(sb.dir, 0o700); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
 	scratch := filepath.Join(sb.dir, "scratch")
-	if err := mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755", l.DiskMiB, inodesFor(l.DiskMiB))); err != nil {
-		return fmt.Errorf("bundle: %w", err)
+	if err := m.mountScratch(sb, scratch); err != nil {
+		return err
 	}
 	for _, d := range []string{"upper", "work"} {
 		if err := os.Mkdir(filepath.Join(scratch, d), 0o755); err != nil {
@@ -457,12 +464,7 @@ func (m *Manager) mountRoot(sb *sandbox) error {
 	if err := mount("overlay", sb.rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
-	ws := filepath.Join(sb.rootfs, workspaceDir)
-	if err := mount("tmpfs", ws, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", l.WorkspaceMiB, inodesFor(l.WorkspaceMiB), sandboxUID, sandboxGID)); err != nil {
-		return fmt.Errorf("bundle: %w", err)
-	}
-	return nil
+	return m.mountWorkspace(sb, filepath.Join(sb.rootfs, workspaceDir))
 }
 
 // inodesFor bounds a tmpfs's files: running out of them is ENOSPC too.
@@ -709,6 +711,9 @@ func (m *Manager) teardown(ctx context.Context, sb *sandbox) error {
 	}
 	if err := os.RemoveAll(sb.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
+	}
+	if err := m.removeScratch(sb); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -55,6 +55,7 @@ func (s *Service) dropRuntime(id string) {
 	if rt != nil {
 		rt.closeClient()
 	}
+	s.removeScratch(id)
 }
 
 func (rt *runtime) getClient() *agentproto.Client {
@@ -198,10 +199,16 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 		return
 	}
 	s.phase(vm.ID, PhaseDefining)
+	disks := s.templateDisks()
+	scratch, err := s.createScratch(ctx, vm.ID, len(disks))
+	if err != nil {
+		s.failBoot(vm, nil, fmt.Errorf("boot: %w", err))
+		return
+	}
 	spec := hypervisor.DomainSpec{
 		ID: vm.ID, TenantID: vm.TenantID, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName, Disks: s.templateDisks(),
+		ChannelName: agentproto.ChannelName, Disks: append(disks, scratch),
 	}
 	start := time.Now()
 	dom, err := hv.Create(ctx, spec)
@@ -256,7 +263,7 @@ func (s *Service) templateDisks() []hypervisor.Disk {
 	}
 	var out []hypervisor.Disk
 	for i, t := range m.Templates {
-		if i >= 'z'-'b' {
+		if i >= 'z'-'b' { // the last slot is the scratch disk's
 			break
 		}
 		out = append(out, hypervisor.Disk{Path: t.Path, Target: "vd" + string(rune('b'+i)), ReadOnly: true})

@@ -313,6 +313,7 @@ func (s *Service) reconcileAll() {
 			s.reconcileTenant(p.TenantID)
 		}
 	}
+	s.sweepScratch(s.ctx)
 }
 
 // reconcileTenant boots VMs until the tenant has its warm count of idle

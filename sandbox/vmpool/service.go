@@ -67,10 +67,16 @@ func LibvirtConnector(domainType, probeKernel string) Connector {
 type Config struct {
 	// URIs are the libvirt hosts (STOCKADE_LIBVIRT_URIS); default qemu:///system.
 	URIs []string
-	// DataDir holds the guest image (image.Load).
+	// DataDir holds the guest image (image.Load) and the VMs' scratch
+	// disks (DataDir/scratch).
 	DataDir string
-	Logger  *slog.Logger
-	Clock   func() time.Time
+	// ScratchMiB is the size of each VM's scratch disk, which holds its
+	// sandboxes' writable layers and workspaces (each bounded by its
+	// sandbox's limits); default 65536 (32 sandboxes of 1 GiB + 1 GiB). The
+	// file is sparse: it takes only what sandboxes write.
+	ScratchMiB int
+	Logger     *slog.Logger
+	Clock      func() time.Time
 	// DomainType forces "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE); "" detects
 	// it once per host with a real boot.
 	DomainType string
@@ -154,6 +160,9 @@ func (c *Config) checkAndSetDefaults() error {
 	}
 	if c.BootConcurrency <= 0 {
 		c.BootConcurrency = 2
+	}
+	if c.ScratchMiB <= 0 {
+		c.ScratchMiB = 64 << 10
 	}
 	def(&c.BootTimeout, 3*time.Minute)
 	def(&c.AdoptTimeout, 30*time.Second)

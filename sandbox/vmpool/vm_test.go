@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -213,6 +214,11 @@ func TestVMs(t *testing.T) {
 		if evs := f.events(t, f.a.ID, audit.TypeVMCreated, vm.ID); len(evs) != 1 || evs[0].ActorKind != audit.ActorToken {
 			t.Errorf("Got(vm.created of %s) = %+v; want one by the token", vm.ID, evs)
 		}
+		for _, g := range got {
+			if _, err := os.Stat(f.scratchFile(g.ID)); err != nil {
+				t.Errorf("Got(scratch disk of %s) = %v; want a file in the data dir", g.ID, err)
+			}
+		}
 		vm1, vm4 = got[0].ID, got[1].ID
 	})
 	if vm1 == "" {
@@ -272,12 +278,38 @@ func TestVMs(t *testing.T) {
 		if domainExists(t, vm4) {
 			t.Errorf("domain of %s still exists after DELETE", vm4)
 		}
+		if _, err := os.Stat(f.scratchFile(vm4)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Got(scratch disk of %s after DELETE) = %v; want it removed", vm4, err)
+		}
 		if evs := f.events(t, f.a.ID, audit.TypeVMDestroyed, vm4); len(evs) != 1 {
 			t.Errorf("Got(vm.destroyed of %s) = %d events; want 1", vm4, len(evs))
 		}
 		status, body = f.apiA.JSON(t, http.MethodDelete, "/api/v1/vms/"+vm4, nil, nil)
 		if status != http.StatusConflict {
 			t.Errorf("second DELETE = %d %s; want 409", status, body)
+		}
+	})
+
+	// A scratch disk no active VM accounts for (a crash between its boot
+	// and its end) is swept by the reconcile.
+	t.Run("OrphanScratchDiskSwept", func(t *testing.T) {
+		orphan := f.scratchFile("0b6c9e0e-0000-4000-8000-00000000dead")
+		if err := os.WriteFile(orphan, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if _, err := os.Stat(orphan); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				os.Remove(orphan)
+				t.Fatalf("Got(orphan scratch disk after 2 min) = still there; want it swept")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if _, err := os.Stat(f.scratchFile(vm1)); err != nil {
+			t.Errorf("Got(scratch disk of running %s after the sweep) = %v; want it kept", vm1, err)
 		}
 	})
 
@@ -326,6 +358,9 @@ func TestVMs(t *testing.T) {
 		}
 		if domainExists(t, vm2) {
 			t.Errorf("domain of recycled %s still exists", vm2)
+		}
+		if _, err := os.Stat(f.scratchFile(vm2)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Got(scratch disk of recycled %s) = %v; want it removed", vm2, err)
 		}
 		if evs := f.events(t, f.a.ID, audit.TypeVMRecycled, vm2); len(evs) != 1 {
 			t.Errorf("Got(vm.recycled of %s) = %d events; want 1", vm2, len(evs))
@@ -931,4 +966,9 @@ func TestHypervisorUnavailable(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].Health != vmpool.HealthUnavailable || rows[0].LastSeenAt != nil {
 		t.Errorf("Got(hosts table) = %+v, %v; want one unavailable host never seen", rows, err)
 	}
+}
+
+// scratchFile is where the service keeps the scratch disk of VM id.
+func (f *fixture) scratchFile(id string) string {
+	return filepath.Join(f.dataDir, "scratch", f.svc.InstallationID(), id+".img")
 }
