@@ -187,13 +187,13 @@ func (st *stream) Read(p []byte) (int, error) {
 		case errors.Is(err, io.EOF):
 			return 0, io.EOF
 		case err != nil:
-			return 0, fmt.Errorf("read libvirt stream: %w", classify(err))
+			return 0, streamErr("read libvirt stream", err)
 		case n >= 0:
 			return n, nil
 		}
 		// -2: nothing buffered. Wait for the event loop to say otherwise.
 		if err := st.arm(libvirt.STREAM_EVENT_READABLE); err != nil {
-			return 0, fmt.Errorf("read libvirt stream: %w", err)
+			return 0, streamErr("read libvirt stream", err)
 		}
 		select {
 		case <-st.readable:
@@ -219,14 +219,14 @@ func (st *stream) Write(p []byte) (int, error) {
 		n, err := st.ls.Send(p[written:])
 		st.mu.Unlock()
 		if err != nil {
-			return written, fmt.Errorf("write libvirt stream: %w", classify(err))
+			return written, streamErr("write libvirt stream", err)
 		}
 		if n >= 0 {
 			written += n
 			continue
 		}
 		if err := st.arm(libvirt.STREAM_EVENT_WRITABLE); err != nil {
-			return written, fmt.Errorf("write libvirt stream: %w", err)
+			return written, streamErr("write libvirt stream", err)
 		}
 		_, changed, fire, stop := st.writeDeadline()
 		select {
@@ -254,7 +254,7 @@ func (st *stream) Close() error {
 		st.mu.Unlock()
 		_ = ls.EventRemoveCallback()
 		if aerr := ls.Abort(); aerr != nil && libvirtCode(aerr) != libvirt.ERR_RPC {
-			err = fmt.Errorf("close libvirt stream: %w", classify(aerr))
+			err = streamErr("close libvirt stream", aerr)
 		}
 		ls.Free()
 	})

@@ -1,0 +1,115 @@
+package hypervisor_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+)
+
+// TestOneVMCrashKeepsTheConnection boots two tenants' VMs on one
+// connection, holds both agent channels open, kills tenant A's QEMU and
+// checks the blast radius: A's stream ends, the connection stays up (no
+// KindDisconnected), and tenant B's channel keeps echoing.
+func TestOneVMCrashKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	guest := systemGuest(t)
+	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
+	ctx := context.Background()
+	idA, idB := hypervisortest.NewID("blast-a-"), hypervisortest.NewID("blast-b-")
+	dA, err := h.Create(ctx, guest.Spec(idA, "tenant-a"))
+	if err != nil {
+		t.Fatalf("Create(%s) error = %v", idA, err)
+	}
+	if _, err := h.Create(ctx, guest.Spec(idB, "tenant-b")); err != nil {
+		t.Fatalf("Create(%s) error = %v", idB, err)
+	}
+	chA := openChannel(t, h, idA, guest.Channel)
+	chB := openChannel(t, h, idB, guest.Channel)
+	for _, ch := range []io.ReadWriter{chA, chB} {
+		if got := readLine(t, ch, 120*time.Second); !strings.HasPrefix(got, "READY ") {
+			t.Fatalf("first line = %q; want READY", got)
+		}
+	}
+	echo := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(chB, msg+"\n"); err != nil {
+			t.Fatalf("write to B's channel: %v", err)
+		}
+		if got := readLine(t, chB, 30*time.Second); got != msg {
+			t.Fatalf("B's echo of %q = %q", msg, got)
+		}
+	}
+	echo("before")
+
+	raw, err := os.ReadFile("/run/libvirt/qemu/" + dA.Name + ".pid")
+	if err != nil {
+		t.Fatalf("read QEMU pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("pid file = %q", raw)
+	}
+	drain(h.Events())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill QEMU %d: %v", pid, err)
+	}
+	// A's stream ends; reading it to the end is what a session does.
+	readEnd := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, chA)
+		readEnd <- err
+	}()
+	var events []hypervisor.Event
+	crashed := false
+	deadline := time.After(30 * time.Second)
+	for !crashed {
+		select {
+		case ev := <-h.Events():
+			events = append(events, ev)
+			crashed = ev.ID == idA && ev.Kind == hypervisor.KindCrashed
+		case <-deadline:
+			t.Fatalf("no crash event for A within 30 s; saw %+v", events)
+		}
+	}
+	select {
+	case err := <-readEnd:
+		t.Logf("A's stream ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("A's channel read still blocked 30 s after its QEMU died")
+	}
+	// Closing A's dead stream is what the pool does next.
+	if err := chA.Close(); err != nil {
+		t.Logf("Close of A's dead stream: %v", err)
+	}
+	// B is untouched: several round trips over a few seconds, then the
+	// connection itself answers.
+	for i := range 5 {
+		echo("after-" + strconv.Itoa(i))
+		time.Sleep(500 * time.Millisecond)
+	}
+	if _, err := h.List(ctx); err != nil {
+		t.Errorf("List() after A's crash error = %v; want the connection up", err)
+	}
+	for {
+		select {
+		case ev := <-h.Events():
+			events = append(events, ev)
+			continue
+		default:
+		}
+		break
+	}
+	for _, ev := range events {
+		if ev.Kind == hypervisor.KindDisconnected || ev.Kind == hypervisor.KindReconnected {
+			t.Errorf("Got(event after one VM's crash) = %+v; want the connection untouched", ev)
+		}
+	}
+}
