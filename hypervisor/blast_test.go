@@ -2,6 +2,7 @@ package hypervisor_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"strconv"
@@ -84,6 +85,13 @@ func TestOneVMCrashKeepsTheConnection(t *testing.T) {
 		t.Logf("A's stream ended: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("A's channel read still blocked 30 s after its QEMU died")
+	}
+	// Whatever A's dead stream answers now is about that stream only.
+	if _, err := io.WriteString(chA, "anyone there?\n"); err != nil {
+		t.Logf("write to A's dead stream: %v", err)
+		if errors.Is(err, hypervisor.ErrUnavailable) || !errors.Is(err, hypervisor.ErrStreamClosed) {
+			t.Errorf("Got(write to a dead VM's stream) = %v; want ErrStreamClosed, not ErrUnavailable (that is the host's)", err)
+		}
 	}
 	// Closing A's dead stream is what the pool does next.
 	if err := chA.Close(); err != nil {
