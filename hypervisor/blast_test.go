@@ -59,15 +59,27 @@ func TestOneVMCrashKeepsTheConnection(t *testing.T) {
 		t.Fatalf("pid file = %q", raw)
 	}
 	drain(h.Events())
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill QEMU %d: %v", pid, err)
-	}
-	// A's stream ends; reading it to the end is what a session does.
+	// A's stream is busy both ways when its QEMU dies, as an agent
+	// session is: the host keeps writing, the guest keeps echoing.
 	readEnd := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(io.Discard, chA)
 		readEnd <- err
 	}()
+	writeEnd := make(chan error, 1)
+	go func() {
+		line := strings.Repeat("y", 1000) + "\n"
+		for {
+			if _, err := io.WriteString(chA, line); err != nil {
+				writeEnd <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(time.Second) // traffic flowing
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill QEMU %d: %v", pid, err)
+	}
 	var events []hypervisor.Event
 	crashed := false
 	deadline := time.After(30 * time.Second)
@@ -86,12 +98,15 @@ func TestOneVMCrashKeepsTheConnection(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("A's channel read still blocked 30 s after its QEMU died")
 	}
-	// Whatever A's dead stream answers now is about that stream only.
-	if _, err := io.WriteString(chA, "anyone there?\n"); err != nil {
+	// What A's dead stream answers is about that stream only.
+	select {
+	case err := <-writeEnd:
 		t.Logf("write to A's dead stream: %v", err)
 		if errors.Is(err, hypervisor.ErrUnavailable) || !errors.Is(err, hypervisor.ErrStreamClosed) {
 			t.Errorf("Got(write to a dead VM's stream) = %v; want ErrStreamClosed, not ErrUnavailable (that is the host's)", err)
 		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("writes to A's channel still succeed 30 s after its QEMU died")
 	}
 	// Closing A's dead stream is what the pool does next.
 	if err := chA.Close(); err != nil {
