@@ -33,7 +33,6 @@ burst=${FAULTS_BURST:-12}
 only=${FAULTS_ONLY:-qemu-kill server-kill libvirtd-restart workspace-full create-burst}
 tmp=$(mktemp -d)
 failed=0
-created=""
 
 for tool in curl jq; do
 	command -v "$tool" >/dev/null || {
@@ -79,7 +78,7 @@ create() { # TOKEN -> sandbox id, or empty
 		return 1
 	fi
 	id=$(printf '%s\n' "$out" | body_of | jq -r .id)
-	created="$created $1:$id"
+	echo "$1 $id" >>"$tmp/created" # a file: create runs in a subshell
 	echo "$id"
 }
 
@@ -142,12 +141,19 @@ wait_ready() { # SECONDS
 }
 
 cleanup() {
-	for pair in $created; do
-		api "${pair%%:*}" DELETE "/api/v1/sandboxes/${pair#*:}" >/dev/null 2>&1 || true
-	done
+	if [ -f "$tmp/created" ]; then
+		while read -r tok id; do
+			n=0 # a host still recovering from a drill answers 503 for a while
+			while [ "$(api "$tok" DELETE "/api/v1/sandboxes/$id" 2>/dev/null | status_of)" = 503 ] && [ "$n" -lt 60 ]; do
+				n=$((n + 1))
+				sleep 1
+			done
+		done <"$tmp/created"
+	fi
 	rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 wants() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -242,10 +248,17 @@ if wants libvirtd-restart; then
 		sh -c "$FAULTS_LIBVIRTD_RESTART" >"$tmp/libvirtd.log" 2>&1
 		log "restarted libvirtd during a command in $s"
 		wait "$stream_pid"
-		if counted "$tmp/libvirtd.ndjson" 40; then
-			result PASS libvirtd-restart "the command streamed 1..40 and exited 0 across the restart"
+		# Give the host a moment to re-adopt the VM, then check it serves.
+		i=0
+		until [ "$(execq "$STOCKADE_TOKEN" "$s" '["true"]' 2>/dev/null)" = 0 ] || [ "$i" -ge 60 ]; do
+			i=$((i + 1))
+			sleep 1
+		done
+		host="sandbox $(field "$STOCKADE_TOKEN" "$s" state), new commands $([ "$i" -lt 60 ] && echo work || echo fail)"
+		if counted "$tmp/libvirtd.ndjson" 40 && [ "$i" -lt 60 ]; then
+			result PASS libvirtd-restart "the command streamed 1..40 and exited 0 across the restart; $host"
 		else
-			result FAIL libvirtd-restart "the command broke: $(tail -n 2 "$tmp/libvirtd.ndjson" | head -c 400)"
+			result FAIL libvirtd-restart "$host; the running command: $(tail -n 1 "$tmp/libvirtd.ndjson" | head -c 300) (it survives only if the guest agent keeps it across the session loss)"
 		fi
 	fi
 fi
@@ -283,7 +296,7 @@ if wants create-burst; then
 		case "$st" in
 		201)
 			ok=$((ok + 1))
-			created="$created $STOCKADE_TOKEN:$(body_of <"$tmp/burst.$i" | jq -r .id)"
+			echo "$STOCKADE_TOKEN $(body_of <"$tmp/burst.$i" | jq -r .id)" >>"$tmp/created"
 			;;
 		429) refused=$((refused + 1)) ;;
 		*) bad="$bad $st" ;;
