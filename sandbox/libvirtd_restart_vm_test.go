@@ -33,6 +33,9 @@ func privateLibvirtd(t *testing.T) (uri string, restart func()) {
 			hypervisortest.Unavailable(t, fmt.Sprintf("a private libvirtd needs %s: %v", tool, err))
 		}
 	}
+	if out, err := exec.Command("unshare", "-m", "true").CombinedOutput(); err != nil {
+		hypervisortest.Unavailable(t, fmt.Sprintf("a private libvirtd needs mount namespaces: unshare -m: %v: %s", err, out))
+	}
 	// A short path: the socket's must fit sun_path.
 	dir, err := os.MkdirTemp("", "lvd-")
 	if err != nil {
