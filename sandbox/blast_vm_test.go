@@ -19,19 +19,19 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
-// lockedBuffer collects a stream's output while a test reads it.
-type lockedBuffer struct {
+// streamBuffer collects a stream's output while a test reads it.
+type streamBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *streamBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *streamBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -39,7 +39,7 @@ func (b *lockedBuffer) String() string {
 
 // waitOutput waits until buf holds want, or fails after timeout (a
 // correctness bound, never a speed target).
-func waitOutput(t *testing.T, buf *lockedBuffer, want string, timeout time.Duration) {
+func waitOutput(t *testing.T, buf *streamBuffer, want string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(buf.String(), want) {
@@ -137,14 +137,14 @@ func TestOneVMDeathSparesOtherTenants(t *testing.T) {
 		res sandbox.ExecResult
 		err error
 	}
-	var outA lockedBuffer
+	var outA streamBuffer
 	endA := make(chan execEnd, 1)
 	go func() {
 		r, err := svc.Exec(ctx, sys, e.a.ID, sbA.ID, sandbox.ExecRequest{
 			Cmd: []string{"sh", "-c", "for i in $(seq 1 60); do echo $i; sleep 0.5; done"}}, &outA, io.Discard)
 		endA <- execEnd{r, err}
 	}()
-	var term lockedBuffer
+	var term streamBuffer
 	tty, err := svc.StartTerminal(ctx, e.a.ID, sbA.ID, []string{"sh"}, nil, agentproto.Winsize{Rows: 24, Cols: 80}, &term)
 	if err != nil {
 		t.Fatalf("StartTerminal(A) = %v", err)
@@ -160,7 +160,7 @@ func TestOneVMDeathSparesOtherTenants(t *testing.T) {
 	}
 	say("before")
 	endB := make(chan execEnd, 1)
-	var outB lockedBuffer
+	var outB streamBuffer
 	go func() {
 		r, err := svc.Exec(ctx, sys, e.b.ID, sbB.ID, sandbox.ExecRequest{
 			Cmd: []string{"sh", "-c", "echo started; sleep 600"}}, &outB, io.Discard)

@@ -116,7 +116,7 @@ func TestLibvirtdRestartKeepsCommands(t *testing.T) {
 	}
 	defer svc.Destroy(ctx, sys, tn.ID, sb.ID)
 
-	var out lockedBuffer
+	var out streamBuffer
 	end := make(chan error, 1)
 	var res sandbox.ExecResult
 	go func() {
