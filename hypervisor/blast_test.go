@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,5 +135,85 @@ func TestOneVMCrashKeepsTheConnection(t *testing.T) {
 		if ev.Kind == hypervisor.KindDisconnected || ev.Kind == hypervisor.KindReconnected {
 			t.Errorf("Got(event after one VM's crash) = %+v; want the connection untouched", ev)
 		}
+	}
+}
+
+// libvirtClientsOf lists the ids libvirtd gives the client connections of
+// process pid (virt-admin; only reading).
+func libvirtClientsOf(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("virt-admin", "srv-clients-list", "libvirtd").Output()
+	if err != nil {
+		t.Fatalf("virt-admin srv-clients-list: %v", err)
+	}
+	ids := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == "Id" || strings.HasPrefix(f[0], "-") {
+			continue
+		}
+		info, err := exec.Command("virt-admin", "client-info", "libvirtd", f[0]).Output()
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if strings.Contains(string(info), "unix_process_id: "+strconv.Itoa(pid)+"\n") {
+			ids[f[0]] = true
+		}
+	}
+	return ids
+}
+
+// TestChannelOutlivesControlConnection: libvirtd drops the Host's control
+// connection (virt-admin client-disconnect, as its own error handling
+// would), the Host reconnects, and a VM's channel opened before goes on
+// answering: channels do not share that connection's fate.
+func TestChannelOutlivesControlConnection(t *testing.T) {
+	guest := systemGuest(t)
+	if _, err := exec.LookPath("virt-admin"); err != nil {
+		hypervisortest.Unavailable(t, "virt-admin is needed to drop one client connection")
+	}
+	before := libvirtClientsOf(t, os.Getpid())
+	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI, ReconnectMax: time.Second})
+	var control string
+	for id := range libvirtClientsOf(t, os.Getpid()) {
+		if !before[id] {
+			if control != "" {
+				t.Fatalf("Connect opened several libvirt clients (%s, %s); want one control connection", control, id)
+			}
+			control = id
+		}
+	}
+	if control == "" {
+		t.Fatal("no libvirt client of this process appeared at Connect")
+	}
+	ctx := context.Background()
+	id := hypervisortest.NewID("isolate-")
+	if _, err := h.Create(ctx, guest.Spec(id, "tenant-a")); err != nil {
+		t.Fatalf("Create(%s) error = %v", id, err)
+	}
+	ch := openChannel(t, h, id, guest.Channel)
+	if got := readLine(t, ch, 120*time.Second); !strings.HasPrefix(got, "READY ") {
+		t.Fatalf("first line = %q; want READY", got)
+	}
+	echo := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(ch, msg+"\n"); err != nil {
+			t.Fatalf("write to the channel: %v", err)
+		}
+		if got := readLine(t, ch, 30*time.Second); got != msg {
+			t.Fatalf("echo of %q = %q", msg, got)
+		}
+	}
+	echo("before")
+
+	drain(h.Events())
+	if out, err := exec.Command("virt-admin", "client-disconnect", "libvirtd", control).CombinedOutput(); err != nil {
+		t.Fatalf("virt-admin client-disconnect %s: %v: %s", control, err, out)
+	}
+	waitFor(t, h.Events(), 30*time.Second, func(ev hypervisor.Event) bool { return ev.Kind == hypervisor.KindDisconnected })
+	waitFor(t, h.Events(), 60*time.Second, func(ev hypervisor.Event) bool { return ev.Kind == hypervisor.KindReconnected })
+	echo("after")
+	if _, err := h.Lookup(ctx, id); err != nil {
+		t.Errorf("Lookup(%s) after the reconnect error = %v", id, err)
 	}
 }
