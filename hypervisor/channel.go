@@ -13,23 +13,46 @@ import (
 	"libvirt.org/go/libvirt"
 )
 
-// OpenChannel connects to the domain's virtio-serial channel through the
-// libvirt connection (virDomainOpenChannel), so it works over remote URIs
-// too. Only one client may hold a channel: a second open while the first is
-// still open is ErrConflict. Close the returned stream to free it. The
-// stream also has SetWriteDeadline(time.Time) error.
+// OpenChannel connects to the domain's virtio-serial channel through
+// libvirt (virDomainOpenChannel), so it works over remote URIs too. Only one
+// client may hold a channel: a second open while the first is still open is
+// ErrConflict. Close the returned stream to free it. The stream also has
+// SetWriteDeadline(time.Time) error.
+//
+// Each channel runs over a libvirt connection of its own, not the Host's
+// control connection: whatever befalls one VM's stream (its QEMU dying
+// mid-transfer can make libvirt's client drop the connection carrying it)
+// ends that channel only, never the host connection or other VMs' channels.
+// A libvirtd restart still ends them all.
 func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
-	s, release, err := h.acquire(ctx)
+	// The control connection says whether the host is up at all.
+	_, release, err := h.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
 	}
-	defer release()
+	release()
+	conn, err := h.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	st, err := h.openChannelOn(&session{conn: conn, lifecycle: -1}, id, name)
+	if err != nil {
+		if _, cerr := conn.Close(); cerr != nil {
+			h.log.Debug("close channel connection", "err", cerr)
+		}
+		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	st.conn = conn // closed with the stream
+	return st, nil
+}
+
+func (h *Host) openChannelOn(s *session, id, name string) (*stream, error) {
 	dom, _, err := h.lookupOurs(s, id)
 	if err != nil {
-		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+		return nil, err
 	}
 	defer dom.Free()
-	st, err := h.openStream(s, func(ls *libvirt.Stream) error {
+	return h.openStream(s, func(ls *libvirt.Stream) error {
 		err := dom.OpenChannel(name, ls, 0)
 		if libvirtCode(err) == libvirt.ERR_OPERATION_FAILED {
 			// libvirt's answer when another stream holds the channel.
@@ -39,10 +62,6 @@ func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCl
 		}
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
-	}
-	return st, nil
 }
 
 // openConsole attaches to the domain's serial console (pty type only).
@@ -88,7 +107,8 @@ func (h *Host) openStream(s *session, attach func(*libvirt.Stream) error) (*stre
 // purpose: each would pin an OS thread inside a cgo call for as long as the
 // VM lives, one per open channel.
 type stream struct {
-	ls *libvirt.Stream
+	ls   *libvirt.Stream
+	conn *libvirt.Connect // the stream's own connection, closed with it; nil: shared
 
 	mu       sync.Mutex // guards ls calls and interest
 	interest libvirt.StreamEventType
@@ -187,13 +207,13 @@ func (st *stream) Read(p []byte) (int, error) {
 		case errors.Is(err, io.EOF):
 			return 0, io.EOF
 		case err != nil:
-			return 0, fmt.Errorf("read libvirt stream: %w", classify(err))
+			return 0, streamErr("read libvirt stream", err)
 		case n >= 0:
 			return n, nil
 		}
 		// -2: nothing buffered. Wait for the event loop to say otherwise.
 		if err := st.arm(libvirt.STREAM_EVENT_READABLE); err != nil {
-			return 0, fmt.Errorf("read libvirt stream: %w", err)
+			return 0, streamErr("read libvirt stream", err)
 		}
 		select {
 		case <-st.readable:
@@ -219,14 +239,14 @@ func (st *stream) Write(p []byte) (int, error) {
 		n, err := st.ls.Send(p[written:])
 		st.mu.Unlock()
 		if err != nil {
-			return written, fmt.Errorf("write libvirt stream: %w", classify(err))
+			return written, streamErr("write libvirt stream", err)
 		}
 		if n >= 0 {
 			written += n
 			continue
 		}
 		if err := st.arm(libvirt.STREAM_EVENT_WRITABLE); err != nil {
-			return written, fmt.Errorf("write libvirt stream: %w", err)
+			return written, streamErr("write libvirt stream", err)
 		}
 		_, changed, fire, stop := st.writeDeadline()
 		select {
@@ -254,9 +274,12 @@ func (st *stream) Close() error {
 		st.mu.Unlock()
 		_ = ls.EventRemoveCallback()
 		if aerr := ls.Abort(); aerr != nil && libvirtCode(aerr) != libvirt.ERR_RPC {
-			err = fmt.Errorf("close libvirt stream: %w", classify(aerr))
+			err = streamErr("close libvirt stream", aerr)
 		}
 		ls.Free()
+		if st.conn != nil {
+			_, _ = st.conn.Close() // its last reference: the connection ends
+		}
 	})
 	return err
 }

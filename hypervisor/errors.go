@@ -22,6 +22,12 @@ var (
 	ErrConflict = errors.New("domain state conflict")
 	// ErrInvalid: the request itself is wrong (bad id, missing kernel, ...).
 	ErrInvalid = errors.New("invalid domain request")
+	// ErrStreamClosed: one channel or console stream failed or ended (its
+	// VM died, libvirt aborted that stream, or the connection under it
+	// dropped). It is about that stream only, never proof that the host
+	// connection is gone: only a failed liveness probe of the connection
+	// itself says that (KindDisconnected).
+	ErrStreamClosed = errors.New("libvirt stream closed")
 )
 
 // classify maps a libvirt error to one of our sentinels while keeping the
@@ -46,6 +52,14 @@ func classify(err error) error {
 		}
 	}
 	return err
+}
+
+// streamErr wraps a libvirt error from one stream's I/O. A stream's error
+// is the stream's: it never carries ErrUnavailable, whatever its code (a
+// dying QEMU's channel reports RPC and system errors too), so that nothing
+// reads one VM's death as the host's.
+func streamErr(op string, err error) error {
+	return fmt.Errorf("%s: %w: %w", op, ErrStreamClosed, err)
 }
 
 // libvirtCode returns the libvirt error code in err's chain, or -1.

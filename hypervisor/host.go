@@ -171,9 +171,8 @@ func Connect(ctx context.Context, cfg Config) (*Host, error) {
 	return h, nil
 }
 
-// open makes a connection and registers keepalive, the close callback and
-// lifecycle events on it.
-func (h *Host) open(ctx context.Context) (*session, error) {
+// dial opens a libvirt connection with keepalive, within ctx.
+func (h *Host) dial(ctx context.Context) (*libvirt.Connect, error) {
 	type result struct {
 		conn *libvirt.Connect
 		err  error
@@ -198,25 +197,36 @@ func (h *Host) open(ctx context.Context) (*session, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("open %s: %w: %w", h.cfg.URI, ErrUnavailable, r.err)
 	}
-	s := &session{conn: r.conn, lifecycle: -1, lost: make(chan struct{})}
-
-	// Local drivers (test:///) have no keepalive or close callback: fine.
+	// Local drivers (test:///) have no keepalive: fine.
 	if err := r.conn.SetKeepAlive(max(1, int(h.cfg.KeepaliveInterval/time.Second)), h.cfg.KeepaliveCount); err != nil {
 		h.log.Debug("keepalive not supported", "err", err)
 	}
-	if err := r.conn.RegisterCloseCallback(func(_ *libvirt.Connect, reason libvirt.ConnectCloseReason) {
+	return r.conn, nil
+}
+
+// open makes the control connection and registers the close callback and
+// lifecycle events on it.
+func (h *Host) open(ctx context.Context) (*session, error) {
+	conn, err := h.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{conn: conn, lifecycle: -1, lost: make(chan struct{})}
+
+	// Local drivers (test:///) have no close callback: fine.
+	if err := conn.RegisterCloseCallback(func(_ *libvirt.Connect, reason libvirt.ConnectCloseReason) {
 		h.log.Warn("libvirt connection closed", "reason", closeReason(reason))
 		s.markLost()
 	}); err != nil {
 		h.log.Debug("close callback not supported", "err", err)
 	}
-	id, err := r.conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+	id, err := conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
 		// Runs on the event loop: copy what we need, resolve elsewhere.
 		name, _ := d.GetName()
 		h.events.raw(rawEvent{name: name, event: ev.Event, detail: ev.Detail, at: time.Now()})
 	})
 	if err != nil {
-		r.conn.Close()
+		conn.Close()
 		return nil, fmt.Errorf("register lifecycle events on %s: %w", h.cfg.URI, classify(err))
 	}
 	s.lifecycle = id

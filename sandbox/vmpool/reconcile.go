@@ -30,6 +30,11 @@ func (s *Service) watchEvents(h *hostConn, hv Hypervisor) {
 func (s *Service) onEvent(h *hostConn, hv Hypervisor, ev hypervisor.Event) {
 	switch ev.Kind {
 	case hypervisor.KindDisconnected:
+		// Only the connection's own liveness probe says this, never one
+		// VM's stream or call. Agent sessions are left alone: one whose
+		// stream still works keeps its commands and terminals; one that
+		// died with the connection ends by itself, and its VM is re-adopted
+		// (no reboot) once the host is back.
 		h.setDown("libvirt connection lost: " + ev.Reason)
 		s.recordHost(h)
 		s.log.Warn("libvirt host disconnected", "uri", h.uri)

@@ -480,9 +480,11 @@ func (s *Service) refreshHost(h *hostConn) {
 	defer cancel()
 	capacity, err := hv.Capacity(ctx)
 	if err != nil {
-		if errors.Is(err, hypervisor.ErrUnavailable) {
-			h.setDown(err.Error())
-		}
+		// One call's error is not the host's: the host stays up (its VMs'
+		// sessions and execs with it) unless the connection's own liveness
+		// probe fails, which the hypervisor reports as KindDisconnected.
+		// Marking it down here would also keep it down, as only
+		// KindReconnected brings it back.
 		s.log.Warn("read host capacity", "uri", h.uri, "err", err)
 		s.recordHost(h)
 		return
