@@ -24,6 +24,10 @@ type ClientOptions struct {
 	// Egress serves the connections sandboxes make through the agent's
 	// proxy listener; nil refuses them.
 	Egress EgressHandler
+	// ExecGrace is how long the agent keeps execs with an id alive after
+	// this session ends, for a new session to re-attach them (OpExecAttach);
+	// 0 means DefaultExecGrace. Whole seconds.
+	ExecGrace time.Duration
 }
 
 // Client is the host end of one agent session.
@@ -73,7 +77,8 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 
 	resp, err := c.call(ctx, Request{
 		V: Version, Op: OpHello,
-		Hello: &HelloRequest{MinVersion: MinVersion, MaxVersion: Version, Client: opts.Name},
+		Hello: &HelloRequest{MinVersion: MinVersion, MaxVersion: Version, Client: opts.Name,
+			ExecGraceSeconds: int(opts.ExecGrace / time.Second)},
 	})
 	if err != nil {
 		sess.Close()

@@ -31,6 +31,9 @@ var (
 	// ErrExhausted: out of room (sandboxes in the guest, processes or disk
 	// space in the sandbox).
 	ErrExhausted = errors.New("resources exhausted")
+	// ErrSessionLost: the agent session ended under a streaming op (the
+	// channel was dropped, the VM or the host went away).
+	ErrSessionLost = errors.New("agent session lost")
 )
 
 // RemoteError is an Error received from the peer. errors.Is matches it
