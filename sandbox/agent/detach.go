@@ -24,10 +24,22 @@ type execTable struct {
 	grace time.Duration // 0: agentproto.DefaultExecGrace
 }
 
+// setGrace sets the grace of detached execs (the latest hello's): execs
+// detached already get it too, counted from when they were detached.
 func (t *execTable) setGrace(d time.Duration) {
 	t.mu.Lock()
 	t.grace = d
+	if d <= 0 {
+		d = agentproto.DefaultExecGrace
+	}
+	runs := make([]*execRun, 0, len(t.runs))
+	for _, r := range t.runs {
+		runs = append(runs, r)
+	}
 	t.mu.Unlock()
+	for _, r := range runs {
+		r.regrace(d)
+	}
 }
 
 func (t *execTable) graceNow() time.Duration {
@@ -118,6 +130,7 @@ type execRun struct {
 	cancelled  bool
 	grace      *time.Timer
 	expired    bool
+	delivered  bool
 }
 
 // attachment is one host stream serving a run.
@@ -220,7 +233,13 @@ func (r *execRun) serve(a *attachment, send func(agentproto.Channel, []byte) err
 			r.mu.Unlock()
 		}
 		if exit != nil {
-			return sendExit(send, *exit) == nil
+			if sendExit(send, *exit) != nil {
+				return false
+			}
+			r.mu.Lock()
+			r.delivered = true
+			r.mu.Unlock()
+			return true
 		}
 	}
 }
@@ -286,6 +305,22 @@ func (r *execRun) expire() (killed, did bool) {
 		return true, true
 	}
 	return false, true
+}
+
+// regrace moves a detached run's end to grace after it was detached.
+func (r *execRun) regrace(grace time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.grace != nil && !r.detachedAt.IsZero() {
+		r.grace.Reset(max(time.Until(r.detachedAt.Add(grace)), 0))
+	}
+}
+
+// isDelivered says the exit reached a host.
+func (r *execRun) isDelivered() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.delivered
 }
 
 func (r *execRun) info(now time.Time) agentproto.ExecInfo {

@@ -290,6 +290,10 @@ func (m *Manager) serveAttached(ctx context.Context, st net.Conn, r *execRun, a 
 	if !writerEnded {
 		<-writerDone
 	}
+	if r.isDelivered() {
+		// The host closed the stream as the exit reached it.
+		m.execs.remove(r)
+	}
 }
 
 // runExec waits for r's command to end (its own timeout, the sandbox

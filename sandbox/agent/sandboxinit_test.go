@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -43,6 +44,14 @@ func TestMain(m *testing.M) {
 // containers in hypervisor/image's VM test.
 func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
 	t.Helper()
+	c, sb, _, _ := hostSandboxServer(t)
+	return c, sb
+}
+
+// hostSandboxServer is hostSandbox with its agent server and the host end
+// of the first session's channel (detach_test.go opens more sessions).
+func hostSandboxServer(t *testing.T) (*agentproto.Client, *sandbox, *Server, net.Conn) {
+	t.Helper()
 	dir := t.TempDir()
 	sb := &sandbox{
 		id: "host-1", dir: dir, rootfs: filepath.Join(dir, "rootfs"), cgroup: filepath.Join(dir, "no-cgroup"),
@@ -70,7 +79,7 @@ func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	m := &Manager{cfg: ManagerConfig{MaxFileBytes: 1 << 20}, sandboxes: map[string]*sandbox{sb.id: sb}}
+	m := &Manager{cfg: ManagerConfig{MaxFileBytes: 1 << 20}, log: slog.New(slog.DiscardHandler), sandboxes: map[string]*sandbox{sb.id: sb}}
 	srv, err := NewServer(Config{PowerOff: func() error { return nil }, Sandboxes: m})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +95,7 @@ func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
 		t.Fatalf("Dial() = %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, sb
+	return c, sb, srv, hostEnd
 }
 
 func TestExecThroughInit(t *testing.T) {
