@@ -77,7 +77,9 @@ func TestExecSurvivesSessionLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	tm.Write([]byte("one\n"))
-	waitFor(t, func() bool { return strings.Contains(term.String(), "first one") && strings.Contains(out.String(), "out20\n") })
+	waitFor(t, func() bool {
+		return strings.Contains(term.String(), "first one") && strings.Contains(out.String(), "out20\n")
+	})
 
 	hostEnd1.Close() // no goodbye
 	waitFor(t, func() bool { _, err := c1.Ping(ctx); return err != nil })
