@@ -1,0 +1,152 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants/audit"
+)
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitUntil(tb testing.TB, what string, d time.Duration, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %s", what, d)
+		}
+	}
+}
+
+// TestWorkSurvivesAgentSessionLoss (real VMs): the host's agent session is
+// dropped the way a crashed server drops it (the channel closed without the
+// goodbye; the pool then opens a new session, as a new server would) in the
+// middle of a streaming command and a terminal. The command keeps running
+// and its output is complete, every line once, in order; the terminal
+// resumes; the command's record ends "exited". A record of a command its
+// agent does not have (a process really lost) is closed by the sync with an
+// end and reason "lost".
+func TestWorkSurvivesAgentSessionLoss(t *testing.T) {
+	e := need(t)
+	svc := e.service()
+	dev := audit.Actor{Kind: audit.ActorSystem, ID: "test", Name: "survive test"}
+	sb, err := svc.Create(ctx, dev, e.a.ID, sandbox.Spec{MemoryMiB: 48})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	defer svc.Destroy(ctx, dev, e.a.ID, sb.ID)
+
+	const lines = 300
+	var out lockedBuffer
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := svc.Exec(ctx, dev, e.a.ID, sb.ID, sandbox.ExecRequest{Cmd: []string{"sh", "-c",
+			fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo line$i; i=$((i+1)); sleep 0.05; done`, lines)}, TimeoutSeconds: 300}, &out, nil)
+		done <- result{res, err}
+	}()
+	var term lockedBuffer
+	tm, err := svc.StartTerminal(ctx, e.a.ID, sb.ID, []string{"sh"}, nil, agentproto.Winsize{Cols: 80, Rows: 24}, &term)
+	if err != nil {
+		t.Fatalf("StartTerminal = %v", err)
+	}
+	defer tm.Close()
+	tm.Write([]byte("echo one$((1+1))\n"))
+	waitUntil(t, "terminal and command output", time.Minute, func() bool {
+		return strings.Contains(term.String(), "one2") && strings.Contains(out.String(), "line10\n")
+	})
+
+	old, err := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Drop(); err != nil {
+		t.Fatalf("Drop = %v", err)
+	}
+	waitUntil(t, "a new agent session", 2*time.Minute, func() bool {
+		c, err := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+		return err == nil && c != old
+	})
+	c, _ := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+
+	// The terminal is back: what it runs now reaches the same output.
+	waitUntil(t, "terminal resumed", 2*time.Minute, func() bool {
+		tm.Write([]byte("echo two$((1+1))\n"))
+		time.Sleep(500 * time.Millisecond)
+		return strings.Contains(term.String(), "two2")
+	})
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("command did not end")
+	}
+	if r.err != nil || r.res.ExitCode != 0 || r.res.Reason != "exited" {
+		t.Fatalf("Got(Exec) = %+v, %v; want exited 0", r.res, r.err)
+	}
+	var want strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	if out.String() != want.String() {
+		t.Errorf("Got(output across the session loss) = %q; want every line once, in order", out.String())
+	}
+	recs, err := svc.Execs(ctx, e.a.ID, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if rec.ID == r.res.ExecID && (rec.EndedAt == nil || rec.Reason != "exited" || rec.StdoutBytes != int64(want.Len())) {
+			t.Errorf("Got(record of the command) = end %v, reason %q, %d bytes; want exited with all %d bytes", rec.EndedAt, rec.Reason, rec.StdoutBytes, want.Len())
+		}
+	}
+	// The terminal still runs on the new session, attached.
+	list, err := c.ListExecs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !strings.HasPrefix(list[0].ID, "term-") || !list[0].Attached {
+		t.Errorf("Got(agent's execs) = %+v; want the terminal, attached", list)
+	}
+
+	// A command record whose process the agent does not have: lost.
+	lost := sandbox.ExecRecord{ID: "0190aaaa-0000-7000-8000-000000000001", SandboxID: sb.ID, TenantID: e.a.ID,
+		ArgvJSON: `["sleep","600"]`, StartedAt: time.Now().UTC().Add(-time.Minute)}
+	if err := e.db.Create(&lost).Error; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the lost record closed", time.Minute, func() bool {
+		var rec sandbox.ExecRecord
+		return e.db.First(&rec, "id = ?", lost.ID).Error == nil && rec.EndedAt != nil
+	})
+	var rec sandbox.ExecRecord
+	e.db.First(&rec, "id = ?", lost.ID)
+	if rec.Reason != sandbox.ReasonLost || rec.EndedAt.Before(lost.StartedAt) || rec.DurationMS < 60000 {
+		t.Errorf("Got(lost record) = reason %q, end %v, %d ms; want lost, after its start", rec.Reason, rec.EndedAt, rec.DurationMS)
+	}
+}
