@@ -82,6 +82,10 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 	if xerr == nil {
 		code := st.Code
 		rec.ExitCode, rec.Reason, rec.DurationMS = &code, st.Reason, st.Duration.Milliseconds()
+	} else if errors.Is(context.Cause(ctx), ErrStreamStalled) {
+		// The caller's client stopped reading: the kill was ours.
+		rec.Reason = agentproto.ReasonTimeout
+		rec.DurationMS = time.Since(begin).Milliseconds()
 	} else if errors.Is(xerr, agentproto.ErrSessionLost) {
 		// The agent session went and no new one took the command back.
 		rec.Reason = truncate(ReasonLost+": "+xerr.Error(), 500)
@@ -100,10 +104,22 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 			return ExecResult{ExecID: rec.ID}, tenants.Invalid("cmd", "not_found",
 				fmt.Sprintf("no such program or working directory in the sandbox: %s", remoteMessage(xerr)))
 		}
-		return ExecResult{ExecID: rec.ID}, agentErr("exec in sandbox "+sb.ID, xerr)
+		reason := ""
+		if rec.Reason == agentproto.ReasonTimeout || strings.HasPrefix(rec.Reason, ReasonLost) {
+			reason = strings.SplitN(rec.Reason, ":", 2)[0]
+		}
+		if cause := context.Cause(ctx); errors.Is(cause, ErrStreamStalled) {
+			xerr = cause
+		}
+		return ExecResult{ExecID: rec.ID, Reason: reason}, agentErr("exec in sandbox "+sb.ID, xerr)
 	}
 	return ExecResult{ExecID: rec.ID, ExitCode: st.Code, Signal: st.Signal, Reason: st.Reason, Duration: st.Duration}, nil
 }
+
+// ErrStreamStalled is the cause to cancel an exec's context with when the
+// client its output streams to stopped reading: the command is killed and
+// recorded with reason "timeout".
+var ErrStreamStalled = errors.New("the client stopped reading the command's output")
 
 // ReasonLost is the reason of a command record whose process was lost: its
 // agent session (or the server serving it) went, and the agent no longer
