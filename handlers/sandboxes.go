@@ -397,6 +397,54 @@ func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.
 	return nil
 }
 
+// APIResumeExec re-attaches a streamed command that outlived the server
+// that started it: GET /api/v1/sandboxes/:id/execs/:exec_id/stream?offset=N
+// answers the events of ?stream=1 from output byte N on (stdout and stderr
+// bytes together, as the client counted them); the started event's offset
+// says where the output really starts (past N when the agent's bounded
+// buffer dropped bytes while no server read them).
+func (h *Handlers) APIResumeExec(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	var offset int64
+	if v := c.QueryParam("offset"); v != "" {
+		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
+			return tenants.Invalid("offset", "invalid", "offset must be a whole number of bytes, 0 or more")
+		}
+	}
+	cl := CallerOf(c)
+	ctx, stall := context.WithCancelCause(c.Request().Context())
+	defer stall(nil)
+	timeout := h.cfg.StreamWriteTimeout
+	if timeout <= 0 {
+		timeout = DefaultStreamWriteTimeout
+	}
+	s := &eventStream{c: c, timeout: timeout, stall: stall}
+	execID := c.Param("exec_id")
+	started := func(start int64, pid int) {
+		s.mu.Lock()
+		s.offset = start
+		s.mu.Unlock()
+		s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid, Offset: &start})
+	}
+	res, err := svc.ResumeExec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), execID, offset, started, output{s, "stdout"}, output{s, "stderr"})
+	if err != nil {
+		if !c.Response().Committed {
+			return err
+		}
+		s.mu.Lock()
+		off := s.offset
+		s.mu.Unlock()
+		s.emit(ExecEvent{Type: "error", ExecID: execID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
+		return nil
+	}
+	code, ms := res.ExitCode, res.Duration.Milliseconds()
+	s.emit(ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
+	return nil
+}
+
 // boundedBuffer keeps up to max bytes and notes that more came.
 type boundedBuffer struct {
 	mu  sync.Mutex

@@ -116,6 +116,69 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 	return ExecResult{ExecID: rec.ID, ExitCode: st.Code, Signal: st.Signal, Reason: st.Reason, Duration: st.Duration}, nil
 }
 
+// ResumeExec re-attaches a command of the tenant's running sandbox that
+// outlived the server that started it (a restart): its output from offset
+// (the stdout and stderr bytes the client has) goes to stdout and stderr
+// until it ends, and its record gets the end. start is where the output
+// really starts (past offset when the agent's bounded buffer dropped
+// bytes), known before the first byte arrives. Another tenant's command,
+// or one the agent no longer has, is tenants.ErrNotFound; one that ended,
+// or that this server still streams, tenants.ErrConflict.
+func (s *Service) ResumeExec(ctx context.Context, actor audit.Actor, tenantID, id, execID string, offset int64,
+	started func(start int64, pid int), stdout, stderr io.Writer) (ExecResult, error) {
+	sb, c, err := s.runningAgent(ctx, tenantID, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if offset < 0 {
+		return ExecResult{}, tenants.Invalid("offset", "invalid", "the offset must not be negative")
+	}
+	var rec ExecRecord
+	if err := s.store.db.WithContext(ctx).Where("id = ? AND tenant_id = ? AND sandbox_id = ?", execID, tenantID, sb.ID).Take(&rec).Error; err != nil {
+		return ExecResult{}, fmt.Errorf("command %s: %w", execID, notFound(err))
+	}
+	if rec.EndedAt != nil {
+		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: it ended (%s)", execID, tenants.ErrConflict, rec.Reason)
+	}
+	if !s.serveOnce(rec.ID) {
+		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: this server streams it already", execID, tenants.ErrConflict)
+	}
+	defer s.serving(rec.ID, false)
+	e, err := c.AttachExec(ctx, rec.ID, offset, stdout, stderr, s.nextAgent(sb, c))
+	if err != nil {
+		if errors.Is(err, agentproto.ErrNotFound) {
+			return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: its process is gone", execID, tenants.ErrNotFound)
+		}
+		return ExecResult{ExecID: rec.ID}, agentErr("resume command "+execID, err)
+	}
+	defer e.Close()
+	s.log.Info("command resumed", "sandbox", sb.ID, "exec", rec.ID, "actor", actorName(actor), "offset", offset, "from", e.Start())
+	if started != nil {
+		started(e.Start(), e.PID())
+	}
+	st, xerr := e.Wait()
+	if xerr != nil {
+		return ExecResult{ExecID: rec.ID}, agentErr("resumed command "+execID, xerr)
+	}
+	code := st.Code
+	if _, err := s.store.closeExec(context.WithoutCancel(ctx), rec, &code, st.Reason, st.Duration); err != nil {
+		s.log.Warn("record command end", "sandbox", sb.ID, "exec", rec.ID, "err", err)
+	}
+	return ExecResult{ExecID: rec.ID, ExitCode: st.Code, Signal: st.Signal, Reason: st.Reason, Duration: st.Duration}, nil
+}
+
+// serveOnce notes that this process serves a command record, false when
+// it does already.
+func (s *Service) serveOnce(execID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.execs[execID] {
+		return false
+	}
+	s.execs[execID] = true
+	return true
+}
+
 // ErrStreamStalled is the cause to cancel an exec's context with when the
 // client its output streams to stopped reading: the command is killed and
 // recorded with reason "timeout".

@@ -152,6 +152,7 @@ type Exec struct {
 	// Written by the read loop only, read after done or under wmu.
 	offset, dropped int64
 	resumes         int
+	start           int64
 
 	done   chan struct{}
 	status ExitStatus
@@ -163,7 +164,7 @@ type Exec struct {
 // (nil discards) until it exits. ctx bounds the whole command: when it ends
 // the command is killed. A terminal (req.TTY) writes only to stdout.
 func (c *Client) StartExec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (*Exec, error) {
-	return c.startExec(ctx, req, stdout, stderr, nil)
+	return c.startExec(ctx, Request{V: Version, Op: OpExec, Exec: &req}, stdout, stderr, nil)
 }
 
 // StartResumableExec is StartExec for a command that outlives its agent
@@ -180,17 +181,40 @@ func (c *Client) StartResumableExec(ctx context.Context, req ExecRequest, stdout
 	if c.supports(OpExecAttach) != nil {
 		resume = nil
 	}
-	return c.startExec(ctx, req, stdout, stderr, resume)
+	return c.startExec(ctx, Request{V: Version, Op: OpExec, Exec: &req}, stdout, stderr, resume)
 }
 
-func (c *Client) startExec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
-	st, resp, err := c.open(ctx, Request{V: Version, Op: OpExec, Exec: &req})
+// AttachExec re-attaches the detached exec id (OpExecAttach) from offset
+// (the output bytes the caller has): its output from there on goes to
+// stdout and stderr, as with StartResumableExec (resume may be nil).
+// Offset tells where the output really starts: past offset when the
+// agent's buffer dropped bytes. An exec the agent does not have is
+// ErrNotFound.
+func (c *Client) AttachExec(ctx context.Context, id string, offset int64, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
+	if !ValidExecID(id) {
+		return nil, fmt.Errorf("attach exec: id %q: %w", id, ErrBadRequest)
+	}
+	return c.startExec(ctx, Request{V: Version, Op: OpExecAttach, ExecAttach: &ExecAttachRequest{ID: id, Offset: offset}}, stdout, stderr, resume)
+}
+
+// Start is where the output this Exec received starts (non-zero after
+// AttachExec).
+func (e *Exec) Start() int64 { return e.start }
+
+func (c *Client) startExec(ctx context.Context, req Request, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
+	what, id := "exec", ""
+	if req.Exec != nil {
+		what, id = "exec in "+req.Exec.Sandbox, req.Exec.ID
+	} else if req.ExecAttach != nil {
+		what, id = "attach exec "+req.ExecAttach.ID, req.ExecAttach.ID
+	}
+	st, resp, err := c.open(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("exec in %s: %w", req.Sandbox, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if resp.Exec == nil {
 		st.Close()
-		return nil, fmt.Errorf("exec in %s: no pid in response: %w", req.Sandbox, ErrProtocol)
+		return nil, fmt.Errorf("%s: no pid in response: %w", what, ErrProtocol)
 	}
 	if stdout == nil {
 		stdout = io.Discard
@@ -198,7 +222,8 @@ func (c *Client) startExec(ctx context.Context, req ExecRequest, stdout, stderr 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	e := &Exec{st: st, pid: resp.Exec.PID, id: req.ID, resume: resume, done: make(chan struct{})}
+	e := &Exec{st: st, pid: resp.Exec.PID, id: id, resume: resume, done: make(chan struct{}),
+		start: resp.Exec.Offset, offset: resp.Exec.Offset}
 	e.stop = context.AfterFunc(ctx, func() {
 		// Ask for the kill, then drop the stream: the agent kills a command
 		// whose stream went away in any case.
