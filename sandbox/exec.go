@@ -94,7 +94,11 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 		rec.Reason = truncate("error: "+xerr.Error(), 500)
 		rec.DurationMS = time.Since(begin).Milliseconds()
 	}
-	if err := s.store.finishExec(context.WithoutCancel(ctx), &rec); err != nil {
+	if xerr != nil && s.ctx.Err() != nil && errors.Is(xerr, agentproto.ErrSessionLost) {
+		// This server is closing (a restart): the command lives on in its
+		// agent for the grace; the next server resumes or closes the record.
+		s.log.Info("command left running for the next server", "sandbox", sb.ID, "exec", rec.ID)
+	} else if err := s.store.finishExec(context.WithoutCancel(ctx), &rec); err != nil {
 		s.log.Warn("record command end", "sandbox", sb.ID, "exec", rec.ID, "err", err)
 	}
 	if xerr != nil {

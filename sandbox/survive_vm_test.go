@@ -1,15 +1,22 @@
 package sandbox_test
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -148,5 +155,167 @@ func TestWorkSurvivesAgentSessionLoss(t *testing.T) {
 	e.db.First(&rec, "id = ?", lost.ID)
 	if rec.Reason != sandbox.ReasonLost || rec.EndedAt.Before(lost.StartedAt) || rec.DurationMS < 60000 {
 		t.Errorf("Got(lost record) = reason %q, end %v, %d ms; want lost, after its start", rec.Reason, rec.EndedAt, rec.DurationMS)
+	}
+}
+
+// childExecEnv makes the child control plane (runChild) stream a command
+// in that sandbox instead of creating one.
+const childExecEnv = "SANDBOX_TEST_CHILD_EXEC"
+
+// survivorScript prints 60 lines, then waits for /workspace/go and says
+// done: it cannot end before the test let it.
+const survivorScript = `i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sleep 0.1; done; ` +
+	`while [ ! -e /workspace/go ]; do sleep 0.2; done; echo done`
+
+// runExecChild streams survivorScript in sandbox id, printing STARTED
+// <exec id> and each output chunk as OUT <quoted>, until it is killed.
+func runExecChild(svc *sandbox.Service, id string) int {
+	var mu sync.Mutex
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", a...)
+	}
+	actor := audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}
+	_, err := svc.Exec(ctx, actor, os.Getenv(childTenantEnv), id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", survivorScript},
+		TimeoutSeconds: 600, Started: func(execID string, _ int) { say("STARTED %s", execID) }},
+		writerFunc(func(p []byte) { say("OUT %q", p) }), nil)
+	say("ENDED %v", err)
+	select {} // until killed
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// TestCommandSurvivesServerKill (real VMs): the control plane streaming a
+// command is killed with SIGKILL (a child process: no Close, no goodbye);
+// a new server starts on the same database and VMs, and the client resumes
+// from the offset it had: the command still runs, and the output it gets
+// continues exactly where it stopped, every line once. The record stays
+// open while the command lives, then gets its real end.
+func TestCommandSurvivesServerKill(t *testing.T) {
+	e := need(t)
+	dev := audit.Actor{Kind: audit.ActorSystem, ID: "test", Name: "survive test"}
+	sb, err := e.service().Create(ctx, dev, e.a.ID, sandbox.Spec{MemoryMiB: 48})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	defer func() { e.service().Destroy(ctx, dev, e.a.ID, sb.ID) }()
+
+	e.stop()
+	restarted := false
+	defer func() {
+		if !restarted {
+			e.start()
+		}
+	}()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+e.dbPath(), childTenantEnv+"="+e.a.ID, childDataEnv+"="+e.dataDir,
+		childTypeEnv+"="+e.domainType, childExecEnv+"="+sb.ID)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string, 256)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var execID string
+	var got strings.Builder
+	for timeout := time.After(4 * time.Minute); !strings.Contains(got.String(), "line20\n"); {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the child ended; output so far %q", got.String())
+			}
+			switch {
+			case strings.HasPrefix(l, "STARTED "):
+				execID = strings.TrimPrefix(l, "STARTED ")
+			case strings.HasPrefix(l, "OUT "):
+				s, err := strconv.Unquote(strings.TrimPrefix(l, "OUT "))
+				if err != nil {
+					t.Fatalf("child line %q: %v", l, err)
+				}
+				got.WriteString(s)
+			case strings.HasPrefix(l, "ENDED "):
+				t.Fatalf("the command ended in the child: %s", l)
+			}
+		case <-timeout:
+			t.Fatalf("the child streamed %q within 4 min; want line20", got.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	offset := int64(got.Len())
+
+	if err := e.start(); err != nil {
+		t.Fatalf("restart the services: %v", err)
+	}
+	restarted = true
+	svc := e.service()
+	var rest lockedBuffer
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	startCh := make(chan int64, 1)
+	go func() {
+		var res sandbox.ExecResult
+		err := errors.New("no agent session")
+		// The new server's pool opens the VM's session shortly after start.
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			res, err = svc.ResumeExec(ctx, dev, e.a.ID, sb.ID, execID, offset, func(start int64, _ int) { startCh <- start }, &rest, nil)
+			if !errors.Is(err, vmpool.ErrUnavailable) {
+				break
+			}
+		}
+		done <- result{res, err}
+	}()
+	select {
+	case start := <-startCh:
+		if start != offset {
+			t.Errorf("Got(resume start) = %d; want %d: nothing dropped", start, offset)
+		}
+	case r := <-done:
+		t.Fatalf("Got(ResumeExec) = %+v, %v; want it re-attached", r.res, r.err)
+	}
+	// Still running, still open in the record.
+	var rec sandbox.ExecRecord
+	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt != nil {
+		t.Errorf("Got(record while it runs) = end %v, %v; want open", rec.EndedAt, err)
+	}
+	if _, err := svc.WriteFile(ctx, dev, e.a.ID, sb.ID, "go", strings.NewReader(""), 0o644); err != nil {
+		t.Fatalf("WriteFile(go) = %v", err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the resumed command did not end")
+	}
+	if r.err != nil || r.res.ExitCode != 0 || r.res.Reason != "exited" {
+		t.Fatalf("Got(ResumeExec) = %+v, %v; want exited 0", r.res, r.err)
+	}
+	var want strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	want.WriteString("done\n")
+	if all := got.String() + rest.String(); all != want.String() {
+		t.Errorf("Got(output before the kill + after the resume) = %q; want every line once, in order", all)
+	}
+	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt == nil || rec.Reason != "exited" || rec.ExitCode == nil || *rec.ExitCode != 0 {
+		t.Errorf("Got(record after the end) = %+v, %v; want ended, exited 0", rec, err)
 	}
 }
