@@ -3,8 +3,10 @@ package sandbox_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -317,5 +319,41 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 	}
 	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt == nil || rec.Reason != "exited" || rec.ExitCode == nil || *rec.ExitCode != 0 {
 		t.Errorf("Got(record after the end) = %+v, %v; want ended, exited 0", rec, err)
+	}
+}
+
+// TestStalledStreamClientTimesOut (real VMs): a client of a streamed
+// command that stops reading (its receive window full) does not hold the
+// command and its sandbox for ever: past the stream write timeout (2 s
+// here) the command is killed and recorded with reason "timeout".
+func TestStalledStreamClientTimesOut(t *testing.T) {
+	e := need(t)
+	api := e.api(e.tokA)
+	sb := create(t, api, map[string]any{"memory_mib": 64})
+	defer destroy(t, api, sb.ID)
+	// Far more than the socket buffers hold, and than the test would wait for.
+	body, _ := json.Marshal(map[string]any{"cmd": []string{"sh", "-c", "yes abcdefghijklmnopqrstuvwxyz0123456789 | head -c 2000000000"}})
+	req, _ := http.NewRequest(http.MethodPost, api.Base+"/api/v1/sandboxes/"+sb.ID+"/exec?stream=1", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := api.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Got(stream) = %d; want 200", resp.StatusCode)
+	}
+	// Read nothing more.
+	var rec sandbox.ExecRecord
+	waitUntil(t, "the stalled command ended", 3*time.Minute, func() bool {
+		recs, err := e.service().Execs(ctx, e.a.ID, sb.ID)
+		if err != nil || len(recs) == 0 || recs[0].EndedAt == nil {
+			return false
+		}
+		rec = recs[0]
+		return true
+	})
+	if rec.Reason != "timeout" {
+		t.Errorf("Got(record of the stalled command) = reason %q; want timeout", rec.Reason)
 	}
 }

@@ -124,10 +124,8 @@ func TestExecSurvivesSessionLoss(t *testing.T) {
 	if s := strings.ReplaceAll(term.String(), "\r", ""); strings.Count(s, "first one\n") != 1 || !strings.Contains(s, "second two\n") {
 		t.Errorf("Got(terminal output) = %q; want both answers, the first once", s)
 	}
-	// Delivered: forgotten.
-	if got := execIDs(t, ctx, c2); len(got) != 0 {
-		t.Errorf("Got(ListExecs() after both ended) = %v; want none", got)
-	}
+	// Delivered: forgotten (as the agent finishes its side of the stream).
+	waitFor(t, func() bool { return len(execIDs(t, ctx, c2)) == 0 })
 }
 
 // TestDetachedExecGrace: a detached exec nobody re-attaches is killed when
@@ -166,13 +164,15 @@ func TestDetachedExecGrace(t *testing.T) {
 	if _, err := kept.Wait(); !errors.Is(err, agentproto.ErrSessionLost) {
 		t.Errorf("Got(Wait() of a plain exec whose session went) = %v; want ErrSessionLost", err)
 	}
-	c2 := newHostSession(t, ctx, srv, time.Second)
+	c2 := newHostSession(t, ctx, srv, time.Minute)
 	if got := execIDs(t, ctx, c2); !slices.Equal(keys(got), []string{"kept"}) {
 		t.Errorf("Got(ListExecs()) = %v; want only kept", got)
 	}
 	if syscall.Kill(-kept.PID(), 0) != nil {
 		t.Errorf("Got(kept exec) gone; want it running within the grace")
 	}
+	// A newer host's shorter grace holds from the detach on.
+	c2 = newHostSession(t, ctx, srv, time.Second)
 	waitFor(t, gone(kept.PID()))
 	waitFor(t, func() bool { return len(execIDs(t, ctx, c2)) == 0 })
 	_, err = c2.StartResumableExec(ctx, agentproto.ExecRequest{ID: "bad id!", Sandbox: sb.id, Argv: long}, nil, nil, nil)
@@ -188,4 +188,43 @@ func keys(m map[string]agentproto.ExecInfo) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestDetachedExecBufferBound: a detached exec's output is kept up to the
+// bound only: the re-attach says where the kept output starts, and what
+// arrives from there is the exact tail.
+func TestDetachedExecBufferBound(t *testing.T) {
+	c1, sb, srv, hostEnd1 := hostSandboxServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const total = 3 << 20
+	e, err := c1.StartExec(ctx, agentproto.ExecRequest{ID: "big", Sandbox: sb.id, Argv: []string{"sh", "-c",
+		fmt.Sprintf("sleep 0.5; head -c %d /dev/zero | tr '\\000' a; echo; echo end", total)}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostEnd1.Close()
+	e.Wait()
+	c2 := newHostSession(t, ctx, srv, time.Minute)
+	waitFor(t, func() bool { in, ok := execIDs(t, ctx, c2)["big"]; return ok && in.Exited })
+	in := execIDs(t, ctx, c2)["big"]
+	if in.Output != total+5 || in.Buffered > execBufferBytes {
+		t.Errorf("Got(ExecInfo) = %+v; want %d bytes written, at most %d kept", in, total+5, execBufferBytes)
+	}
+	var out syncBuffer
+	a, err := c2.AttachExec(ctx, "big", 0, &out, nil, nil)
+	if err != nil {
+		t.Fatalf("AttachExec() = %v", err)
+	}
+	st, err := a.Wait()
+	if err != nil || st.Code != 0 {
+		t.Fatalf("Got(Wait()) = %+v, %v; want exit 0", st, err)
+	}
+	got := out.String()
+	if a.Start() <= 0 || a.Start()+int64(len(got)) != total+5 || !strings.HasSuffix(got, "aaa\nend\n") || strings.Trim(got, "a\nend") != "" {
+		t.Errorf("Got(attach) = start %d, %d bytes; want the tail of %d bytes, after a drop", a.Start(), len(got), total+5)
+	}
+	if _, err := c2.AttachExec(ctx, "big", 0, nil, nil, nil); !errors.Is(err, agentproto.ErrNotFound) {
+		t.Errorf("Got(AttachExec(delivered)) = %v; want ErrNotFound", err)
+	}
 }
