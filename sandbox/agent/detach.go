@@ -89,7 +89,9 @@ func (t *execTable) list() []agentproto.ExecInfo {
 	out := make([]agentproto.ExecInfo, 0, len(runs))
 	now := time.Now()
 	for _, r := range runs {
-		out = append(out, r.info(now))
+		if !r.isDelivered() { // its exit reached a host: going
+			out = append(out, r.info(now))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -233,12 +235,17 @@ func (r *execRun) serve(a *attachment, send func(agentproto.Channel, []byte) err
 			r.mu.Unlock()
 		}
 		if exit != nil {
-			if sendExit(send, *exit) != nil {
-				return false
-			}
+			// Marked first: a host that got the exit never sees the exec
+			// listed after.
 			r.mu.Lock()
 			r.delivered = true
 			r.mu.Unlock()
+			if sendExit(send, *exit) != nil {
+				r.mu.Lock()
+				r.delivered = false
+				r.mu.Unlock()
+				return false
+			}
 			return true
 		}
 	}
@@ -250,7 +257,7 @@ func (r *execRun) serve(a *attachment, send func(agentproto.Channel, []byte) err
 func (r *execRun) attach(a *attachment, from int64) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.expired || r.cancelled {
+	if r.expired || r.cancelled || r.delivered {
 		return 0, fmt.Errorf("exec %s: %w", r.id, agentproto.ErrNotFound)
 	}
 	if from < 0 || from > r.end {
