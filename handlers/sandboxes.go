@@ -294,6 +294,32 @@ type eventStream struct {
 
 	timeout time.Duration
 	stall   func(error)
+	stalled bool // a write missed the timeout
+}
+
+// newEventStream starts an event stream for c with the context its
+// command runs under: it ends when the request does, with the cause
+// sandbox.ErrStreamStalled when that was a write that missed the timeout
+// (the server cancels a request whose write failed before the write
+// returns: the cause is decided under the stream's lock, after it).
+func (h *Handlers) newEventStream(c echo.Context) (*eventStream, context.Context, func()) {
+	timeout := h.cfg.StreamWriteTimeout
+	if timeout <= 0 {
+		timeout = DefaultStreamWriteTimeout
+	}
+	ctx, stall := context.WithCancelCause(context.WithoutCancel(c.Request().Context()))
+	s := &eventStream{c: c, timeout: timeout, stall: stall}
+	stop := context.AfterFunc(c.Request().Context(), func() {
+		s.mu.Lock()
+		stalled := s.stalled
+		s.mu.Unlock()
+		if stalled {
+			stall(fmt.Errorf("%w for %s", sandbox.ErrStreamStalled, timeout))
+		} else {
+			stall(context.Canceled)
+		}
+	})
+	return s, ctx, func() { stop(); stall(nil) }
 }
 
 func (s *eventStream) write(e ExecEvent) {
@@ -317,7 +343,8 @@ func (s *eventStream) write(e ExecEvent) {
 	}
 	if err != nil {
 		s.failed = true
-		if errors.Is(err, os.ErrDeadlineExceeded) && s.stall != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.stalled = true
 			s.stall(fmt.Errorf("%w for %s", sandbox.ErrStreamStalled, s.timeout))
 		}
 		return
@@ -370,13 +397,8 @@ func (o output) Write(p []byte) (int, error) {
 
 func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.ExecRequest) error {
 	cl := CallerOf(c)
-	ctx, stall := context.WithCancelCause(c.Request().Context())
-	defer stall(nil)
-	timeout := h.cfg.StreamWriteTimeout
-	if timeout <= 0 {
-		timeout = DefaultStreamWriteTimeout
-	}
-	s := &eventStream{c: c, timeout: timeout, stall: stall}
+	s, ctx, done := h.newEventStream(c)
+	defer done()
 	req.Started = func(execID string, pid int) { s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid}) }
 	res, err := svc.Exec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, output{s, "stdout"}, output{s, "stderr"})
 	if err != nil {
@@ -415,13 +437,8 @@ func (h *Handlers) APIResumeExec(c echo.Context) error {
 		}
 	}
 	cl := CallerOf(c)
-	ctx, stall := context.WithCancelCause(c.Request().Context())
-	defer stall(nil)
-	timeout := h.cfg.StreamWriteTimeout
-	if timeout <= 0 {
-		timeout = DefaultStreamWriteTimeout
-	}
-	s := &eventStream{c: c, timeout: timeout, stall: stall}
+	s, ctx, done := h.newEventStream(c)
+	defer done()
 	execID := c.Param("exec_id")
 	started := func(start int64, pid int) {
 		s.mu.Lock()
