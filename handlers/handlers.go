@@ -49,7 +49,14 @@ type Config struct {
 	// PublicURL is where people reach the server; browsers' WebSocket
 	// Origins must match it.
 	PublicURL string
+	// StreamWriteTimeout bounds one write of a streamed exec: a client
+	// that stops reading for longer gets its command killed with reason
+	// timeout. Zero: DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 }
+
+// DefaultStreamWriteTimeout is Config.StreamWriteTimeout's default.
+const DefaultStreamWriteTimeout = 30 * time.Second
 
 // Handlers carries the dependencies of every handler.
 type Handlers struct {

@@ -1,12 +1,14 @@
 package handlers
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,17 +271,55 @@ type ExecEvent struct {
 	DurationMS *int64 `json:"duration_ms,omitempty"`
 	Status     int    `json:"status,omitempty"` // error events: the HTTP status the error would have had
 	Detail     string `json:"detail,omitempty"`
+	// Offset, on error events, is how many output bytes (stdout and
+	// stderr together, decoded) this stream delivered: where a resume
+	// (GET .../execs/{exec_id}/stream?offset=) picks up.
+	Offset *int64 `json:"offset,omitempty"`
 }
 
 // eventStream writes ExecEvents as NDJSON, one flushed line each. The
 // response is committed at the first event, so a command refused before it
 // starts still gets a problem document.
+//
+// Each write must finish within timeout: a client that stops reading
+// (its window full) gets stall called, which kills the command (reason
+// timeout) rather than let it hold the stream, and its sandbox, for ever.
 type eventStream struct {
 	c       echo.Context
 	mu      sync.Mutex
 	started bool
 	pending []ExecEvent // output that raced ahead of the started event
 	failed  bool
+	offset  int64 // output bytes written
+
+	timeout time.Duration
+	stall   func(error)
+	stalled bool // a write missed the timeout
+}
+
+// newEventStream starts an event stream for c with the context its
+// command runs under: it ends when the request does, with the cause
+// sandbox.ErrStreamStalled when that was a write that missed the timeout
+// (the server cancels a request whose write failed before the write
+// returns: the cause is decided under the stream's lock, after it).
+func (h *Handlers) newEventStream(c echo.Context) (*eventStream, context.Context, func()) {
+	timeout := h.cfg.StreamWriteTimeout
+	if timeout <= 0 {
+		timeout = DefaultStreamWriteTimeout
+	}
+	ctx, stall := context.WithCancelCause(context.WithoutCancel(c.Request().Context()))
+	s := &eventStream{c: c, timeout: timeout, stall: stall}
+	stop := context.AfterFunc(c.Request().Context(), func() {
+		s.mu.Lock()
+		stalled := s.stalled
+		s.mu.Unlock()
+		if stalled {
+			stall(fmt.Errorf("%w for %s", sandbox.ErrStreamStalled, timeout))
+		} else {
+			stall(context.Canceled)
+		}
+	})
+	return s, ctx, func() { stop(); stall(nil) }
 }
 
 func (s *eventStream) write(e ExecEvent) {
@@ -292,12 +332,27 @@ func (s *eventStream) write(e ExecEvent) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(http.StatusOK)
 	}
+	rc := http.NewResponseController(w)
+	if s.timeout > 0 {
+		rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	b, _ := json.Marshal(e)
-	if _, err := w.Write(append(b, '\n')); err != nil {
+	_, err := w.Write(append(b, '\n'))
+	if err == nil {
+		err = rc.Flush()
+	}
+	if err != nil {
 		s.failed = true
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.stalled = true
+			s.stall(fmt.Errorf("%w for %s", sandbox.ErrStreamStalled, s.timeout))
+		}
 		return
 	}
-	w.Flush()
+	s.offset += int64(len(e.Data))
+	if raw, err := base64.StdEncoding.DecodeString(e.DataBase64); err == nil {
+		s.offset += int64(len(raw))
+	}
 }
 
 func (s *eventStream) emit(e ExecEvent) {
@@ -342,15 +397,64 @@ func (o output) Write(p []byte) (int, error) {
 
 func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.ExecRequest) error {
 	cl := CallerOf(c)
-	s := &eventStream{c: c}
+	s, ctx, done := h.newEventStream(c)
+	defer done()
 	req.Started = func(execID string, pid int) { s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid}) }
-	res, err := svc.Exec(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, output{s, "stdout"}, output{s, "stderr"})
+	res, err := svc.Exec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, output{s, "stdout"}, output{s, "stderr"})
 	if err != nil {
 		if !c.Response().Committed {
 			return err // refused before it started: a problem document
 		}
 		h.log.Warn("streamed exec failed", "sandbox", c.Param("id"), "err", err)
-		s.emit(ExecEvent{Type: "error", ExecID: res.ExecID, Detail: err.Error()})
+		s.mu.Lock()
+		off := s.offset
+		s.mu.Unlock()
+		// The final event names the cause: "lost" when the agent session
+		// went and did not come back in time (the record says so too).
+		s.emit(ExecEvent{Type: "error", ExecID: res.ExecID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
+		return nil
+	}
+	code, ms := res.ExitCode, res.Duration.Milliseconds()
+	s.emit(ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
+	return nil
+}
+
+// APIResumeExec re-attaches a streamed command that outlived the server
+// that started it: GET /api/v1/sandboxes/:id/execs/:exec_id/stream?offset=N
+// answers the events of ?stream=1 from output byte N on (stdout and stderr
+// bytes together, as the client counted them); the started event's offset
+// says where the output really starts (past N when the agent's bounded
+// buffer dropped bytes while no server read them).
+func (h *Handlers) APIResumeExec(c echo.Context) error {
+	svc, err := h.sandboxService()
+	if err != nil {
+		return err
+	}
+	var offset int64
+	if v := c.QueryParam("offset"); v != "" {
+		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
+			return tenants.Invalid("offset", "invalid", "offset must be a whole number of bytes, 0 or more")
+		}
+	}
+	cl := CallerOf(c)
+	s, ctx, done := h.newEventStream(c)
+	defer done()
+	execID := c.Param("exec_id")
+	started := func(start int64, pid int) {
+		s.mu.Lock()
+		s.offset = start
+		s.mu.Unlock()
+		s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid, Offset: &start})
+	}
+	res, err := svc.ResumeExec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), execID, offset, started, output{s, "stdout"}, output{s, "stderr"})
+	if err != nil {
+		if !c.Response().Committed {
+			return err
+		}
+		s.mu.Lock()
+		off := s.offset
+		s.mu.Unlock()
+		s.emit(ExecEvent{Type: "error", ExecID: execID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
 		return nil
 	}
 	code, ms := res.ExitCode, res.Duration.Milliseconds()

@@ -224,6 +224,7 @@ func (e *testEnv) start() error {
 	app, err := web.NewApp(wctx, web.AppConfig{
 		PublicURL: publicURL, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Usage: usage.NewStore(e.db, nil),
+		StreamWriteTimeout: 2 * time.Second, // TestStalledStreamClientTimesOut
 	}, store, al)
 	if err != nil {
 		wcancel()

@@ -12,8 +12,8 @@ import (
 // ctx bounds the start only: the terminal runs until its process ends, the
 // returned Exec closes it, or the service closes. Another tenant's sandbox
 // is tenants.ErrNotFound; one not running tenants.ErrConflict.
-func (s *Service) StartTerminal(ctx context.Context, tenantID, id string, argv, env []string, size agentproto.Winsize, output io.Writer) (*agentproto.Exec, error) {
-	sb, c, err := s.runningAgent(ctx, tenantID, id)
+func (s *Service) StartTerminal(ctx context.Context, tenantID, sandboxID string, argv, env []string, size agentproto.Winsize, output io.Writer) (*agentproto.Exec, error) {
+	sb, c, err := s.runningAgent(ctx, tenantID, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -21,7 +21,14 @@ func (s *Service) StartTerminal(ctx context.Context, tenantID, id string, argv, 
 	// cut short only while the caller still waits for the start.
 	tctx, cancel := context.WithCancel(s.ctx)
 	stop := context.AfterFunc(ctx, cancel)
-	e, err := c.StartExec(tctx, agentproto.ExecRequest{Sandbox: sb.ID, Argv: argv, Env: env, TTY: true, Stdin: true, Size: size}, output, nil)
+	// Named, so a lost agent session re-attaches it (see Exec).
+	execID, err := newID()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	e, err := c.StartResumableExec(tctx, agentproto.ExecRequest{ID: "term-" + execID, Sandbox: sb.ID, Argv: argv, Env: env, TTY: true, Stdin: true, Size: size},
+		output, nil, s.nextAgent(sb, c))
 	stop()
 	if err != nil {
 		cancel()

@@ -76,6 +76,10 @@ type Config struct {
 	// ExecRecordBytes is how much of each output stream of a command is
 	// stored with its record; default 16 KiB.
 	ExecRecordBytes int
+	// ExecGrace is how long a command or terminal whose agent session was
+	// lost waits for the VM's next session to re-attach it; default 5 min
+	// (the agent keeps it as long: vmpool.Config.ExecGrace).
+	ExecGrace time.Duration
 	// CreateTimeout bounds a create from its record to running, a VM boot
 	// included; default 4 min.
 	CreateTimeout time.Duration
@@ -128,6 +132,9 @@ func (c *Config) checkAndSetDefaults() {
 	defInt(&c.GuestReserveMiB, 128)
 	defInt(&c.MaxPerVM, 32)
 	defInt(&c.ExecRecordBytes, 16<<10)
+	if c.ExecGrace <= 0 {
+		c.ExecGrace = agentproto.DefaultExecGrace
+	}
 	if c.MaxFileBytes <= 0 {
 		c.MaxFileBytes = 64 << 20
 	}
@@ -165,6 +172,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	inflight map[string]int            // sandboxes whose create or destroy this process runs
+	execs    map[string]bool           // command records this process serves (Exec)
 	missing  map[string]bool           // sandboxes the last sync found missing from their agent
 	syncing  map[vmKey]bool            // VMs whose sync is running
 	orphans  map[vmKey]map[string]bool // orphans each VM's agent destroyed
@@ -188,7 +196,7 @@ func New(db *gorm.DB, vms VMs, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{
 		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
-		inflight: map[string]int{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
+		inflight: map[string]int{}, execs: map[string]bool{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
 		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox

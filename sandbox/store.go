@@ -480,3 +480,51 @@ func (s *Store) activeOnVM(ctx context.Context, vmID string) (int64, error) {
 	}
 	return n, nil
 }
+
+// openExecs returns the records of the sandboxes' commands that have no end
+// yet and started before the given time.
+func (s *Store) openExecs(ctx context.Context, sandboxIDs []string, before time.Time) ([]ExecRecord, error) {
+	if len(sandboxIDs) == 0 {
+		return nil, nil
+	}
+	var out []ExecRecord
+	err := s.db.WithContext(ctx).Where("sandbox_id IN ? AND ended_at IS NULL AND started_at < ?", sandboxIDs, before).
+		Order("started_at").Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("open commands: %w", err)
+	}
+	return out, nil
+}
+
+// closeExec ends a command record this process does not serve (one that
+// was lost, or ended while no server watched it), unless it has an end
+// already. It reports whether it did.
+func (s *Store) closeExec(ctx context.Context, rec ExecRecord, exitCode *int, reason string, duration time.Duration) (bool, error) {
+	now := s.now()
+	if duration <= 0 {
+		duration = now.Sub(rec.StartedAt)
+	}
+	res := s.db.WithContext(ctx).Model(&ExecRecord{}).Where("id = ? AND ended_at IS NULL", rec.ID).Updates(map[string]any{
+		"ended_at": now, "exit_code": exitCode, "reason": reason, "duration_ms": duration.Milliseconds(),
+	})
+	if res.Error != nil {
+		return false, fmt.Errorf("close command %s: %w", rec.ID, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// closeExecsOfEnded ends the open command records of sandboxes that are no
+// longer running (their processes died with them) with the reason, except
+// those this process serves (skip).
+func (s *Store) closeExecsOfEnded(ctx context.Context, reason string, skip []string) (int64, error) {
+	q := s.db.WithContext(ctx).Model(&ExecRecord{}).Where("ended_at IS NULL AND sandbox_id IN (?)",
+		s.db.Model(&Sandbox{}).Select("id").Where("state NOT IN ?", []State{StateCreating, StateRunning}))
+	if len(skip) > 0 {
+		q = q.Where("id NOT IN ?", skip)
+	}
+	res := q.Updates(map[string]any{"ended_at": s.now(), "reason": reason})
+	if res.Error != nil {
+		return 0, fmt.Errorf("close commands of ended sandboxes: %w", res.Error)
+	}
+	return res.RowsAffected, nil
+}

@@ -73,6 +73,12 @@ func (s *Service) sync(ctx context.Context, startup bool) (wait func(), err erro
 		return sb.State == StateCreating && (startup || now.Sub(sb.CreatedAt) > s.cfg.CreateTimeout)
 	}
 	s.pruneMissing(sbs)
+	// Commands of sandboxes that ended died with them.
+	if n, err := s.store.closeExecsOfEnded(ctx, ReasonLost, s.servedExecs()); err != nil {
+		s.log.Warn("close commands of ended sandboxes", "err", err)
+	} else if n > 0 {
+		s.log.Info("closed the records of commands whose sandbox ended", "commands", n)
+	}
 	groups := map[vmKey][]Sandbox{}
 	for _, sb := range sbs {
 		if s.isInflight(sb.ID) {
@@ -215,6 +221,7 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 		s.log.Debug("list sandboxes of vm", "vm", vm.ID, "err", err)
 		return
 	}
+	s.syncExecs(ctx, c, vm, group)
 	inGuest := make(map[string]agentproto.SandboxInfo, len(list.Sandboxes))
 	invalid := 0
 	var listed []agentproto.SandboxInfo

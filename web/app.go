@@ -81,6 +81,10 @@ type AppConfig struct {
 	// BodyTimeout bounds how long a request body may take to arrive (plus
 	// its size at DefaultBodyMinRate); zero: DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// StreamWriteTimeout bounds one write of a streamed exec to a client
+	// that stopped reading: past it the command is killed (reason
+	// timeout); zero: handlers.DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// MetricsToken is the bearer token /metrics requires; empty: loopback only.
 	MetricsToken string
 	// Compliance evaluates the security checklist and runs the probe
@@ -162,6 +166,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		ProviderName: providerName, DevIdP: a.dev, SecureCookies: secure,
 		OperatorEmails: cfg.OperatorEmails, AssetVersion: assets, FlashKey: Derive(cfg.RootKey, "flash"),
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
+		StreamWriteTimeout: cfg.StreamWriteTimeout,
 	}, handlers.Deps{
 		Store: store, Audit: auditLog, IdP: a.rp, Log: cfg.Log, Clock: cfg.Clock, VMs: cfg.VMs, Sandboxes: cfg.Sandboxes, Terminals: cfg.Terminals,
 		Secrets: cfg.Secrets, Policies: cfg.Policies, Egress: cfg.Egress, Usage: cfg.Usage,

@@ -264,7 +264,9 @@ func operations() []op {
 			params: []obj{query("stream", "1: answer newline-delimited JSON events (application/x-ndjson) as the command runs, "+
 				"instead of one answer at its end. The events, one JSON object per line: "+
 				`{"type":"started","exec_id","pid"}; then any number of {"type":"stdout"|"stderr","data"} (or "data_base64" for output that is not UTF-8); `+
-				`finally {"type":"exit","exec_id","exit_code","signal","reason","duration_ms"}, or {"type":"error","detail"} if the command could not be followed to its end. `+
+				`finally {"type":"exit","exec_id","exit_code","signal","reason","duration_ms"}, or {"type":"error","reason","detail","offset"} if the command could not be followed to its end `+
+				`(reason "lost": its VM's agent session went and did not come back within the exec grace; "timeout": the client stopped reading for longer than the stream write timeout, and the command was killed). `+
+				"A command outlives a server restart: resume it with GET /api/v1/sandboxes/{id}/execs/{exec_id}/stream?offset=. "+
 				"A command refused before it starts (bad input, sandbox not running) gets a problem document as usual.",
 				obj{"type": "string", "enum": []string{"0", "1"}})},
 			body: jsonBody(ref("ExecRequest")),
@@ -272,6 +274,13 @@ func operations() []op {
 				"application/json":     obj{"schema": ref("ExecResult")},
 				"application/x-ndjson": obj{"schema": ref("ExecEvent")},
 			}}, "409": problem("The sandbox is not running")}},
+		{method: "GET", path: "/api/v1/sandboxes/{id}/execs/{exec_id}/stream", summary: "Resume a streamed command that outlived its server (a restart)", tag: "sandboxes",
+			params: []obj{{"name": "exec_id", "in": "path", "required": true, "description": "the exec_id of the started event", "schema": obj{"type": "string"}},
+				query("offset", "output bytes (stdout and stderr together, decoded) the client has; default 0: what the agent still buffers (up to 1 MiB)", obj{"type": "integer", "minimum": 0})},
+			responses: obj{"200": obj{"description": `The events of stream=1 from the offset on; the started event's "offset" is where the output really starts (past the asked one when the agent's buffer dropped bytes)`,
+				"content": obj{"application/x-ndjson": obj{"schema": ref("ExecEvent"), "description": "one ExecEvent per line"}}},
+				"404": problem("No such command, or its process is gone (its record says lost)"),
+				"409": problem("The command ended (its record has how), this server streams it already, or the sandbox is not running")}},
 		{method: "GET", path: "/api/v1/sandboxes/{id}/files", summary: "Read a file of a sandbox as raw bytes", tag: "sandboxes",
 			params: []obj{filePath},
 			responses: obj{"200": obj{"description": "The file's bytes", "content": obj{"application/octet-stream": obj{"schema": obj{"type": "string", "contentMediaType": "application/octet-stream"}}}},
@@ -604,6 +613,7 @@ func schemas() obj {
 			"type": obj{"type": "string", "enum": []string{"started", "stdout", "stderr", "exit", "error"}},
 			"data": str("output as text"), "data_base64": str("output that is not UTF-8"), "exec_id": str(""), "pid": integer(""),
 			"exit_code": integer(""), "signal": str(""), "reason": str(""), "duration_ms": integer(""), "detail": str(""),
+			"offset": integer("started (resume): where the output starts; error: output bytes delivered, to resume from"),
 		}),
 		"File": object([]string{"path", "size", "mode"}, obj{"path": str(""), "size": integer("bytes"), "mode": str("octal permission bits")}),
 		"Terminal": object([]string{"id", "sandbox_id", "live", "started_at"}, obj{

@@ -164,6 +164,8 @@ func Routes(h *handlers.Handlers) []Route {
 		{get, "/api/v1/sandboxes/:id", tenants.PermSandboxesRead, true, h.APISandbox},
 		{del, "/api/v1/sandboxes/:id", tenants.PermSandboxesWrite, true, h.APIDestroySandbox},
 		{post, "/api/v1/sandboxes/:id/exec", tenants.PermSandboxesWrite, true, h.APIExec},
+		// Resumes a streamed command that outlived its server (NDJSON from ?offset=).
+		{get, "/api/v1/sandboxes/:id/execs/:exec_id/stream", tenants.PermSandboxesWrite, true, h.APIResumeExec},
 		{get, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIReadFile},
 		{put, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIWriteFile},
 		// WebSocket: watching needs the route's permission; driving (no

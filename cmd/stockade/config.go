@@ -50,6 +50,9 @@ type config struct {
 	// how often the probe runs per tenant (0 or less: on demand only).
 	ComplianceInterval time.Duration
 	ProbeInterval      time.Duration
+	// ExecGrace is how long commands and terminals outlive a lost agent
+	// session (a server restart) waiting to be re-attached.
+	ExecGrace time.Duration
 	// MetricsTenants is how many tenants get their own label in the usage
 	// metrics; the rest are summed under tenant="_other".
 	MetricsTenants int
@@ -110,6 +113,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"how often each tenant's compliance checklist is re-evaluated (STOCKADE_COMPLIANCE_INTERVAL)")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.envDuration(getenv, "probe-interval", "STOCKADE_PROBE_INTERVAL", 24*time.Hour),
 		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
+	fs.DurationVar(&c.ExecGrace, "exec-grace", c.envDuration(getenv, "exec-grace", "STOCKADE_EXEC_GRACE", 5*time.Minute),
+		"how long running commands and terminals survive a lost agent session (a server restart) waiting to be re-attached; their output is buffered up to 1 MiB each (STOCKADE_EXEC_GRACE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),
 		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
 	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),

@@ -98,7 +98,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// until a host answers VM pages and API say the hypervisor is unavailable.
 	// A tenant an operator froze gets no VM and no sandbox (Freezes).
 	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: splitList(cfg.LibvirtURIs), DataDir: cfg.DataDir, Logger: log, DomainType: cfg.DomainType,
-		Egress: gw, Freezes: store})
+		Egress: gw, Freezes: store, ExecGrace: cfg.ExecGrace})
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// transactions of their changes; a dispatcher (below) delivers them.
 	hooks := integrations.NewStore(db, integrations.Config{})
 	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Credentials: sec, Policies: pol, Freezes: store,
-		Outbox: hooks, MaxFileBytes: cfg.MaxFileBytes})
+		Outbox: hooks, MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace})
 	if err := sbx.Start(ctx); err != nil {
 		return err
 	}

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +23,9 @@ const (
 	exitGrace = 250 * time.Millisecond
 	// maxExecTimeout bounds ExecRequest.TimeoutSeconds (a week).
 	maxExecTimeout = 7 * 24 * 3600
-	maxPathLen     = 4096
+	// maxExecGrace bounds HelloRequest.ExecGraceSeconds (a day).
+	maxExecGrace = 24 * 3600
+	maxPathLen   = 4096
 )
 
 // signals the host may send, by name.
@@ -158,13 +158,22 @@ func (m *Manager) spawn(ctx context.Context, sb *sandbox, req spawnRequest) (*sp
 	return s, nil
 }
 
-// serveExec runs an exec stream: see agentproto.OpExec.
-func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.ExecRequest) {
+// serveExec runs an exec stream: see agentproto.OpExec. sessDone is closed
+// when the stream's host session ended.
+func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.ExecRequest, sessDone <-chan struct{}) {
 	fail := func(err error) {
 		agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version, Error: agentproto.ErrorFor(err)})
 	}
 	if err := checkExec(req); err != nil {
 		fail(err)
+		return
+	}
+	if req.ID != "" && !agentproto.ValidExecID(req.ID) {
+		fail(fmt.Errorf("exec: id: %w", agentproto.ErrBadRequest))
+		return
+	}
+	if req.ID != "" && m.execs.get(req.ID) != nil {
+		fail(fmt.Errorf("exec %s exists: %w", req.ID, agentproto.ErrConflict))
 		return
 	}
 	sb, err := m.get(req.Sandbox)
@@ -176,28 +185,126 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		fail(fmt.Errorf("exec: %w", err))
 		return
 	}
-	defer sb.end()
 	p, err := m.spawn(ctx, sb, spawnRequest{
 		Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdin: req.Stdin || req.TTY, TTY: req.TTY, Size: req.Size,
 	})
 	if err != nil {
+		sb.end()
 		fail(fmt.Errorf("exec in %s: %w", sb.id, err))
 		return
 	}
-	defer p.close()
-	oomBefore := oomKills(sb.cgroup)
-	started := time.Now()
-	if err := agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version, Exec: &agentproto.ExecStarted{PID: p.pid}}); err != nil {
-		killSpawned(p)
+	r := newExecRun(req.ID, sb.id, p, req.TTY)
+	if req.ID != "" {
+		if err := m.execs.add(r); err != nil {
+			killSpawned(p)
+			p.close()
+			sb.end()
+			fail(err)
+			return
+		}
+	}
+	a := &attachment{st: st}
+	r.attach(a, 0)
+	go m.runExec(ctx, sb, r, req.TimeoutSeconds)
+	m.serveAttached(ctx, st, r, a, 0, sessDone)
+}
+
+// serveExecAttach re-attaches a detached exec: see agentproto.OpExecAttach.
+func (m *Manager) serveExecAttach(ctx context.Context, st net.Conn, req *agentproto.ExecAttachRequest, sessDone <-chan struct{}) {
+	fail := func(err error) {
+		agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version, Error: agentproto.ErrorFor(err)})
+	}
+	if req == nil || !agentproto.ValidExecID(req.ID) {
+		fail(fmt.Errorf("exec.attach: id: %w", agentproto.ErrBadRequest))
 		return
 	}
+	r := m.execs.get(req.ID)
+	if r == nil {
+		fail(fmt.Errorf("exec %s: %w", req.ID, agentproto.ErrNotFound))
+		return
+	}
+	a := &attachment{st: st}
+	off, err := r.attach(a, req.Offset)
+	if err != nil {
+		fail(err)
+		return
+	}
+	m.log.Info("exec re-attached", "exec", r.id, "offset", req.Offset, "from", off)
+	m.serveAttached(ctx, st, r, a, off, sessDone)
+}
 
+// serveAttached answers the exec's start (from: where its output starts),
+// then serves it on st until the exit was sent or the stream ends. A stream
+// that ends with its session detaches the exec for the grace; one the host
+// closed kills it.
+func (m *Manager) serveAttached(ctx context.Context, st net.Conn, r *execRun, a *attachment, from int64, sessDone <-chan struct{}) {
 	var wmu sync.Mutex
 	send := func(ch agentproto.Channel, data []byte) error {
 		wmu.Lock()
 		defer wmu.Unlock()
 		return agentproto.WriteFrame(st, ch, data)
 	}
+	writerDone := make(chan bool, 1)
+	inputDone := make(chan struct{})
+	if err := agentproto.WriteMessage(st, agentproto.Response{V: agentproto.Version,
+		Exec: &agentproto.ExecStarted{PID: r.pid, Offset: from}}); err != nil {
+		writerDone <- false
+		close(inputDone)
+	} else {
+		go func() { writerDone <- r.serve(a, send) }()
+		go func() {
+			defer close(inputDone)
+			m.readExecInput(st, r.p, r.tty, func(sig unix.Signal) {
+				r.hostSignaled.Store(true)
+				sendInit(r.p.c, initControl{Signal: int(sig)})
+			})
+		}()
+	}
+	var delivered, writerEnded bool
+	select {
+	case delivered = <-writerDone:
+		writerEnded = true
+	case <-inputDone:
+	}
+	if delivered {
+		m.execs.remove(r)
+		return
+	}
+	lost := ctx.Err() != nil
+	select {
+	case <-sessDone:
+		lost = true
+	default:
+	}
+	r.detach(a, lost, m.execs.graceNow(), func() {
+		if killed, did := r.expire(); did {
+			m.execs.remove(r)
+			m.log.Info("detached exec's grace passed", "exec", r.id, "killed", killed)
+		}
+	})
+	if lost && r.id != "" {
+		m.log.Info("exec detached: its host session ended", "exec", r.id)
+	}
+	st.Close()
+	<-inputDone
+	if !writerEnded {
+		<-writerDone
+	}
+	if r.isDelivered() {
+		// The host closed the stream as the exit reached it.
+		m.execs.remove(r)
+	}
+}
+
+// runExec waits for r's command to end (its own timeout, the sandbox
+// stopping, the agent shutting down, or a kill) and records how it ended.
+func (m *Manager) runExec(ctx context.Context, sb *sandbox, r *execRun, timeoutSeconds int) {
+	defer sb.end()
+	p := r.p
+	defer p.close()
+	oomBefore := oomKills(sb.cgroup)
+	started := time.Now()
+
 	var pumps sync.WaitGroup
 	pump := func(f *os.File, ch agentproto.Channel) {
 		defer pumps.Done()
@@ -205,12 +312,7 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
-				if send(ch, buf[:n]) != nil {
-					// The host is gone; keep draining so the command never
-					// blocks on a full pipe before it is killed.
-					io.Copy(io.Discard, f)
-					return
-				}
+				r.write(ch, buf[:n])
 			}
 			if err != nil {
 				return // EOF, or EIO from a terminal whose last user left
@@ -224,14 +326,7 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		go pump(p.stderr, agentproto.ChannelStderr)
 	}
 
-	var hostSignaled atomic.Bool
 	control := func(sig unix.Signal) { sendInit(p.c, initControl{Signal: int(sig)}) }
-	hostGone := make(chan struct{})
-	go func() {
-		defer close(hostGone)
-		m.readExecInput(st, p, req.TTY, func(sig unix.Signal) { hostSignaled.Store(true); control(sig) })
-	}()
-
 	type exitResult struct {
 		ex  initExit
 		err error
@@ -244,14 +339,15 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		exitCh <- exitResult{ex, err}
 	}()
 	var timeout <-chan time.Time
-	if req.TimeoutSeconds > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutSeconds) * time.Second)
+	if timeoutSeconds > 0 {
+		t := time.NewTimer(time.Duration(timeoutSeconds) * time.Second)
 		defer t.Stop()
 		timeout = t.C
 	}
-	var timedOut, hostLeft, sandboxStopped bool
+	var timedOut, sandboxStopped bool
 	var res exitResult
 	stopping := sb.stopping
+	done := ctx.Done()
 	for waiting := true; waiting; {
 		select {
 		case res = <-exitCh:
@@ -259,11 +355,9 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		case <-timeout:
 			timedOut, timeout = true, nil
 			control(unix.SIGKILL)
-		case <-hostGone:
-			hostLeft, hostGone = true, nil
-			control(unix.SIGKILL)
-		case <-ctx.Done():
-			hostLeft = true
+		case <-done:
+			done = nil
+			r.hostSignaled.Store(true)
 			control(unix.SIGKILL)
 		case <-stopping:
 			// The sandbox's processes die with it; init's connection ends.
@@ -284,9 +378,6 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		}
 		<-drained
 	}
-	if hostLeft {
-		return
-	}
 	status := agentproto.ExitStatus{Code: res.ex.Code, Reason: agentproto.ReasonExited, Duration: duration}
 	if res.ex.Signal != 0 {
 		status.Signal = signalName(res.ex.Signal)
@@ -300,11 +391,17 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		status.Reason = agentproto.ReasonTimeout
 	case unix.Signal(res.ex.Signal) == unix.SIGKILL && oomKills(sb.cgroup) > oomBefore:
 		status.Reason = agentproto.ReasonOOM
-	case res.ex.Signal != 0 && (hostSignaled.Load() || sandboxStopped):
+	case res.ex.Signal != 0 && (r.hostSignaled.Load() || sandboxStopped):
 		status.Reason = agentproto.ReasonKilled
 	}
-	b, _ := json.Marshal(status)
-	send(agentproto.ChannelExit, b)
+	if r.ended(status) {
+		m.execs.remove(r)
+	}
+}
+
+func sendExit(send func(agentproto.Channel, []byte) error, st agentproto.ExitStatus) error {
+	b, _ := json.Marshal(st)
+	return send(agentproto.ChannelExit, b)
 }
 
 // execReasonFor is the reason an exec gets when its sandbox stopped under it.

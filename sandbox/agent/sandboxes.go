@@ -69,6 +69,8 @@ type Manager struct {
 	baselines int
 
 	link hostLink // egress.go
+
+	execs execTable // detach.go
 }
 
 // NewManager checks cfg, fills its defaults and sets up the cgroups.

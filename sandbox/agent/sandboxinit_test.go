@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -70,6 +71,19 @@ func hostSandbox(t *testing.T) (*agentproto.Client, *sandbox) {
 // (uid and gid 1000, as in a real sandbox) when asUser; that needs root.
 func hostSandboxAs(t *testing.T, asUser bool) (*agentproto.Client, *sandbox) {
 	t.Helper()
+	c, sb, _, _ := hostSandboxServerAs(t, asUser)
+	return c, sb
+}
+
+// hostSandboxServer is hostSandbox with its agent server and the host end
+// of the first session's channel (detach_test.go opens more sessions).
+func hostSandboxServer(t *testing.T) (*agentproto.Client, *sandbox, *Server, net.Conn) {
+	t.Helper()
+	return hostSandboxServerAs(t, false)
+}
+
+func hostSandboxServerAs(t *testing.T, asUser bool) (*agentproto.Client, *sandbox, *Server, net.Conn) {
+	t.Helper()
 	dir := t.TempDir()
 	sb := &sandbox{
 		id: "host-1", dir: dir, rootfs: filepath.Join(dir, "rootfs"), cgroup: filepath.Join(dir, "no-cgroup"),
@@ -109,7 +123,7 @@ func hostSandboxAs(t *testing.T, asUser bool) (*agentproto.Client, *sandbox) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	m := &Manager{cfg: ManagerConfig{MaxFileBytes: 1 << 20}, sandboxes: map[string]*sandbox{sb.id: sb}}
+	m := &Manager{cfg: ManagerConfig{MaxFileBytes: 1 << 20}, log: slog.New(slog.DiscardHandler), sandboxes: map[string]*sandbox{sb.id: sb}}
 	srv, err := NewServer(Config{PowerOff: func() error { return nil }, Sandboxes: m})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +139,7 @@ func hostSandboxAs(t *testing.T, asUser bool) (*agentproto.Client, *sandbox) {
 		t.Fatalf("Dial() = %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, sb
+	return c, sb, srv, hostEnd
 }
 
 func TestExecThroughInit(t *testing.T) {

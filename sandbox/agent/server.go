@@ -78,7 +78,8 @@ func (s *Server) capabilities() []string {
 // sandboxOps are the ops a Manager serves.
 func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
-		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline}
+		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
+		agentproto.OpExecAttach, agentproto.OpExecList}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -232,6 +233,9 @@ func (s *Server) startSession(ctx context.Context, wg *sync.WaitGroup, w *agentp
 type session struct {
 	n       int
 	helloed atomic.Bool
+	// done is closed when the session ended: an exec stream cut then is
+	// detached, not killed.
+	done <-chan struct{}
 }
 
 // serveSession runs one yamux session until it ends.
@@ -248,7 +252,7 @@ func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteClose
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
 
-	ss := &session{n: n}
+	ss := &session{n: n, done: sess.CloseChan()}
 	s.log.Info("session started", "session", ss.n)
 	if m := s.cfg.Sandboxes; m != nil {
 		// Sandboxes' egress connections open streams on the newest session.
@@ -318,13 +322,14 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 	case agentproto.OpShutdown:
 		s.shutdown(st)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
-		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline:
+		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
+		agentproto.OpExecAttach, agentproto.OpExecList:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
 			return
 		}
-		s.handleSandbox(ctx, st, req)
+		s.handleSandbox(ctx, ss, st, req)
 	case agentproto.OpEgress:
 		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -335,7 +340,7 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 }
 
 // handleSandbox serves the ops of the sandbox Manager.
-func (s *Server) handleSandbox(ctx context.Context, st net.Conn, req agentproto.Request) {
+func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, req agentproto.Request) {
 	m := s.cfg.Sandboxes
 	fail := func(err error) { s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)}) }
 	switch req.Op {
@@ -380,7 +385,12 @@ func (s *Server) handleSandbox(ctx context.Context, st net.Conn, req agentproto.
 		}
 		s.reply(st, agentproto.Response{Baseline: &res})
 	case agentproto.OpExec:
-		m.serveExec(ctx, st, req.Exec)
+		m.serveExec(ctx, st, req.Exec, ss.done)
+	case agentproto.OpExecAttach:
+		m.serveExecAttach(ctx, st, req.ExecAttach, ss.done)
+	case agentproto.OpExecList:
+		list := m.execs.list()
+		s.reply(st, agentproto.Response{Execs: &list})
 	case agentproto.OpFileRead:
 		m.serveFileRead(st, req.FileRead)
 	case agentproto.OpFileWrite:
@@ -411,6 +421,9 @@ func (s *Server) hello(ss *session, req agentproto.Request) agentproto.Response 
 	}
 	ss.helloed.Store(true)
 	s.log.Info("hello", "session", ss.n, "client", h.Client, "protocol", v)
+	if m := s.cfg.Sandboxes; m != nil {
+		m.execs.setGrace(time.Duration(min(max(h.ExecGraceSeconds, 0), maxExecGrace)) * time.Second)
+	}
 	return agentproto.Response{V: v, Hello: &agentproto.Hello{
 		Protocol:      v,
 		Agent:         s.cfg.Version,

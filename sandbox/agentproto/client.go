@@ -24,10 +24,15 @@ type ClientOptions struct {
 	// Egress serves the connections sandboxes make through the agent's
 	// proxy listener; nil refuses them.
 	Egress EgressHandler
+	// ExecGrace is how long the agent keeps execs with an id alive after
+	// this session ends, for a new session to re-attach them (OpExecAttach);
+	// 0 means DefaultExecGrace. Whole seconds.
+	ExecGrace time.Duration
 }
 
 // Client is the host end of one agent session.
 type Client struct {
+	link  *hostLink
 	sess  *yamux.Session
 	hello Hello
 	log   *slog.Logger
@@ -68,12 +73,13 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 		link.Close()
 		return nil, fmt.Errorf("agent session: %w", err)
 	}
-	c := &Client{sess: sess, log: log}
+	c := &Client{link: link, sess: sess, log: log}
 	go c.acceptIncoming(opts.Egress)
 
 	resp, err := c.call(ctx, Request{
 		V: Version, Op: OpHello,
-		Hello: &HelloRequest{MinVersion: MinVersion, MaxVersion: Version, Client: opts.Name},
+		Hello: &HelloRequest{MinVersion: MinVersion, MaxVersion: Version, Client: opts.Name,
+			ExecGraceSeconds: int(opts.ExecGrace / time.Second)},
 	})
 	if err != nil {
 		sess.Close()
@@ -172,6 +178,16 @@ func (c *Client) Close() error {
 		return fmt.Errorf("close agent session: %w", err)
 	}
 	return nil
+}
+
+// Drop ends the session the way a crashed host does: the channel is closed
+// without the goodbye, so the agent learns of it only when the next host
+// session opens (or its keepalive fails), and keeps the session's execs
+// with an id for their grace (OpExecAttach). For tests of that path, and
+// for handing a VM's channel over without ending its work.
+func (c *Client) Drop() error {
+	c.link.silent.Store(true)
+	return c.Close()
 }
 
 // call runs one unary op on a new stream.

@@ -138,10 +138,21 @@ func (c *Client) open(ctx context.Context, req Request) (net.Conn, Response, err
 // Exec is a command running in a sandbox. Its methods are safe for
 // concurrent use.
 type Exec struct {
-	st  net.Conn
 	pid int
+	id  string
 
-	wmu sync.Mutex // one frame at a time towards the agent
+	wmu sync.Mutex // one frame at a time towards the agent; guards st
+	st  net.Conn
+
+	// resume returns the VM's next agent session after this one ended
+	// (StartResumableExec); nil: the exec ends with its stream.
+	resume func(context.Context) (*Client, error)
+	// offset is the output (stdout and stderr) received; dropped what the
+	// agent's buffer lost across re-attaches; resumes counts them.
+	// Written by the read loop only, read after done or under wmu.
+	offset, dropped int64
+	resumes         int
+	start           int64
 
 	done   chan struct{}
 	status ExitStatus
@@ -153,13 +164,57 @@ type Exec struct {
 // (nil discards) until it exits. ctx bounds the whole command: when it ends
 // the command is killed. A terminal (req.TTY) writes only to stdout.
 func (c *Client) StartExec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer) (*Exec, error) {
-	st, resp, err := c.open(ctx, Request{V: Version, Op: OpExec, Exec: &req})
+	return c.startExec(ctx, Request{V: Version, Op: OpExec, Exec: &req}, stdout, stderr, nil)
+}
+
+// StartResumableExec is StartExec for a command that outlives its agent
+// session: req.ID must be set. When the session ends under it (the host
+// dropped the channel, a crashed or replaced session), resume is called for
+// the VM's next session (it waits for one; an error gives up) and the exec
+// is re-attached there from the output received so far, so stdout and
+// stderr miss nothing the agent still held (see OpExecAttach). Without the
+// agent's exec.attach capability it is StartExec.
+func (c *Client) StartResumableExec(ctx context.Context, req ExecRequest, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
+	if !ValidExecID(req.ID) {
+		return nil, fmt.Errorf("exec in %s: id %q: %w", req.Sandbox, req.ID, ErrBadRequest)
+	}
+	if c.supports(OpExecAttach) != nil {
+		resume = nil
+	}
+	return c.startExec(ctx, Request{V: Version, Op: OpExec, Exec: &req}, stdout, stderr, resume)
+}
+
+// AttachExec re-attaches the detached exec id (OpExecAttach) from offset
+// (the output bytes the caller has): its output from there on goes to
+// stdout and stderr, as with StartResumableExec (resume may be nil).
+// Offset tells where the output really starts: past offset when the
+// agent's buffer dropped bytes. An exec the agent does not have is
+// ErrNotFound.
+func (c *Client) AttachExec(ctx context.Context, id string, offset int64, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
+	if !ValidExecID(id) {
+		return nil, fmt.Errorf("attach exec: id %q: %w", id, ErrBadRequest)
+	}
+	return c.startExec(ctx, Request{V: Version, Op: OpExecAttach, ExecAttach: &ExecAttachRequest{ID: id, Offset: offset}}, stdout, stderr, resume)
+}
+
+// Start is where the output this Exec received starts (non-zero after
+// AttachExec).
+func (e *Exec) Start() int64 { return e.start }
+
+func (c *Client) startExec(ctx context.Context, req Request, stdout, stderr io.Writer, resume func(context.Context) (*Client, error)) (*Exec, error) {
+	what, id := "exec", ""
+	if req.Exec != nil {
+		what, id = "exec in "+req.Exec.Sandbox, req.Exec.ID
+	} else if req.ExecAttach != nil {
+		what, id = "attach exec "+req.ExecAttach.ID, req.ExecAttach.ID
+	}
+	st, resp, err := c.open(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("exec in %s: %w", req.Sandbox, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if resp.Exec == nil {
 		st.Close()
-		return nil, fmt.Errorf("exec in %s: no pid in response: %w", req.Sandbox, ErrProtocol)
+		return nil, fmt.Errorf("%s: no pid in response: %w", what, ErrProtocol)
 	}
 	if stdout == nil {
 		stdout = io.Discard
@@ -167,32 +222,97 @@ func (c *Client) StartExec(ctx context.Context, req ExecRequest, stdout, stderr 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	e := &Exec{st: st, pid: resp.Exec.PID, done: make(chan struct{})}
+	e := &Exec{st: st, pid: resp.Exec.PID, id: id, resume: resume, done: make(chan struct{}),
+		start: resp.Exec.Offset, offset: resp.Exec.Offset}
 	e.stop = context.AfterFunc(ctx, func() {
 		// Ask for the kill, then drop the stream: the agent kills a command
 		// whose stream went away in any case.
 		e.Signal("KILL")
-		st.Close()
+		e.stream().Close()
 	})
-	go e.read(ctx, stdout, stderr)
+	go e.read(ctx, c, stdout, stderr)
 	return e, nil
 }
 
 // PID is the command's process id inside the sandbox.
 func (e *Exec) PID() int { return e.pid }
 
-func (e *Exec) read(ctx context.Context, stdout, stderr io.Writer) {
-	defer close(e.done)
-	defer e.st.Close()
-	defer e.stop()
+// Dropped is how many output bytes the agent's bounded buffer lost while
+// the exec was detached, and Resumes how often it was re-attached: valid
+// once Done.
+func (e *Exec) Dropped() (bytes int64, resumes int) { return e.dropped, e.resumes }
+
+func (e *Exec) stream() net.Conn {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return e.st
+}
+
+// reattach waits for the next agent session and re-attaches the exec there
+// from the output received so far.
+func (e *Exec) reattach(ctx context.Context) (net.Conn, int64, error) {
 	for {
-		f, err := ReadFrame(e.st)
+		c, err := e.resume(ctx)
 		if err != nil {
+			return nil, 0, err
+		}
+		st, resp, err := c.open(ctx, Request{V: Version, Op: OpExecAttach, ExecAttach: &ExecAttachRequest{ID: e.id, Offset: e.offset}})
+		switch {
+		case err == nil && resp.Exec != nil:
+			return st, resp.Exec.Offset, nil
+		case err == nil:
+			st.Close()
+			return nil, 0, fmt.Errorf("exec.attach: no exec in response: %w", ErrProtocol)
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadRequest), ctx.Err() != nil:
+			return nil, 0, err
+		}
+		// That session failed too: wait for the next one.
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (e *Exec) read(ctx context.Context, c *Client, stdout, stderr io.Writer) {
+	defer close(e.done)
+	defer func() { e.stream().Close() }()
+	defer e.stop()
+	st := e.stream()
+	for {
+		f, err := ReadFrame(st)
+		if err != nil {
+			if e.resume != nil && ctx.Err() == nil && c.sess.IsClosed() {
+				c.log.Info("exec stream lost with its agent session: re-attaching", "exec", e.id, "offset", e.offset)
+				nst, off, rerr := e.reattach(ctx)
+				if rerr == nil {
+					e.wmu.Lock()
+					e.st = nst
+					e.dropped += max(off-e.offset, 0)
+					e.offset = max(off, e.offset)
+					e.resumes++
+					e.wmu.Unlock()
+					st = nst
+					if ctx.Err() != nil {
+						// The kill of ctx went to the old stream.
+						e.Signal("KILL")
+						st.Close()
+					}
+					continue
+				}
+				e.err = fmt.Errorf("exec: %w (%w); re-attach: %w", ErrSessionLost, err, ctxErr(ctx, rerr))
+				return
+			}
+			if ctx.Err() == nil && c.sess.IsClosed() {
+				err = fmt.Errorf("%w: %w", ErrSessionLost, err)
+			}
 			e.err = fmt.Errorf("exec: %w", ctxErr(ctx, err))
 			return
 		}
 		switch f.Channel {
 		case ChannelStdout:
+			e.offset += int64(len(f.Data))
 			// A consumer that fails stops getting output; the command goes on.
 			if stdout != nil {
 				if _, err := stdout.Write(f.Data); err != nil {
@@ -200,6 +320,7 @@ func (e *Exec) read(ctx context.Context, stdout, stderr io.Writer) {
 				}
 			}
 		case ChannelStderr:
+			e.offset += int64(len(f.Data))
 			if stderr != nil {
 				if _, err := stderr.Write(f.Data); err != nil {
 					stderr = nil
@@ -295,7 +416,7 @@ func (e *Exec) Close() error {
 	default:
 	}
 	e.Signal("KILL")
-	e.st.Close()
+	e.stream().Close()
 	<-e.done
 	return nil
 }
@@ -431,4 +552,20 @@ func (c *Client) WriteFile(ctx context.Context, req FileWriteRequest, r io.Reade
 		return FileInfo{}, fmt.Errorf("write %s: no file info: %w", req.Path, ErrProtocol)
 	}
 	return *res.resp.File, nil
+}
+
+// ListExecs lists the execs with an id the agent holds (OpExecList): the
+// guest's claim, for reconciling records.
+func (c *Client) ListExecs(ctx context.Context) ([]ExecInfo, error) {
+	if err := c.supports(OpExecList); err != nil {
+		return nil, err
+	}
+	resp, err := c.call(ctx, Request{V: Version, Op: OpExecList})
+	if err != nil {
+		return nil, fmt.Errorf("list execs: %w", err)
+	}
+	if resp.Execs == nil {
+		return nil, fmt.Errorf("list execs: no list in response: %w", ErrProtocol)
+	}
+	return *resp.Execs, nil
 }

@@ -77,6 +77,22 @@
 // oom_kill count rose) or "killed" (a signal from the host, or the sandbox
 // stopped). A terminal (TTY) comes from the sandbox's own devpts.
 //
+// Surviving the host. An exec with an ID (ExecRequest.ID; the host uses
+// its record's id) outlives its host session: when the session ends
+// without the exec's stream being closed first (the host crashed or
+// dropped the channel, a new host opened its session, LinkClose), the
+// agent detaches the exec instead of killing it. A detached exec keeps
+// running, its output goes to a bounded buffer (the latest 1 MiB; older
+// bytes are dropped), and after the grace (HelloRequest.ExecGraceSeconds
+// of the newest hello, counted from the detach; DefaultExecGrace) it is
+// killed and forgotten. exec.list names what the agent holds; exec.attach
+// re-attaches from an output offset (stdout and stderr bytes together),
+// taking over any earlier stream. While attached the agent never drops
+// output the host has not been sent: a host that does not read holds the
+// command (backpressure). The host closing an exec's stream still kills
+// it, and an exec without an ID still dies with its stream. Both sides
+// count the same offset, so a re-attach misses nothing the buffer held.
+//
 // Files. Paths resolve inside the sandbox's root only (openat2 with
 // RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): ".." stops at the root and
 // symlinks resolve as they would inside the sandbox. Only regular files are

@@ -33,6 +33,9 @@ var (
 	ErrExhausted = errors.New("resources exhausted")
 	// ErrPermission: the sandbox user may not do this.
 	ErrPermission = errors.New("permission denied")
+	// ErrSessionLost: the agent session ended under a streaming op (the
+	// channel was dropped, the VM or the host went away).
+	ErrSessionLost = errors.New("agent session lost")
 )
 
 // RemoteError is an Error received from the peer. errors.Is matches it

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -220,6 +221,8 @@ type hostLink struct {
 	session uint64
 	pr      *io.PipeReader
 	once    sync.Once
+	// silent: Close says no goodbye (Client.Drop).
+	silent atomic.Bool
 }
 
 // newHostLink opens a session on conn: it announces a new session id and
@@ -260,7 +263,7 @@ func (l *hostLink) Close() error {
 	l.once.Do(func() {
 		// Only a channel that can bound the write gets the courtesy: a
 		// blocked write must not hold up Close.
-		if dl, ok := l.conn.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		if dl, ok := l.conn.(interface{ SetWriteDeadline(time.Time) error }); ok && !l.silent.Load() {
 			if dl.SetWriteDeadline(time.Now().Add(100*time.Millisecond)) == nil {
 				l.w.Control(LinkClose)
 			}

@@ -48,8 +48,22 @@ const (
 	// (a signal name); guest->host ChannelStdout, ChannelStderr (not for a
 	// terminal), and finally ChannelExit carrying ExitStatus as JSON, after
 	// which the agent closes the stream. The host closing the stream before
-	// ChannelExit kills the command.
+	// ChannelExit kills the command; the host's session ending (a crashed
+	// or restarted host) detaches a command with an ID instead: see
+	// OpExecAttach.
 	OpExec Op = "exec"
+	// OpExecAttach re-attaches a detached exec (one whose host session
+	// ended): Request.ExecAttach names it by ExecRequest.ID and gives the
+	// output offset the host has (stdout and stderr bytes together);
+	// Response.Exec (ExecStarted.Offset is where the replay starts: past the
+	// asked offset when the agent's bounded buffer dropped bytes); then the
+	// frames of OpExec from that offset on. An exec attached already is
+	// taken over (its old stream is closed). An unknown id, or one whose
+	// grace passed, is not_found.
+	OpExecAttach Op = "exec.attach"
+	// OpExecList answers Response.Execs: every exec with an ID the agent
+	// still holds (running, or ended but not yet delivered to a host).
+	OpExecList Op = "exec.list"
 	// OpFileRead reads a file in a sandbox: Request.FileRead; Response.File;
 	// then guest->host ChannelData frames and an empty ChannelData frame at
 	// the end, or ChannelError (Error as JSON) instead.
@@ -77,14 +91,15 @@ type Request struct {
 	V  int `json:"v"`
 	Op Op  `json:"op"`
 
-	Hello     *HelloRequest     `json:"hello,omitempty"`
-	Sandbox   *SandboxSpec      `json:"sandbox,omitempty"`
-	SandboxID string            `json:"sandbox_id,omitempty"`
-	Exec      *ExecRequest      `json:"exec,omitempty"`
-	FileRead  *FileReadRequest  `json:"file_read,omitempty"`
-	FileWrite *FileWriteRequest `json:"file_write,omitempty"`
-	Egress    *EgressRequest    `json:"egress,omitempty"`
-	Baseline  *BaselineRequest  `json:"baseline,omitempty"`
+	Hello      *HelloRequest      `json:"hello,omitempty"`
+	Sandbox    *SandboxSpec       `json:"sandbox,omitempty"`
+	SandboxID  string             `json:"sandbox_id,omitempty"`
+	Exec       *ExecRequest       `json:"exec,omitempty"`
+	ExecAttach *ExecAttachRequest `json:"exec_attach,omitempty"`
+	FileRead   *FileReadRequest   `json:"file_read,omitempty"`
+	FileWrite  *FileWriteRequest  `json:"file_write,omitempty"`
+	Egress     *EgressRequest     `json:"egress,omitempty"`
+	Baseline   *BaselineRequest   `json:"baseline,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
@@ -99,6 +114,7 @@ type Response struct {
 	Sandboxes    *SandboxList    `json:"sandboxes,omitempty"`
 	SandboxStats *SandboxStats   `json:"sandbox_stats,omitempty"`
 	Exec         *ExecStarted    `json:"exec,omitempty"`
+	Execs        *[]ExecInfo     `json:"execs,omitempty"`
 	File         *FileInfo       `json:"file,omitempty"`
 	Baseline     *BaselineResult `json:"baseline,omitempty"`
 }
@@ -139,6 +155,11 @@ type HelloRequest struct {
 	MaxVersion int `json:"max_version"`
 	// Client names the host software, for the agent's log only.
 	Client string `json:"client,omitempty"`
+	// ExecGraceSeconds is how long the agent keeps an exec with an id alive
+	// after this session ends without the exec's stream being closed, so a
+	// new host session can re-attach it (OpExecAttach); 0 means the agent's
+	// default (DefaultExecGrace). It holds from this session on.
+	ExecGraceSeconds int `json:"exec_grace_seconds,omitempty"`
 }
 
 // Hello is what the agent says about itself. All of it is the guest's claim.

@@ -162,6 +162,10 @@ type SandboxStats struct {
 // ExecRequest runs a command in a sandbox (OpExec). Commands run as the
 // sandbox user (uid 1000), in their own session and process group.
 type ExecRequest struct {
+	// ID names the exec for OpExecAttach and OpExecList: unique per agent,
+	// at most 128 bytes of [A-Za-z0-9._-]. Empty means the exec cannot
+	// outlive its stream (it is killed when the host session ends).
+	ID      string   `json:"id,omitempty"`
 	Sandbox string   `json:"sandbox"`
 	Argv    []string `json:"argv"`
 	// Env is added to the sandbox's environment, KEY=VALUE.
@@ -184,6 +188,55 @@ type ExecRequest struct {
 type ExecStarted struct {
 	// PID is the command's process id inside the sandbox.
 	PID int `json:"pid"`
+	// Offset is where the output that follows starts (OpExecAttach only):
+	// stdout and stderr bytes together since the command started.
+	Offset int64 `json:"offset,omitempty"`
+}
+
+// ExecAttachRequest re-attaches a detached exec (OpExecAttach).
+type ExecAttachRequest struct {
+	ID string `json:"id"`
+	// Offset is how much of the output (stdout and stderr bytes together)
+	// the host has already.
+	Offset int64 `json:"offset"`
+}
+
+// ExecInfo is an exec the agent holds (OpExecList).
+type ExecInfo struct {
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	PID     int    `json:"pid"`
+	// Attached says a host stream serves it now.
+	Attached bool `json:"attached"`
+	// Exited says the command ended; Exit is how (delivered on attach).
+	Exited bool        `json:"exited"`
+	Exit   *ExitStatus `json:"exit,omitempty"`
+	// Output is how many output bytes it wrote; Buffered how many of the
+	// latest the agent still holds for a re-attach.
+	Output   int64 `json:"output_bytes"`
+	Buffered int64 `json:"buffered_bytes"`
+	// DetachedFor is how long ago its host session ended (0 when attached).
+	DetachedFor time.Duration `json:"detached_for_ns,omitempty"`
+}
+
+// DefaultExecGrace is how long a detached exec lives when the host set no
+// grace in hello.
+const DefaultExecGrace = 5 * time.Minute
+
+// MaxExecIDLen bounds ExecRequest.ID.
+const MaxExecIDLen = 128
+
+// ValidExecID reports whether id is a well-formed ExecRequest.ID.
+func ValidExecID(id string) bool {
+	if id == "" || len(id) > MaxExecIDLen {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ExitStatus is the data of the final ChannelExit frame.

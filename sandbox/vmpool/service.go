@@ -67,6 +67,10 @@ func LibvirtConnector(domainType, probeKernel string) Connector {
 type Config struct {
 	// URIs are the libvirt hosts (STOCKADE_LIBVIRT_URIS); default qemu:///system.
 	URIs []string
+	// ExecGrace is how long each agent keeps commands and terminals alive
+	// after its session is lost, for the next session to re-attach them
+	// (STOCKADE_EXEC_GRACE); 0 means the agent's default, 5 min.
+	ExecGrace time.Duration
 	// DataDir holds the guest image (image.Load) and the VMs' scratch
 	// disks (DataDir/scratch).
 	DataDir string
@@ -584,7 +588,7 @@ func truncate(s string, n int) string {
 
 // agentOptions are the client options of every agent session.
 func (s *Service) agentOptions(vm VM) agentproto.ClientOptions {
-	opts := agentproto.ClientOptions{Name: "stockade-vmpool", Logger: s.log}
+	opts := agentproto.ClientOptions{Name: "stockade-vmpool", Logger: s.log, ExecGrace: s.cfg.ExecGrace}
 	if s.cfg.Egress != nil {
 		opts.Egress = s.cfg.Egress.Handler(vm.TenantID, vm.ID)
 	}

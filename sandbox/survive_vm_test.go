@@ -1,0 +1,359 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants/audit"
+)
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func waitUntil(tb testing.TB, what string, d time.Duration, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %s", what, d)
+		}
+	}
+}
+
+// TestWorkSurvivesAgentSessionLoss (real VMs): the host's agent session is
+// dropped the way a crashed server drops it (the channel closed without the
+// goodbye; the pool then opens a new session, as a new server would) in the
+// middle of a streaming command and a terminal. The command keeps running
+// and its output is complete, every line once, in order; the terminal
+// resumes; the command's record ends "exited". A record of a command its
+// agent does not have (a process really lost) is closed by the sync with an
+// end and reason "lost".
+func TestWorkSurvivesAgentSessionLoss(t *testing.T) {
+	e := need(t)
+	svc := e.service()
+	dev := audit.Actor{Kind: audit.ActorSystem, ID: "test", Name: "survive test"}
+	sb, err := svc.Create(ctx, dev, e.a.ID, sandbox.Spec{MemoryMiB: 48})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	defer svc.Destroy(ctx, dev, e.a.ID, sb.ID)
+
+	const lines = 300
+	var out lockedBuffer
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := svc.Exec(ctx, dev, e.a.ID, sb.ID, sandbox.ExecRequest{Cmd: []string{"sh", "-c",
+			fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo line$i; i=$((i+1)); sleep 0.05; done`, lines)}, TimeoutSeconds: 300}, &out, nil)
+		done <- result{res, err}
+	}()
+	var term lockedBuffer
+	tm, err := svc.StartTerminal(ctx, e.a.ID, sb.ID, []string{"sh"}, nil, agentproto.Winsize{Cols: 80, Rows: 24}, &term)
+	if err != nil {
+		t.Fatalf("StartTerminal = %v", err)
+	}
+	defer tm.Close()
+	tm.Write([]byte("echo one$((1+1))\n"))
+	waitUntil(t, "terminal and command output", time.Minute, func() bool {
+		return strings.Contains(term.String(), "one2") && strings.Contains(out.String(), "line10\n")
+	})
+
+	old, err := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Drop(); err != nil {
+		t.Fatalf("Drop = %v", err)
+	}
+	waitUntil(t, "a new agent session", 2*time.Minute, func() bool {
+		c, err := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+		return err == nil && c != old
+	})
+	c, _ := e.pools().Agent(ctx, e.a.ID, sb.VMID)
+
+	// The terminal is back: what it runs now reaches the same output.
+	waitUntil(t, "terminal resumed", 2*time.Minute, func() bool {
+		tm.Write([]byte("echo two$((1+1))\n"))
+		time.Sleep(500 * time.Millisecond)
+		return strings.Contains(term.String(), "two2")
+	})
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("command did not end")
+	}
+	if r.err != nil || r.res.ExitCode != 0 || r.res.Reason != "exited" {
+		t.Fatalf("Got(Exec) = %+v, %v; want exited 0", r.res, r.err)
+	}
+	var want strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	if out.String() != want.String() {
+		t.Errorf("Got(output across the session loss) = %q; want every line once, in order", out.String())
+	}
+	recs, err := svc.Execs(ctx, e.a.ID, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if rec.ID == r.res.ExecID && (rec.EndedAt == nil || rec.Reason != "exited" || rec.StdoutBytes != int64(want.Len())) {
+			t.Errorf("Got(record of the command) = end %v, reason %q, %d bytes; want exited with all %d bytes", rec.EndedAt, rec.Reason, rec.StdoutBytes, want.Len())
+		}
+	}
+	// The terminal still runs on the new session, attached.
+	list, err := c.ListExecs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !strings.HasPrefix(list[0].ID, "term-") || !list[0].Attached {
+		t.Errorf("Got(agent's execs) = %+v; want the terminal, attached", list)
+	}
+
+	// A command record whose process the agent does not have: lost.
+	lost := sandbox.ExecRecord{ID: "0190aaaa-0000-7000-8000-000000000001", SandboxID: sb.ID, TenantID: e.a.ID,
+		ArgvJSON: `["sleep","600"]`, StartedAt: time.Now().UTC().Add(-time.Minute)}
+	if err := e.db.Create(&lost).Error; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the lost record closed", time.Minute, func() bool {
+		var rec sandbox.ExecRecord
+		return e.db.First(&rec, "id = ?", lost.ID).Error == nil && rec.EndedAt != nil
+	})
+	var rec sandbox.ExecRecord
+	e.db.First(&rec, "id = ?", lost.ID)
+	if rec.Reason != sandbox.ReasonLost || rec.EndedAt.Before(lost.StartedAt) || rec.DurationMS < 60000 {
+		t.Errorf("Got(lost record) = reason %q, end %v, %d ms; want lost, after its start", rec.Reason, rec.EndedAt, rec.DurationMS)
+	}
+}
+
+// childExecEnv makes the child control plane (runChild) stream a command
+// in that sandbox instead of creating one.
+const childExecEnv = "SANDBOX_TEST_CHILD_EXEC"
+
+// survivorScript prints 60 lines, then waits for /workspace/go and says
+// done: it cannot end before the test let it.
+const survivorScript = `i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sleep 0.1; done; ` +
+	`while [ ! -e /workspace/go ]; do sleep 0.2; done; echo done`
+
+// runExecChild streams survivorScript in sandbox id, printing STARTED
+// <exec id> and each output chunk as OUT <quoted>, until it is killed.
+func runExecChild(svc *sandbox.Service, id string) int {
+	var mu sync.Mutex
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", a...)
+	}
+	actor := audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}
+	_, err := svc.Exec(ctx, actor, os.Getenv(childTenantEnv), id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", survivorScript},
+		TimeoutSeconds: 600, Started: func(execID string, _ int) { say("STARTED %s", execID) }},
+		writerFunc(func(p []byte) { say("OUT %q", p) }), nil)
+	say("ENDED %v", err)
+	select {} // until killed
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// TestCommandSurvivesServerKill (real VMs): the control plane streaming a
+// command is killed with SIGKILL (a child process: no Close, no goodbye);
+// a new server starts on the same database and VMs, and the client resumes
+// from the offset it had: the command still runs, and the output it gets
+// continues exactly where it stopped, every line once. The record stays
+// open while the command lives, then gets its real end.
+func TestCommandSurvivesServerKill(t *testing.T) {
+	e := need(t)
+	dev := audit.Actor{Kind: audit.ActorSystem, ID: "test", Name: "survive test"}
+	sb, err := e.service().Create(ctx, dev, e.a.ID, sandbox.Spec{MemoryMiB: 48})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	defer func() { e.service().Destroy(ctx, dev, e.a.ID, sb.ID) }()
+
+	e.stop()
+	restarted := false
+	defer func() {
+		if !restarted {
+			e.start()
+		}
+	}()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+e.dbPath(), childTenantEnv+"="+e.a.ID, childDataEnv+"="+e.dataDir,
+		childTypeEnv+"="+e.domainType, childExecEnv+"="+sb.ID)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string, 256)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var execID string
+	var got strings.Builder
+	for timeout := time.After(4 * time.Minute); !strings.Contains(got.String(), "line20\n"); {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the child ended; output so far %q", got.String())
+			}
+			switch {
+			case strings.HasPrefix(l, "STARTED "):
+				execID = strings.TrimPrefix(l, "STARTED ")
+			case strings.HasPrefix(l, "OUT "):
+				s, err := strconv.Unquote(strings.TrimPrefix(l, "OUT "))
+				if err != nil {
+					t.Fatalf("child line %q: %v", l, err)
+				}
+				got.WriteString(s)
+			case strings.HasPrefix(l, "ENDED "):
+				t.Fatalf("the command ended in the child: %s", l)
+			}
+		case <-timeout:
+			t.Fatalf("the child streamed %q within 4 min; want line20", got.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	offset := int64(got.Len())
+
+	if err := e.start(); err != nil {
+		t.Fatalf("restart the services: %v", err)
+	}
+	restarted = true
+	svc := e.service()
+	var rest lockedBuffer
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	startCh := make(chan int64, 1)
+	go func() {
+		var res sandbox.ExecResult
+		err := errors.New("no agent session")
+		// The new server's pool opens the VM's session shortly after start.
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			res, err = svc.ResumeExec(ctx, dev, e.a.ID, sb.ID, execID, offset, func(start int64, _ int) { startCh <- start }, &rest, nil)
+			if !errors.Is(err, vmpool.ErrUnavailable) {
+				break
+			}
+		}
+		done <- result{res, err}
+	}()
+	select {
+	case start := <-startCh:
+		if start != offset {
+			t.Errorf("Got(resume start) = %d; want %d: nothing dropped", start, offset)
+		}
+	case r := <-done:
+		t.Fatalf("Got(ResumeExec) = %+v, %v; want it re-attached", r.res, r.err)
+	}
+	// Still running, still open in the record.
+	var rec sandbox.ExecRecord
+	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt != nil {
+		t.Errorf("Got(record while it runs) = end %v, %v; want open", rec.EndedAt, err)
+	}
+	if _, err := svc.WriteFile(ctx, dev, e.a.ID, sb.ID, "go", strings.NewReader(""), 0o644); err != nil {
+		t.Fatalf("WriteFile(go) = %v", err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the resumed command did not end")
+	}
+	if r.err != nil || r.res.ExitCode != 0 || r.res.Reason != "exited" {
+		t.Fatalf("Got(ResumeExec) = %+v, %v; want exited 0", r.res, r.err)
+	}
+	var want strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&want, "line%d\n", i)
+	}
+	want.WriteString("done\n")
+	if all := got.String() + rest.String(); all != want.String() {
+		t.Errorf("Got(output before the kill + after the resume) = %q; want every line once, in order", all)
+	}
+	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt == nil || rec.Reason != "exited" || rec.ExitCode == nil || *rec.ExitCode != 0 {
+		t.Errorf("Got(record after the end) = %+v, %v; want ended, exited 0", rec, err)
+	}
+}
+
+// TestStalledStreamClientTimesOut (real VMs): a client of a streamed
+// command that stops reading (its receive window full) does not hold the
+// command and its sandbox for ever: past the stream write timeout (2 s
+// here) the command is killed and recorded with reason "timeout".
+func TestStalledStreamClientTimesOut(t *testing.T) {
+	e := need(t)
+	api := e.api(e.tokA)
+	sb := create(t, api, map[string]any{"memory_mib": 64})
+	defer destroy(t, api, sb.ID)
+	// Far more than the socket buffers hold, and than the test would wait for.
+	body, _ := json.Marshal(map[string]any{"cmd": []string{"sh", "-c", "yes abcdefghijklmnopqrstuvwxyz0123456789 | head -c 2000000000"}})
+	req, _ := http.NewRequest(http.MethodPost, api.Base+"/api/v1/sandboxes/"+sb.ID+"/exec?stream=1", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := api.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("Got(stream) = %d; want 200", resp.StatusCode)
+	}
+	// Read nothing more.
+	var rec sandbox.ExecRecord
+	waitUntil(t, "the stalled command ended", 3*time.Minute, func() bool {
+		recs, err := e.service().Execs(ctx, e.a.ID, sb.ID)
+		if err != nil || len(recs) == 0 || recs[0].EndedAt == nil {
+			return false
+		}
+		rec = recs[0]
+		return true
+	})
+	if rec.Reason != "timeout" {
+		t.Errorf("Got(record of the stalled command) = reason %q; want timeout", rec.Reason)
+	}
+}
