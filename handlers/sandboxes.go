@@ -533,7 +533,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 		return err
 	}
 	if n := c.Request().ContentLength; n > limit.Bytes {
-		return &sandbox.TooLargeError{Op: "upload", Size: n, Limit: limit}
+		return limit.TooLarge("upload", n)
 	}
 	var mode uint64
 	if m := c.QueryParam("mode"); m != "" {
@@ -546,7 +546,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &sandbox.TooLargeError{Op: "upload", Size: -1, Limit: limit}
+			return limit.TooLarge("upload", -1)
 		}
 		return err
 	}
