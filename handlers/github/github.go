@@ -244,24 +244,29 @@ func (g *Receiver) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 
 // secret is the key deliveries to the tenant are signed with, or, with the
 // reason deliveries cannot be verified, a random key of the same size that
-// no signature matches. An unknown tenant (tenantID "") reads settings like
-// any other, finding none.
+// no signature matches. Every tenant, and an unknown one (tenantID ""),
+// takes the same steps: read the settings, look the secret up (by a name
+// no secret has when none is set), so that the time taken says little
+// about which it was.
 func (g *Receiver) secret(ctx context.Context, tenantID string) (key []byte, why string, err error) {
 	settings, err := g.Workflows.Settings(ctx, tenantID)
 	if err != nil {
 		return nil, "", err
 	}
+	name := settings.GitHubSecretName
+	if name == "" {
+		name = unsetSecret
+	}
+	v, verr := g.Secrets.Value(ctx, tenantID, name, SecretHost)
 	switch {
 	case tenantID == "":
 		why = "no such tenant"
 	case settings.GitHubSecretName == "":
 		why = "GitHub deliveries are not configured for this tenant"
+	case verr != nil:
+		why = "the secret " + name + " is unavailable: " + verr.Error()
 	default:
-		v, err := g.Secrets.Value(ctx, tenantID, settings.GitHubSecretName, SecretHost)
-		if err == nil {
-			return []byte(v), "", nil
-		}
-		why = "the secret " + settings.GitHubSecretName + " is unavailable: " + err.Error()
+		return []byte(v), "", nil
 	}
 	key = make([]byte, sha256.Size)
 	if _, err := rand.Read(key); err != nil {
@@ -269,6 +274,10 @@ func (g *Receiver) secret(ctx context.Context, tenantID string) (key []byte, why
 	}
 	return key, why, nil
 }
+
+// unsetSecret is looked up when a tenant names no secret: secret names are
+// upper case, so no secret has it.
+const unsetSecret = "github-secret-unset"
 
 // Verify reports whether header ("sha256=<hex>") is the HMAC-SHA256 of body
 // under secret, compared in constant time.
