@@ -10,26 +10,17 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
-// ErrMalformed marks a request body that could not be decoded at all.
-var ErrMalformed = errors.New("malformed request")
+// ErrMalformed and MalformedError are the error vocabulary's (shims of
+// errdefs.ErrMalformed and errdefs.MalformedError, removed by a later
+// sweep): a body that could not be decoded at all, and where; 400.
+var ErrMalformed = errdefs.ErrMalformed
 
-// MalformedError names the field (or position) where decoding failed. It
-// wraps ErrMalformed and maps to 400.
-type MalformedError struct {
-	Field  string
-	Detail string
-}
-
-func (e *MalformedError) Error() string {
-	if e.Field == "" {
-		return "malformed request: " + e.Detail
-	}
-	return fmt.Sprintf("malformed request: %s: %s", e.Field, e.Detail)
-}
-
-func (e *MalformedError) Unwrap() error { return ErrMalformed }
+// MalformedError is errdefs.MalformedError (shim).
+type MalformedError = errdefs.MalformedError
 
 // decodeJSON decodes exactly one JSON object into v, rejecting unknown
 // fields, wrong types and trailing data, and naming the field at fault.

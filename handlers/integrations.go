@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -89,10 +89,9 @@ func (h *Handlers) CreateWebhook(c echo.Context) error {
 	_, err = s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, integrations.NewEndpoint{URL: form.URL, SecretName: form.SecretName,
 		EventTypes: form.EventTypes, Description: form.Description})
 	if err != nil {
-		status := http.StatusUnprocessableEntity
-		if errors.Is(err, tenants.ErrConflict) {
-			form.Errors = map[string]string{"url": "this tenant has as many endpoints as allowed: delete one first"}
-		} else if form.Errors, err = fieldErrors(err); err != nil {
+		status := errdefs.HTTPStatus(err)
+		err = conflictAsField(err, "url", "endpoint_limit", "this tenant has as many endpoints as allowed: delete one first")
+		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
 		v, verr := h.integrationsView(c, form)

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -47,7 +48,7 @@ func (h *Handlers) Members(c echo.Context) error {
 // fieldErrors turns a validation error into per-field messages for a form;
 // any other error is returned as is.
 func fieldErrors(err error) (map[string]string, error) {
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	if errors.As(err, &fe) {
 		return map[string]string{fe.Field: fe.Detail}, nil
 	}
@@ -60,9 +61,8 @@ func (h *Handlers) InviteMember(c echo.Context) error {
 	form := views.InviteForm{Email: strings.TrimSpace(c.FormValue("email")), Role: c.FormValue("role")}
 	_, err := h.store.InviteMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, form.Email, tenants.Role(form.Role))
 	if err != nil {
-		if errors.Is(err, tenants.ErrConflict) {
-			err = tenants.Invalid("email", "member_exists", "is already a member of this tenant")
-		}
+		status := errdefs.HTTPStatus(err)
+		err = conflictAsField(err, "email", "member_exists", "is already a member of this tenant")
 		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ func (h *Handlers) InviteMember(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return render(c, http.StatusUnprocessableEntity, views.Members(h.page(c, "Members", "members"), v))
+		return render(c, status, views.Members(h.page(c, "Members", "members"), v))
 	}
 	h.flash(c, "success", "Invited "+form.Email+" as "+form.Role+". The membership activates at their first sign-in.")
 	return redirect(c, "/settings/members")
@@ -175,10 +175,12 @@ func (h *Handlers) APIRemoveMember(c echo.Context) error {
 
 const timeJSON = "2006-01-02T15:04:05Z07:00"
 
-// conflictAsField turns a conflict into a field error for forms.
+// conflictAsField turns a conflict into a field error for forms, to show
+// next to the field; the page's status stays the conflict's (ask
+// errdefs.HTTPStatus before).
 func conflictAsField(err error, field, rule, detail string) error {
-	if errors.Is(err, tenants.ErrConflict) {
-		return tenants.Invalid(field, rule, detail)
+	if errdefs.IsConflict(err) {
+		return errdefs.Invalid(field, rule, detail)
 	}
 	return err
 }

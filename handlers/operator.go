@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -47,14 +48,16 @@ func (h *Handlers) OperatorCreateTenant(c echo.Context) error {
 	form := views.TenantForm{Slug: strings.TrimSpace(c.FormValue("slug")), Name: strings.TrimSpace(c.FormValue("name")), AdminEmail: strings.TrimSpace(c.FormValue("admin_email"))}
 	t, err := h.store.CreateTenantWithAdmin(c.Request().Context(), cl.Actor(c), form.Slug, form.Name, form.AdminEmail)
 	if err != nil {
-		if form.Errors, err = fieldErrors(conflictAsField(err, "slug", "slug_taken", "is already taken")); err != nil {
+		status := errdefs.HTTPStatus(err)
+		err = conflictAsField(err, "slug", "slug_taken", "is already taken")
+		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
 		v, err := h.tenantsView(c, form)
 		if err != nil {
 			return err
 		}
-		return render(c, http.StatusUnprocessableEntity, views.Tenants(h.page(c, "Tenants", "tenants"), v))
+		return render(c, status, views.Tenants(h.page(c, "Tenants", "tenants"), v))
 	}
 	msg := "Tenant " + t.Slug + " created."
 	if form.AdminEmail != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -108,11 +109,11 @@ func (h *Handlers) OperatorUsagePage(c echo.Context) error {
 	v := views.OperatorUsageView{}
 	r, err := operatorPeriod(now, c.QueryParam("from"), c.QueryParam("to"))
 	if err != nil {
-		var me *MalformedError
+		var me *errdefs.MalformedError
 		if !errors.As(err, &me) {
 			return err
 		}
-		status, v.Errors = http.StatusUnprocessableEntity, map[string]string{me.Field: me.Detail}
+		status, v.Errors = errdefs.HTTPStatus(err), map[string]string{me.Field: me.Detail}
 		r, _ = operatorPeriod(now, "", "")
 	}
 	q := opPeriodQuery(r)
@@ -375,6 +376,7 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 		p, err = us.SetPrice(ctx, CallerOf(c).Actor(c), p)
 	}
 	if err != nil {
+		status := errdefs.HTTPStatus(err)
 		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
@@ -386,7 +388,7 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return render(c, http.StatusUnprocessableEntity, views.Prices(h.page(c, "Prices", views.NavPrices), v))
+		return render(c, status, views.Prices(h.page(c, "Prices", views.NavPrices), v))
 	}
 	what := "The platform list price"
 	to := "/operator/prices"
@@ -625,6 +627,7 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 		_, err = h.store.SetQuota(ctx, CallerOf(c).Actor(c), tn.ID, q)
 	}
 	if err != nil {
+		status := errdefs.HTTPStatus(err)
 		errs, err := fieldErrors(err)
 		if err != nil {
 			return err
@@ -638,7 +641,7 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 				v.Quotas.Rows[i].Values, v.Quotas.Rows[i].Errors = values, errs
 			}
 		}
-		return render(c, http.StatusUnprocessableEntity, views.Tenants(h.page(c, "Tenants", "tenants"), v))
+		return render(c, status, views.Tenants(h.page(c, "Tenants", "tenants"), v))
 	}
 	h.flash(c, "success", "Quota of "+tn.Slug+" saved.")
 	return redirect(c, "/operator/tenants#quota-"+tn.Slug)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -431,13 +432,13 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 			return err
 		}
 	case errors.Is(perr, tenants.ErrConflict):
-		sec.Error, status = perr.Error(), http.StatusConflict
+		sec.Error, status = perr.Error(), errdefs.HTTPStatus(perr)
 	default:
 		fes, err := policyErrors(perr)
 		if err != nil {
 			return err
 		}
-		status = http.StatusUnprocessableEntity
+		status = errdefs.HTTPStatus(perr)
 		for _, fe := range fes {
 			name, detail := fieldFor(fe.Field, fe.Detail, lines)
 			placed := false
@@ -511,14 +512,14 @@ func (h *Handlers) SavePolicyRaw(c echo.Context) error {
 			return err
 		}
 	} else if errors.Is(perr, tenants.ErrConflict) {
-		status = http.StatusConflict
+		status = errdefs.HTTPStatus(perr)
 		v.RawErrors = []views.PolicyPathError{{Path: "/", Detail: perr.Error()}}
 	} else {
 		fes, err := policyErrors(perr)
 		if err != nil {
 			return err
 		}
-		status = http.StatusUnprocessableEntity
+		status = errdefs.HTTPStatus(perr)
 		for _, fe := range fes {
 			v.RawErrors = append(v.RawErrors, views.PolicyPathError{Path: fe.Field, Detail: fe.Detail})
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -533,7 +534,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 		return err
 	}
 	if n := c.Request().ContentLength; n > limit.Bytes {
-		return &sandbox.TooLargeError{Op: "upload", Size: n, Limit: limit}
+		return limit.TooLarge("upload", n)
 	}
 	var mode uint64
 	if m := c.QueryParam("mode"); m != "" {
@@ -546,7 +547,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &sandbox.TooLargeError{Op: "upload", Size: -1, Limit: limit}
+			return limit.TooLarge("upload", -1)
 		}
 		return err
 	}
@@ -683,15 +684,13 @@ func (h *Handlers) CreateSandbox(c echo.Context) error {
 		h.flash(c, views.FlashSuccess, "Sandbox "+shortID(sb.ID)+" is running.")
 		return redirect(c, "/sandboxes/"+sb.ID)
 	}
-	status := http.StatusUnprocessableEntity
-	var qe *tenants.QuotaError
+	status := errdefs.HTTPStatus(err)
+	var qe *errdefs.QuotaError
 	switch {
 	case errors.As(err, &qe):
-		status = http.StatusTooManyRequests
 		form.Errors = map[string]string{views.FormError: "Over the tenant quota: " + qe.Error() +
 			". Destroy a sandbox, ask for smaller limits, or ask a platform operator to raise the quota."}
-	case errors.Is(err, vmpool.ErrUnavailable):
-		status = http.StatusServiceUnavailable
+	case errdefs.IsUnavailable(err):
 		form.Errors = map[string]string{views.FormError: "Could not start the sandbox: " + err.Error()}
 	default:
 		if form.Errors, err = fieldErrors(err); err != nil {

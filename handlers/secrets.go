@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -83,12 +83,11 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 	status := http.StatusOK
 	created := ""
 	if err != nil {
-		if errors.Is(err, tenants.ErrConflict) {
-			form.Errors = map[string]string{"name": "a live secret has this name: revoke it first to replace it"}
-		} else if form.Errors, err = fieldErrors(err); err != nil {
+		status = errdefs.HTTPStatus(err)
+		err = conflictAsField(err, "name", "secret_exists", "a live secret has this name: revoke it first to replace it")
+		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
-		status = http.StatusUnprocessableEntity
 	} else {
 		created = sec.Name
 		form = newSecretForm()
@@ -145,6 +144,7 @@ func (h *Handlers) SetSecretInject(c echo.Context) error {
 		return h.secrets.SetInject(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, name, inject)
 	}()
 	if err != nil {
+		status := errdefs.HTTPStatus(err)
 		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
@@ -153,7 +153,7 @@ func (h *Handlers) SetSecretInject(c echo.Context) error {
 			return err
 		}
 		v.Edit, v.EditForm = name, form
-		return render(c, http.StatusUnprocessableEntity, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+		return render(c, status, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
 	}
 	msg := "Saved where " + sec.Name + " goes. The gateway applies it from the next connection."
 	kind := views.FlashSuccess

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -77,10 +78,10 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 	}()
 	status := http.StatusOK
 	if err != nil {
+		status = errdefs.HTTPStatus(err)
 		if form.Errors, err = fieldErrors(err); err != nil {
 			return err
 		}
-		status = http.StatusUnprocessableEntity
 	} else {
 		form = views.TokenForm{Role: string(tenants.RoleDeveloper), TTL: "30d"}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -532,7 +533,8 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 		_, err = svc.SetPool(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, set)
 	}
 	if err != nil {
-		var qe *tenants.QuotaError
+		status := errdefs.HTTPStatus(err)
+		var qe *errdefs.QuotaError
 		switch {
 		case errors.As(err, &qe):
 			form.Errors = map[string]string{views.FormError: "Over the tenant quota: " + qe.Error() + ". Ask a platform operator to raise it, or lower max VMs or the VM size."}
@@ -544,10 +546,6 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 		v, err := h.vmsView(c, &form)
 		if err != nil {
 			return err
-		}
-		status := http.StatusUnprocessableEntity
-		if qe != nil {
-			status = http.StatusTooManyRequests
 		}
 		return render(c, status, views.VMs(h.page(c, "VMs", views.NavVMs), v))
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -289,6 +290,7 @@ func (h *Handlers) SaveWorkflow(c echo.Context) error {
 	if !ok {
 		return err
 	}
+	status := errdefs.HTTPStatus(err)
 	v := views.WorkflowEditorView{CanEdit: true}
 	title := "New workflow"
 	if name != "" {
@@ -304,7 +306,7 @@ func (h *Handlers) SaveWorkflow(c echo.Context) error {
 	// What was typed stays, and so does the version it started from: a
 	// conflict is not silently overwritten by the next click.
 	v.Source, v.BaseVersion, v.Errors = src, base, errs
-	return render(c, http.StatusUnprocessableEntity, views.WorkflowEditor(h.page(c, title, views.NavWorkflows), v))
+	return render(c, status, views.WorkflowEditor(h.page(c, title, views.NavWorkflows), v))
 }
 
 // StartWorkflowRun runs workflow :name by hand at the optional ref and

@@ -8,14 +8,20 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
+// Compatibility shims of the error vocabulary (tenants/errdefs): the same
+// values and type, removed by a later sweep.
 var (
-	// ErrTooLarge: a file or upload over the size bound. web/ answers 413.
-	ErrTooLarge = errors.New("too large")
-	// ErrNoSpace: the sandbox's disk or workspace is full. web/ answers 507.
-	ErrNoSpace = errors.New("no space left in the sandbox")
+	// ErrTooLarge: a file or upload over the size bound (413).
+	ErrTooLarge = errdefs.ErrTooLarge
+	// ErrNoSpace: the sandbox's disk or workspace is full (507).
+	ErrNoSpace = errdefs.ErrNoSpace
 )
+
+// TooLargeError is errdefs.TooLargeError (shim); FileLimit.TooLarge makes one.
+type TooLargeError = errdefs.TooLargeError
 
 // FileLimit is the size bound of one file moved through the API for a
 // tenant, and the setting it comes from.
@@ -45,22 +51,12 @@ func (l FileLimit) String() string {
 	return fmt.Sprintf("%s, set by %s", s, l.Setting)
 }
 
-// TooLargeError is a file or upload over its FileLimit; errors.Is matches
-// ErrTooLarge. Size is -1 when unknown (an upload cut off while read).
-type TooLargeError struct {
-	Op    string
-	Size  int64
-	Limit FileLimit
+// TooLarge is the error of a file or upload of size bytes (-1: unknown, cut
+// off while read) over l; errors.Is matches ErrTooLarge, and its problem
+// names l's setting.
+func (l FileLimit) TooLarge(op string, size int64) error {
+	return &errdefs.TooLargeError{Op: op, Size: size, Max: l.Bytes, Setting: l.Setting, Bound: l.String()}
 }
-
-func (e *TooLargeError) Error() string {
-	if e.Size < 0 {
-		return fmt.Sprintf("%s: too large: over the limit of %s", e.Op, e.Limit)
-	}
-	return fmt.Sprintf("%s: too large: %d bytes, over the limit of %s", e.Op, e.Size, e.Limit)
-}
-
-func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
 
 // agentErr maps what the agent said onto the domain errors web/ knows, so
 // that no agent code leaks into HTTP statuses chosen elsewhere.

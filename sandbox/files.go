@@ -68,7 +68,7 @@ func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id,
 		return FileInfo{}, agentErr("read "+path, err)
 	}
 	if fi.Size > lim.Bytes {
-		return FileInfo{}, &TooLargeError{Op: "read " + path, Size: fi.Size, Limit: lim}
+		return FileInfo{}, lim.TooLarge("read "+path, fi.Size)
 	}
 	w, err := open(fi.Size)
 	if err != nil {
@@ -114,7 +114,7 @@ func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id
 	fi, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: sb.ID, Path: path, Mode: mode, MaxBytes: lim.Bytes}, lr)
 	if err != nil {
 		if lr.over || errors.Is(err, ErrTooLarge) || errors.Is(err, agentproto.ErrFileTooLarge) {
-			return FileInfo{}, &TooLargeError{Op: "write " + path, Size: -1, Limit: lim}
+			return FileInfo{}, lim.TooLarge("write "+path, -1)
 		}
 		return FileInfo{}, agentErr("write "+path, err)
 	}

@@ -33,7 +33,7 @@ func TestFileLimit(t *testing.T) {
 			if got != tt.want || got.String() != tt.text {
 				t.Errorf("Got(withPolicy()) = %+v %q; want %+v %q", got, got.String(), tt.want, tt.text)
 			}
-			err := &TooLargeError{Op: "write /workspace/x", Size: 2 << 30, Limit: got}
+			err := got.TooLarge("write /workspace/x", 2<<30)
 			if !errors.Is(err, ErrTooLarge) || err.Error() != "write /workspace/x: too large: 2147483648 bytes, over the limit of "+tt.text {
 				t.Errorf("Got(TooLargeError) = %q, Is(ErrTooLarge) %v; want it to name the limit", err, errors.Is(err, ErrTooLarge))
 			}

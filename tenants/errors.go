@@ -1,35 +1,25 @@
 package tenants
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/stockade-dev/stockade/tenants/errdefs"
 
-// Domain errors. Handlers return these (wrapped); web/ maps them to HTTP in
-// one place with errors.Is / errors.As.
+// Compatibility shims: the error vocabulary lives in tenants/errdefs. These
+// names are the same values and types, so errors.Is and errors.As agree
+// across both spellings; new code spells errdefs.*, and a later sweep
+// removes these.
 var (
-	ErrNotFound     = errors.New("not found")
-	ErrConflict     = errors.New("conflict")
-	ErrInvalid      = errors.New("invalid")
-	ErrQuota        = errors.New("quota exceeded")
-	ErrUnauthorized = errors.New("unauthorized")
-	ErrForbidden    = errors.New("forbidden")
+	ErrNotFound     = errdefs.ErrNotFound
+	ErrConflict     = errdefs.ErrConflict
+	ErrInvalid      = errdefs.ErrInvalid
+	ErrQuota        = errdefs.ErrQuota
+	ErrUnauthorized = errdefs.ErrUnauthorized
+	ErrForbidden    = errdefs.ErrForbidden
 )
 
-// FieldError is a validation failure of one named field. It wraps ErrInvalid.
-type FieldError struct {
-	Field  string // JSON / form field name, e.g. "slug"
-	Rule   string // short rule id, e.g. "slug_format"
-	Detail string // human sentence, e.g. "must be 3-40 lowercase letters, digits or '-'"
-}
+// FieldError is errdefs.FieldError (shim).
+type FieldError = errdefs.FieldError
 
-func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s: %s", e.Field, e.Detail)
-}
+// QuotaError is errdefs.QuotaError (shim).
+type QuotaError = errdefs.QuotaError
 
-func (e *FieldError) Unwrap() error { return ErrInvalid }
-
-// Invalid returns a *FieldError.
-func Invalid(field, rule, detail string) error {
-	return &FieldError{Field: field, Rule: rule, Detail: detail}
-}
+// Invalid returns a *FieldError (shim of errdefs.Invalid).
+func Invalid(field, rule, detail string) error { return errdefs.Invalid(field, rule, detail) }

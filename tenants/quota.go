@@ -62,26 +62,6 @@ const (
 	maxQuotaCPUHours  = 10_000_000
 )
 
-// QuotaError says which quota a request would exceed. It wraps ErrQuota.
-type QuotaError struct {
-	Quota string // one of the Quota* names
-	Limit int
-	Want  int // the total the request would bring the tenant to
-	// Detail, when set, is the whole message (quotas on what was used
-	// rather than what a request adds).
-	Detail string
-}
-
-func (e *QuotaError) Error() string {
-	if e.Detail != "" {
-		return fmt.Sprintf("quota %s exceeded: %s", e.Quota, e.Detail)
-	}
-	return fmt.Sprintf("quota %s exceeded: the request needs %d, the limit is %d", e.Quota, e.Want, e.Limit)
-}
-
-// Unwrap makes errors.Is(err, ErrQuota) hold.
-func (e *QuotaError) Unwrap() error { return ErrQuota }
-
 // Usage is what a tenant holds, or would hold after a request.
 type Usage struct {
 	VMs       int

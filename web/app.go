@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/runs"
@@ -33,7 +34,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web/authn"
 	"github.com/stockade-dev/stockade/web/devidp"
-	"github.com/stockade-dev/stockade/web/hooks"
 )
 
 // DevIdPPath is where the development identity provider is mounted.
@@ -195,7 +195,7 @@ func NewApp(ctx context.Context, cfg AppConfig, store *tenants.Store, auditLog *
 		DevIdP: devHandler, DevIdPPath: DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
 	}, store, h, cfg.Log, cfg.Registry)
 	if cfg.Workflows != nil && cfg.Runs != nil && cfg.Secrets != nil {
-		a.mountGitHub(&hooks.GitHub{Tenants: store, Workflows: cfg.Workflows, Secrets: notify.HostScoped(cfg.Secrets),
+		a.mountGitHub(&github.Receiver{Tenants: store, Workflows: cfg.Workflows, Secrets: notify.HostScoped(cfg.Secrets),
 			Runs: cfg.Runs.Store(), Starter: cfg.Runs, Log: cfg.Log})
 	}
 	return a, nil
@@ -284,7 +284,7 @@ func vmFigures(vms *vmpool.Service) func(context.Context) ([]usage.VMFigure, err
 // handler before anything else), not by a session or token.
 const GitHubHookPath = "/hooks/github/:tenant"
 
-func (a *App) mountGitHub(g *hooks.GitHub) {
+func (a *App) mountGitHub(g *github.Receiver) {
 	a.echo.POST(GitHubHookPath, func(c echo.Context) error {
 		g.Serve(c.Response(), c.Request(), c.Param("tenant"))
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // authenticate establishes the caller: an API token (bearer, API routes
@@ -116,9 +117,4 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 	}
 }
 
-type forbiddenError struct{ detail string }
-
-func (e *forbiddenError) Error() string { return e.detail }
-func (e *forbiddenError) Unwrap() error { return tenants.ErrForbidden }
-
-func forbidden(detail string) error { return &forbiddenError{detail} }
+func forbidden(detail string) error { return errdefs.WithDetail(errdefs.ErrForbidden, detail) }

@@ -1,13 +1,18 @@
 package web_test
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -118,6 +123,13 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 
+	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, acme.ID,
+		secrets.NewSecret{Name: "TAKEN_NAME", Value: "v", Hosts: []string{"api.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A form that comes back with its errors answers the status the one
+	// error mapper gives its error, as the API does for the same input:
+	// 422 for an invalid field, 409 for a conflict shown next to a field.
 	t.Run("forms", func(t *testing.T) {
 		tests := []struct {
 			name     string
@@ -126,13 +138,14 @@ func TestBadInput(t *testing.T) {
 			form     url.Values
 			field    string
 			contains string
+			status   int // 0: 422
 		}{
 			{name: "invite: invalid email", client: admin, path: "/settings/members",
 				form: url.Values{"email": {"not-an-email"}, "role": {"developer"}}, field: "email", contains: "email address"},
 			{name: "invite: invalid role", client: admin, path: "/settings/members",
 				form: url.Values{"email": {"fine@acme.test"}, "role": {"root"}}, field: "role", contains: "must be one of"},
 			{name: "invite: already a member", client: admin, path: "/settings/members",
-				form: url.Values{"email": {"admin@acme-corp.test"}, "role": {"developer"}}, field: "email", contains: "already a member"},
+				form: url.Values{"email": {"admin@acme-corp.test"}, "role": {"developer"}}, field: "email", contains: "already a member", status: 409},
 			{name: "token: no name", client: admin, path: "/settings/tokens",
 				form: url.Values{"name": {""}, "role": {"developer"}, "ttl": {"30d"}}, field: "name", contains: "1-64 characters"},
 			{name: "token: invalid ttl", client: admin, path: "/settings/tokens",
@@ -140,16 +153,24 @@ func TestBadInput(t *testing.T) {
 			{name: "tenant: invalid slug", client: operator, path: "/operator/tenants",
 				form: url.Values{"slug": {"Not A Slug!"}, "name": {"Bad"}}, field: "slug", contains: "lowercase"},
 			{name: "tenant: taken slug", client: operator, path: "/operator/tenants",
-				form: url.Values{"slug": {acme.Slug}}, field: "slug", contains: "taken"},
+				form: url.Values{"slug": {acme.Slug}}, field: "slug", contains: "taken", status: 409},
 			{name: "tenant: invalid admin email", client: operator, path: "/operator/tenants",
 				form: url.Values{"slug": {"fine-slug"}, "admin_email": {"nobody"}}, field: "admin_email", contains: "email address"},
+			{name: "secret: invalid name", client: admin, path: "/settings/secrets",
+				form: url.Values{"name": {"lower case"}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"30d"}, "inject": {secrets.InjectAuthorization}}, field: "name", contains: "A-Z"},
+			{name: "secret: taken name", client: admin, path: "/settings/secrets",
+				form: url.Values{"name": {"TAKEN_NAME"}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"30d"}, "inject": {secrets.InjectAuthorization}}, field: "name", contains: "revoke it first", status: 409},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				before := env.Counts(t)
+				want := tc.status
+				if want == 0 {
+					want = http.StatusUnprocessableEntity
+				}
 				status, body, _ := tc.client.Post(t, tc.path, tc.form)
-				if status != http.StatusUnprocessableEntity {
-					t.Fatalf("Got(status) = %d; want 422: %.300s", status, body)
+				if status != want {
+					t.Fatalf("Got(status) = %d; want %d: %.300s", status, want, body)
 				}
 				doc := webtest.ParseHTML(t, body)
 				msg, ok := doc.FieldError(tc.field)
@@ -159,6 +180,45 @@ func TestBadInput(t *testing.T) {
 				// What was typed is kept, so the person can fix it.
 				if v := tc.form.Get(tc.field); v != "" && tc.field != "role" && tc.field != "ttl" && !strings.Contains(body, `value="`+htmlEscape(v)+`"`) {
 					t.Errorf("Got(form) lost the value %q of %s; want it kept", v, tc.field)
+				}
+				env.Unchanged(t, before)
+			})
+		}
+	})
+
+	t.Run("editors", func(t *testing.T) {
+		cur, err := env.Policies.Current(context.Background(), acme.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(cur.Doc)
+		if s, body, _ := token.Request(t, http.MethodPut, "/api/v1/workflows/stale-wf", "application/yaml",
+			strings.NewReader("name: stale-wf\ntriggers:\n  - event: manual\nsteps:\n  - name: s\n    run: \"true\"\n")); s != http.StatusOK {
+			t.Fatalf("Got(PUT workflow) = %d %s; want 200", s, body)
+		}
+		tests := []struct {
+			name     string
+			path     string
+			form     url.Values
+			status   int
+			contains string
+		}{
+			{"policy editor: stale version", "/policy/raw", url.Values{"doc": {string(raw)}, "base_version": {strconv.Itoa(cur.Version + 7)},
+				"op": {"save"}, "reason": {"stale"}}, 409, "reload"},
+			{"policy editor: not JSON", "/policy/raw", url.Values{"doc": {"{"}, "base_version": {strconv.Itoa(cur.Version)},
+				"op": {"save"}, "reason": {"broken"}}, 422, ""},
+			// Before the one mapper this page answered 422 whatever the error.
+			{"workflow editor: stale version", "/workflows", url.Values{"name": {"stale-wf"}, "base_version": {"0"},
+				"source": {"name: stale-wf\ntriggers:\n  - event: manual\nsteps:\n  - name: s\n    run: \"false\"\n"}}, 409, "conflict"},
+			{"workflow editor: invalid", "/workflows", url.Values{"name": {""}, "base_version": {"0"},
+				"source": {"name: Not A Name\nsteps: []\n"}}, 422, ""},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				before := env.Counts(t)
+				status, body, _ := admin.Post(t, tc.path, tc.form)
+				if status != tc.status || !strings.Contains(body, tc.contains) {
+					t.Errorf("Got(POST %s) = %d; want %d with %q: %.300s", tc.path, status, tc.status, tc.contains, body)
 				}
 				env.Unchanged(t, before)
 			})

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // CSRFCookieName is the CSRF cookie; under https the __Host- prefix makes
@@ -39,9 +40,8 @@ func csrfToken(key []byte, sessionID string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// errCSRF is the refusal; the error mapper turns it into a 403 naming the
-// CSRF token.
-var errCSRF = echo.NewHTTPError(http.StatusForbidden, "missing or invalid csrf token")
+// The refusals are *errdefs.CSRFError: the error mapper turns them into a
+// 403 problem of type "csrf" naming the token, by type, whatever the words.
 
 // csrf protects cookie-authenticated state changes: every request that is
 // not GET, HEAD, OPTIONS or TRACE must carry the token of this browser and
@@ -70,14 +70,14 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 		default:
 			if req.Header.Get("Sec-Fetch-Site") == "cross-site" {
-				return echo.NewHTTPError(http.StatusForbidden, "cross-site request blocked by csrf protection")
+				return &errdefs.CSRFError{Reason: "cross-site request (Sec-Fetch-Site)"}
 			}
 			sent := req.Header.Get("X-CSRF-Token")
 			if sent == "" {
 				sent = c.FormValue("_csrf")
 			}
 			if key == nil || sent == "" || !hmac.Equal([]byte(sent), []byte(csrfToken(key, sessionID))) {
-				return errCSRF
+				return &errdefs.CSRFError{Reason: "missing or invalid token"}
 			}
 		}
 		if key == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -84,4 +85,34 @@ func TestCSRFBoundToSession(t *testing.T) {
 		t.Errorf("Got(the previous session's token) = %d %.200s; want 403", s, body)
 	}
 	env.Unchanged(t, before)
+}
+
+// TestCSRFProblem: every refusal of the CSRF protection reaches the error
+// handler as a typed error and is answered as the csrf problem (API) or a
+// 403 page naming the token, and changes nothing.
+func TestCSRFProblem(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "alice@acme.test", tenants.RoleAdmin)
+	alice := env.Login(t, "alice@acme.test")
+	body := `{"email":"csrf-victim@acme.test","role":"admin"}`
+	tests := []struct {
+		name string
+		hdr  []string
+	}{
+		{"no token", nil},
+		{"a wrong token", []string{"X-CSRF-Token", "forged"}},
+		{"cross-site, with the token", []string{"X-CSRF-Token", alice.CSRF(t), "Sec-Fetch-Site", "cross-site"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := env.Counts(t)
+			s, raw, h := alice.Request(t, http.MethodPost, "/api/v1/members", "application/json", strings.NewReader(body), tc.hdr...)
+			p := webtest.Problem(t, h, raw)
+			if s != http.StatusForbidden || p.Type != errdefs.ProblemBase+"csrf" || !strings.Contains(p.Detail, "CSRF token") {
+				t.Errorf("Got(POST /api/v1/members) = %d %s %q; want 403 %scsrf naming the token", s, p.Type, p.Detail, errdefs.ProblemBase)
+			}
+			env.Unchanged(t, before)
+		})
+	}
 }

@@ -4,134 +4,33 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stockade-dev/stockade/handlers"
-	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
-// Problem is an RFC 9457 problem document.
-type Problem struct {
-	Type      string         `json:"type"`
-	Title     string         `json:"title"`
-	Status    int            `json:"status"`
-	Detail    string         `json:"detail,omitempty"`
-	Instance  string         `json:"instance,omitempty"`
-	RequestID string         `json:"request_id,omitempty"`
-	Errors    []ProblemField `json:"errors,omitempty"`
-}
+// Problem and ProblemField are the error vocabulary's (shims of
+// errdefs.Problem and errdefs.ProblemField, removed by a later sweep).
+type (
+	Problem      = errdefs.Problem
+	ProblemField = errdefs.ProblemField
+)
 
-// ProblemField names one field at fault.
-type ProblemField struct {
-	Field  string `json:"field"`
-	Rule   string `json:"rule,omitempty"`
-	Detail string `json:"detail"`
-}
-
-const problemBase = "https://stockade.dev/problems/"
-
-// problemFor maps an error to its problem. This is the one place where
-// domain errors become HTTP statuses.
-func problemFor(err error) Problem {
-	var (
-		he  *echo.HTTPError
-		fe  *tenants.FieldError
-		me  *handlers.MalformedError
-		fbe *forbiddenError
-		qe  *tenants.QuotaError
-		tle *sandbox.TooLargeError
-	)
-	switch {
-	case errors.As(err, &me):
-		p := Problem{Type: problemBase + "malformed", Title: "Malformed request", Status: http.StatusBadRequest, Detail: me.Error()}
-		if me.Field != "" {
-			p.Errors = []ProblemField{{Field: me.Field, Rule: "syntax", Detail: me.Detail}}
-		}
-		return p
-	case errors.As(err, &fe):
-		p := Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity, Detail: fe.Error()}
-		// A document checked against a schema fails on many paths at once:
-		// every one is listed.
-		all := allFieldErrors(err, nil)
-		if len(all) > 1 {
-			p.Detail = fmt.Sprintf("%d fields are invalid; see errors", len(all))
-		}
-		for _, f := range all {
-			p.Errors = append(p.Errors, ProblemField{Field: f.Field, Rule: f.Rule, Detail: f.Detail})
-		}
-		return p
-	case errors.Is(err, tenants.ErrInvalid):
-		return Problem{Type: problemBase + "invalid", Title: "Invalid input", Status: http.StatusUnprocessableEntity, Detail: err.Error()}
-	case errors.Is(err, tenants.ErrNotFound):
-		return Problem{Type: problemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
-	case errors.Is(err, tenants.ErrConflict):
-		return Problem{Type: problemBase + "conflict", Title: "Conflict", Status: http.StatusConflict, Detail: err.Error()}
-	case errors.As(err, &qe):
-		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error(),
-			Errors: []ProblemField{{Field: qe.Quota, Rule: "quota", Detail: qe.Error()}}}
-	case errors.Is(err, tenants.ErrQuota):
-		return Problem{Type: problemBase + "quota", Title: "Quota exceeded", Status: http.StatusTooManyRequests, Detail: err.Error()}
-	case errors.As(err, &tle):
-		return Problem{Type: problemBase + "too-large", Title: "Too large", Status: http.StatusRequestEntityTooLarge, Detail: tle.Error(),
-			Errors: []ProblemField{{Field: tle.Limit.Setting, Rule: "max", Detail: "at most " + tle.Limit.String()}}}
-	case errors.Is(err, sandbox.ErrTooLarge):
-		return Problem{Type: problemBase + "too-large", Title: "Too large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()}
-	case errors.Is(err, sandbox.ErrNoSpace):
-		return Problem{Type: problemBase + "no-space", Title: "No space left in the sandbox", Status: http.StatusInsufficientStorage, Detail: err.Error()}
-	case errors.Is(err, vmpool.ErrUnavailable):
-		return Problem{Type: problemBase + "hypervisor-unavailable", Title: "Hypervisor unavailable", Status: http.StatusServiceUnavailable,
-			Detail: err.Error()}
-	case errors.Is(err, tenants.ErrUnauthorized):
-		return Problem{Type: problemBase + "unauthorized", Title: "Authentication required", Status: http.StatusUnauthorized,
-			Detail: "send a valid API token as 'Authorization: Bearer <token>', or sign in"}
-	case errors.As(err, &fbe):
-		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden, Detail: fbe.detail}
-	case errors.Is(err, tenants.ErrForbidden):
-		return Problem{Type: problemBase + "forbidden", Title: "Forbidden", Status: http.StatusForbidden, Detail: err.Error()}
-	case errors.As(err, &he):
-		p := Problem{Type: "about:blank", Title: http.StatusText(he.Code), Status: he.Code}
-		if m, ok := he.Message.(string); ok && m != http.StatusText(he.Code) {
-			p.Detail = m
-		}
-		switch he.Code {
-		case http.StatusRequestEntityTooLarge:
-			p.Type, p.Detail = problemBase+"too-large", "the request body is larger than this endpoint accepts"
-		case http.StatusForbidden, http.StatusBadRequest:
-			if strings.Contains(strings.ToLower(p.Detail), "csrf") {
-				p.Type, p.Status, p.Title = problemBase+"csrf", http.StatusForbidden, "Forbidden"
-				p.Detail = "missing or invalid CSRF token: reload the page and try again"
-			}
-		}
-		return p
+// fromEcho makes echo's own refusals (no route, method not allowed, the
+// body limit) part of the vocabulary: a *errdefs.StatusError wrapping err.
+// Domain errors in err's chain still decide first.
+func fromEcho(err error) error {
+	var he *echo.HTTPError
+	if !errors.As(err, &he) {
+		return err
 	}
-	return Problem{Type: problemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError,
-		Detail: "something went wrong on our side; the request id helps the operator find it"}
-}
-
-// allFieldErrors appends every *tenants.FieldError in err's tree to out.
-func allFieldErrors(err error, out []*tenants.FieldError) []*tenants.FieldError {
-	if fe, ok := err.(*tenants.FieldError); ok {
-		return append(out, fe)
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			out = allFieldErrors(e, out)
-		}
-	case interface{ Unwrap() error }:
-		if e := u.Unwrap(); e != nil {
-			out = allFieldErrors(e, out)
-		}
-	}
-	return out
+	detail, _ := he.Message.(string)
+	return &errdefs.StatusError{Status: he.Code, Detail: detail, Err: err}
 }
 
 // handleError renders err as a problem document (API) or an error page.
@@ -142,7 +41,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
-	p := problemFor(err)
+	p := errdefs.ToProblem(fromEcho(err))
 	reqID := c.Response().Header().Get(echo.HeaderXRequestID)
 	p.RequestID = reqID
 	p.Instance = c.Request().URL.Path

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/secrets"
-	"github.com/stockade-dev/stockade/web/hooks"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -181,7 +181,7 @@ func TestGitHubHookThroughTheApp(t *testing.T) {
 	admin := env.WithToken(env.Token(t, tn, tenants.RoleAdmin))
 	const secret = "hook-secret-of-wf-hook"
 	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
-		secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{hooks.SecretHost}}); err != nil {
+		secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{github.SecretHost}}); err != nil {
 		t.Fatal(err)
 	}
 	if s, body := admin.JSON(t, http.MethodPut, "/api/v1/workflow-settings", map[string]string{"github_secret_name": "GITHUB_HOOK"}, nil); s != http.StatusOK {
@@ -217,7 +217,7 @@ func TestGitHubHookThroughTheApp(t *testing.T) {
 		t.Errorf("Got(bad signature) = %d %s; want 401", s, body)
 	}
 	env.Unchanged(t, before)
-	good := hooks.Sign([]byte(secret), payload)
+	good := github.Sign([]byte(secret), payload)
 	if s, body := deliver(good, "d1"); s != http.StatusAccepted || !strings.Contains(body, `"accepted"`) {
 		t.Fatalf("Got(delivery) = %d %s; want 202 accepted", s, body)
 	}
@@ -225,8 +225,8 @@ func TestGitHubHookThroughTheApp(t *testing.T) {
 		t.Errorf("Got(repeat) = %d %s; want 200 duplicate", s, body)
 	}
 	req, _ := http.NewRequest(http.MethodPost, env.URL+"/hooks/github/nobody", bytes.NewReader(payload))
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {
-		t.Errorf("Got(unknown tenant) = %v, %v; want 404", resp.StatusCode, err)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("Got(unknown tenant) = %v, %v; want 401, as a bad signature (TestGitHubUnknownTenant)", resp.StatusCode, err)
 	}
 	var list struct {
 		Runs []struct {
@@ -253,7 +253,7 @@ func TestUntrustedTriggersThroughTheApp(t *testing.T) {
 	page := env.Login(t, "dev@wf-trust.test")
 	const secret = "hook-secret-of-wf-trust"
 	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID,
-		secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{hooks.SecretHost}}); err != nil {
+		secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{github.SecretHost}}); err != nil {
 		t.Fatal(err)
 	}
 	if s, body := admin.JSON(t, http.MethodPut, "/api/v1/workflow-settings", map[string]string{"github_secret_name": "GITHUB_HOOK"}, nil); s != http.StatusOK {
@@ -269,18 +269,18 @@ func TestUntrustedTriggersThroughTheApp(t *testing.T) {
 		`"head":{"ref":"main","sha":"bbbbbbb","repo":{"id":2,"full_name":"mallory/app","fork":true}},` +
 		`"base":{"ref":"main","repo":{"id":1,"full_name":"acme/app","fork":false}}},` +
 		`"repository":{"id":1,"full_name":"acme/app","fork":false},"sender":{"login":"mallory"}}`)
-	deliver := func(id string) (int, hooks.Answer) {
+	deliver := func(id string) (int, github.Answer) {
 		req, _ := http.NewRequest(http.MethodPost, env.URL+"/hooks/github/wf-trust", bytes.NewReader(payload))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-GitHub-Event", "pull_request")
 		req.Header.Set("X-GitHub-Delivery", id)
-		req.Header.Set("X-Hub-Signature-256", hooks.Sign([]byte(secret), payload))
+		req.Header.Set("X-Hub-Signature-256", github.Sign([]byte(secret), payload))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var a hooks.Answer
+		var a github.Answer
 		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
 			t.Fatal(err)
 		}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/secrets"
-	"github.com/stockade-dev/stockade/web/hooks"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -30,7 +30,7 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 	ctx := context.Background()
 	const secret = "hook-secret-of-acme"
 	sys := audit.Actor{Kind: audit.ActorSystem, Name: "test"}
-	if _, err := env.Secrets.Create(ctx, sys, acme.ID, secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{hooks.SecretHost}}); err != nil {
+	if _, err := env.Secrets.Create(ctx, sys, acme.ID, secrets.NewSecret{Name: "GITHUB_HOOK", Value: secret, Hosts: []string{github.SecretHost}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Workflows.SetGitHubSecret(ctx, sys, acme.ID, "GITHUB_HOOK"); err != nil {
@@ -50,12 +50,12 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", "pull_request")
 	req.Header.Set("X-GitHub-Delivery", "fork-delivery")
-	req.Header.Set("X-Hub-Signature-256", hooks.Sign([]byte(secret), payload))
+	req.Header.Set("X-Hub-Signature-256", github.Sign([]byte(secret), payload))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a hooks.Answer
+	var a github.Answer
 	err = json.NewDecoder(resp.Body).Decode(&a)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusAccepted || len(a.Runs) != 1 || len(a.Skipped) != 1 {

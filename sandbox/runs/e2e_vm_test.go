@@ -28,6 +28,7 @@ import (
 	"gorm.io/gorm"
 	"libvirt.org/go/libvirt"
 
+	ghreceiver "github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
@@ -45,7 +46,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
-	"github.com/stockade-dev/stockade/web/hooks"
 )
 
 // The acceptance test of workflows, end to end, with nothing faked: a
@@ -313,7 +313,7 @@ func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira
 		// The GitHub token: for cloning (the git host, through the
 		// gateway) and the REST API (127.0.0.1 here, from the host).
 		{Name: "GH_TOKEN", Value: e2eToken, Hosts: []string{gitHost, "127.0.0.1"}},
-		{Name: "GH_HOOK", Value: hookSecret, Hosts: []string{hooks.SecretHost}},
+		{Name: "GH_HOOK", Value: hookSecret, Hosts: []string{ghreceiver.SecretHost}},
 		{Name: "SLACK_URL", Value: slack.URL + "/services/T0001/B0002/XXXXXXXX", Hosts: []string{"127.0.0.1"}},
 		{Name: "JIRA_TOKEN", Value: "jira-api-token-e2e", Hosts: []string{"127.0.0.1"}},
 	} {
@@ -394,7 +394,7 @@ func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira
 
 // deliver posts a GitHub delivery to the tenant's webhook, signed with
 // secret, and returns the answer.
-func deliver(t *testing.T, base, slug, event, delivery string, secret, body []byte) (int, hooks.Answer) {
+func deliver(t *testing.T, base, slug, event, delivery string, secret, body []byte) (int, ghreceiver.Answer) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/hooks/github/"+slug, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -402,13 +402,13 @@ func deliver(t *testing.T, base, slug, event, delivery string, secret, body []by
 	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-GitHub-Delivery", delivery)
 	req.Header.Set("X-GitHub-Hook-ID", "292430182")
-	req.Header.Set("X-Hub-Signature-256", hooks.Sign(secret, body))
+	req.Header.Set("X-Hub-Signature-256", ghreceiver.Sign(secret, body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST the %s delivery: %v", event, err)
 	}
 	defer resp.Body.Close()
-	var a hooks.Answer
+	var a ghreceiver.Answer
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &a)
 	return resp.StatusCode, a
@@ -578,9 +578,9 @@ notify:
 			t.Errorf("Got(runs after a bad signature) = %d; want 0", n)
 		}
 	})
-	t.Run("an unknown tenant gets 404", func(t *testing.T) {
-		if code, a := deliver(t, e.url, "no-such-tenant", "pull_request", uuid.NewString(), []byte(hookSecret), body); code != http.StatusNotFound {
-			t.Errorf("Got(POST to an unknown tenant) = %d %+v; want 404", code, a)
+	t.Run("an unknown tenant gets 401, as a bad signature", func(t *testing.T) {
+		if code, a := deliver(t, e.url, "no-such-tenant", "pull_request", uuid.NewString(), []byte(hookSecret), body); code != http.StatusUnauthorized || a.Status != "unauthorized" {
+			t.Errorf("Got(POST to an unknown tenant) = %d %+v; want 401 unauthorized", code, a)
 		}
 	})
 

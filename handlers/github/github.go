@@ -1,12 +1,17 @@
-// Package hooks receives webhooks from outside: GitHub deliveries that
-// start workflow runs. Each delivery is verified against the tenant's
-// secret over the raw body before anything else is read from it; a bad or
-// missing signature gets 401 and starts nothing.
-package hooks
+// Package github receives GitHub's webhook deliveries (the "hooks" of
+// /hooks/github/:tenant: inbound only; what Stockade sends out is a
+// webhook of tenants/integrations and tenants/notify) and starts the
+// workflow runs they trigger. Each delivery is verified against the
+// tenant's secret over the raw body before anything else is read from it.
+// A bad or missing signature, a tenant without a GitHub secret and a slug
+// no tenant has get the same 401, after the same work, and start nothing:
+// the receiver is public, and must not tell who is a tenant.
+package github
 
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -57,8 +63,8 @@ type Starter interface {
 // workflows use are far smaller; a larger one is refused with 413.
 const MaxBody = 1 << 20
 
-// GitHub handles POST /hooks/github/:tenant.
-type GitHub struct {
+// Receiver handles POST /hooks/github/:tenant.
+type Receiver struct {
 	Tenants   Tenants
 	Workflows Workflows
 	Secrets   Secrets
@@ -71,7 +77,10 @@ type GitHub struct {
 
 // Answer is the JSON body of every answer.
 type Answer struct {
-	Status string   `json:"status"` // pong, accepted, skipped, ignored, duplicate, or an error word
+	// Status is pong, accepted, skipped, ignored or duplicate, or for a
+	// refusal the name of its problem type (errdefs.Problem.Name with "_"
+	// for "-"): unauthorized, too_large, malformed, internal.
+	Status string   `json:"status"`
 	Detail string   `json:"detail,omitempty"`
 	Runs   []string `json:"runs,omitempty"`
 	// Skipped are the runs recorded without running: their trigger was
@@ -85,8 +94,24 @@ func reply(w http.ResponseWriter, code int, a Answer) {
 	_ = json.NewEncoder(w).Encode(a)
 }
 
+// refuse answers err with the status and problem the one error mapper gives
+// it; an internal error's words stay in the log.
+func refuse(w http.ResponseWriter, err error) {
+	p := errdefs.ToProblem(err)
+	a := Answer{Status: strings.ReplaceAll(p.Name(), "-", "_"), Detail: p.Detail}
+	if p.Status >= http.StatusInternalServerError {
+		a.Detail = ""
+	}
+	reply(w, p.Status, a)
+}
+
+// errBadSignature is every unauthenticated delivery's refusal, whatever
+// the reason (the log says which): a bad or missing signature, no GitHub
+// secret, no such tenant.
+var errBadSignature = errdefs.WithDetail(errdefs.ErrUnauthorized, "bad or missing X-Hub-Signature-256")
+
 // Handler serves "POST /hooks/github/{tenant}" on its own (tests, or a mux).
-func (g *GitHub) Handler() http.Handler {
+func (g *Receiver) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/github/{tenant}", func(w http.ResponseWriter, r *http.Request) {
 		g.Serve(w, r, r.PathValue("tenant"))
@@ -95,22 +120,14 @@ func (g *GitHub) Handler() http.Handler {
 }
 
 // Serve handles one delivery for the tenant with slug.
-func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
+func (g *Receiver) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 	ctx := r.Context()
 	log := g.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	t, err := g.Tenants.TenantBySlug(ctx, slug)
-	if errors.Is(err, tenants.ErrNotFound) {
-		reply(w, http.StatusNotFound, Answer{Status: "not_found", Detail: "no such tenant"})
-		return
-	}
-	if err != nil {
-		log.ErrorContext(ctx, "github hook: tenant", "slug", slug, "err", err)
-		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
-		return
-	}
+	// The body first, bounded, for every slug: a size refusal must not
+	// depend on whether the tenant exists.
 	limit := g.MaxBody
 	if limit <= 0 {
 		limit = MaxBody
@@ -118,33 +135,36 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		reply(w, http.StatusRequestEntityTooLarge, Answer{Status: "too_large", Detail: fmt.Sprintf("at most %d bytes", limit)})
+		refuse(w, &errdefs.TooLargeError{Op: "read delivery", Size: -1, Max: limit})
 		return
 	}
 	if err != nil {
-		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: "could not read the body"})
+		refuse(w, &errdefs.MalformedError{Field: "body", Detail: "could not read the body"})
 		return
 	}
-	settings, err := g.Workflows.Settings(ctx, t.ID)
+	t, err := g.Tenants.TenantBySlug(ctx, slug)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		log.ErrorContext(ctx, "github hook: tenant", "slug", slug, "err", err)
+		refuse(w, err)
+		return
+	}
+	// An unknown slug goes on as a tenant with no secret (t.ID is ""): the
+	// same settings read and the same HMAC (over a key nobody has) as a
+	// real tenant, so neither the answer nor its timing tells them apart.
+	secret, why, err := g.secret(ctx, t.ID)
 	if err != nil {
 		log.ErrorContext(ctx, "github hook: settings", "tenant", t.ID, "err", err)
-		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+		refuse(w, err)
 		return
 	}
-	if settings.GitHubSecretName == "" {
-		// No secret, no way to verify: nothing from GitHub is accepted.
-		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "GitHub deliveries are not configured for this tenant"})
-		return
+	verified := Verify(secret, r.Header.Get("X-Hub-Signature-256"), body)
+	if why == "" && !verified {
+		why = "bad or missing signature"
 	}
-	secret, err := g.Secrets.Value(ctx, t.ID, settings.GitHubSecretName, SecretHost)
-	if err != nil {
-		log.WarnContext(ctx, "github hook: secret unavailable", "tenant", t.ID, "secret", settings.GitHubSecretName, "err", err)
-		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "the signature cannot be verified"})
-		return
-	}
-	if !Verify([]byte(secret), r.Header.Get("X-Hub-Signature-256"), body) {
-		log.WarnContext(ctx, "github hook: bad signature", "tenant", t.ID, "delivery", r.Header.Get("X-GitHub-Delivery"), "remote", r.RemoteAddr)
-		reply(w, http.StatusUnauthorized, Answer{Status: "unauthorized", Detail: "bad or missing X-Hub-Signature-256"})
+	if why != "" {
+		log.WarnContext(ctx, "github hook: refused", "slug", slug, "tenant", t.ID, "why", why,
+			"delivery", r.Header.Get("X-GitHub-Delivery"), "remote", r.RemoteAddr)
+		refuse(w, errBadSignature)
 		return
 	}
 	// Verified: from here on the body is GitHub's.
@@ -154,12 +174,12 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 		return
 	}
 	if delivery == "" || len(delivery) > 100 || event == "" || len(event) > 64 {
-		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: "X-GitHub-Event and X-GitHub-Delivery are required"})
+		refuse(w, &errdefs.MalformedError{Field: "X-GitHub-Delivery", Detail: "X-GitHub-Event and X-GitHub-Delivery are required"})
 		return
 	}
 	ev, trig, err := Parse(event, body)
 	if err != nil {
-		reply(w, http.StatusBadRequest, Answer{Status: "bad_request", Detail: err.Error()})
+		refuse(w, &errdefs.MalformedError{Field: "body", Detail: err.Error()})
 		return
 	}
 	var nrs []runs.NewRun
@@ -167,7 +187,7 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 		wfs, err := g.Workflows.List(ctx, t.ID)
 		if err != nil {
 			log.ErrorContext(ctx, "github hook: workflows", "tenant", t.ID, "err", err)
-			reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+			refuse(w, err)
 			return
 		}
 		for _, v := range wfs {
@@ -193,7 +213,7 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 	}
 	if err != nil {
 		log.ErrorContext(ctx, "github hook: record delivery", "tenant", t.ID, "delivery", delivery, "err", err)
-		reply(w, http.StatusInternalServerError, Answer{Status: "error"})
+		refuse(w, err)
 		return
 	}
 	ids := make([]string, 0, len(created))
@@ -221,6 +241,43 @@ func (g *GitHub) Serve(w http.ResponseWriter, r *http.Request, slug string) {
 		reply(w, http.StatusOK, Answer{Status: "ignored", Detail: "no workflow matches this event"})
 	}
 }
+
+// secret is the key deliveries to the tenant are signed with, or, with the
+// reason deliveries cannot be verified, a random key of the same size that
+// no signature matches. Every tenant, and an unknown one (tenantID ""),
+// takes the same steps: read the settings, look the secret up (by a name
+// no secret has when none is set), so that the time taken says little
+// about which it was.
+func (g *Receiver) secret(ctx context.Context, tenantID string) (key []byte, why string, err error) {
+	settings, err := g.Workflows.Settings(ctx, tenantID)
+	if err != nil {
+		return nil, "", err
+	}
+	name := settings.GitHubSecretName
+	if name == "" {
+		name = unsetSecret
+	}
+	v, verr := g.Secrets.Value(ctx, tenantID, name, SecretHost)
+	switch {
+	case tenantID == "":
+		why = "no such tenant"
+	case settings.GitHubSecretName == "":
+		why = "GitHub deliveries are not configured for this tenant"
+	case verr != nil:
+		why = "the secret " + name + " is unavailable: " + verr.Error()
+	default:
+		return []byte(v), "", nil
+	}
+	key = make([]byte, sha256.Size)
+	if _, err := rand.Read(key); err != nil {
+		return nil, "", fmt.Errorf("github hook: dummy key: %w", err)
+	}
+	return key, why, nil
+}
+
+// unsetSecret is looked up when a tenant names no secret: secret names are
+// upper case, so no secret has it.
+const unsetSecret = "github-secret-unset"
 
 // Verify reports whether header ("sha256=<hex>") is the HMAC-SHA256 of body
 // under secret, compared in constant time.

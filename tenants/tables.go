@@ -14,7 +14,8 @@ func (Membership) TableName() string { return "memberships" }
 func (APIToken) TableName() string   { return "api_tokens" }
 func (Session) TableName() string    { return "sessions" }
 
-// AfterFind hooks keep every time in UTC whatever location the driver parsed.
+// AfterFind callbacks (GORM calls them "hooks") keep every time in UTC
+// whatever location the driver parsed.
 
 func (t *Tenant) AfterFind(*gorm.DB) error {
 	t.CreatedAt = t.CreatedAt.UTC()

@@ -1,4 +1,4 @@
-package hooks_test
+package github_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -23,7 +24,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/workflow"
-	"github.com/stockade-dev/stockade/web/hooks"
 )
 
 var admin = audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada Admin"}
@@ -137,7 +137,7 @@ func envs(t *testing.T) []env {
 			t.Fatal(err)
 		}
 		// A: configured, with two workflows. B: a workflow but no secret.
-		if _, err := ss.Create(ctx, admin, a.ID, secrets.NewSecret{Name: "GITHUB_HOOK", Value: hookSecret, Hosts: []string{hooks.SecretHost}}); err != nil {
+		if _, err := ss.Create(ctx, admin, a.ID, secrets.NewSecret{Name: "GITHUB_HOOK", Value: hookSecret, Hosts: []string{github.SecretHost}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := wf.SetGitHubSecret(ctx, admin, a.ID, "GITHUB_HOOK"); err != nil {
@@ -153,7 +153,7 @@ func envs(t *testing.T) []env {
 		}
 		rs := runs.NewStore(d.DB, nil)
 		st := &starter{}
-		g := &hooks.GitHub{Tenants: ts, Workflows: wf, Secrets: notify.HostScoped(ss), Runs: rs, Starter: st, MaxBody: 64 << 10}
+		g := &github.Receiver{Tenants: ts, Workflows: wf, Secrets: notify.HostScoped(ss), Runs: rs, Starter: st, MaxBody: 64 << 10}
 		srv := httptest.NewServer(g.Handler())
 		t.Cleanup(srv.Close)
 		out = append(out, env{name: d.Name, db: d.DB, srv: srv, rs: rs, wf: wf, started: st, a: a, b: b})
@@ -161,7 +161,7 @@ func envs(t *testing.T) []env {
 	return out
 }
 
-func post(t *testing.T, url, event, delivery, sig string, body []byte) (int, hooks.Answer) {
+func post(t *testing.T, url, event, delivery, sig string, body []byte) (int, github.Answer) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -181,7 +181,7 @@ func post(t *testing.T, url, event, delivery, sig string, body []byte) (int, hoo
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var a hooks.Answer
+	var a github.Answer
 	if err := json.Unmarshal(raw, &a); err != nil {
 		t.Fatalf("answer %q is not JSON: %v", raw, err)
 	}
@@ -194,8 +194,8 @@ func TestGitHubDeliveries(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			urlA, urlB := e.srv.URL+"/hooks/github/hooks-a", e.srv.URL+"/hooks/github/hooks-b"
 			opened := prPayload("opened", 7)
-			good := hooks.Sign([]byte(hookSecret), opened)
-			wrongKey := hooks.Sign([]byte("another secret"), opened)
+			good := github.Sign([]byte(hookSecret), opened)
+			wrongKey := github.Sign([]byte("another secret"), opened)
 			flipped := []byte(good)
 			if flipped[len(flipped)-1] == '0' {
 				flipped[len(flipped)-1] = '1'
@@ -215,9 +215,11 @@ func TestGitHubDeliveries(t *testing.T) {
 				{"flipped digit", urlA, string(flipped), opened, 401},
 				{"sha1 style", urlA, "sha1=" + strings.TrimPrefix(good, "sha256="), opened, 401},
 				{"signature of another body", urlA, good, prPayload("opened", 8), 401},
-				{"unknown tenant", e.srv.URL + "/hooks/github/nobody", good, opened, 404},
+				// No slug enumeration: an unknown tenant is refused like a bad signature.
+				{"unknown tenant", e.srv.URL + "/hooks/github/nobody", good, opened, 401},
 				{"tenant without a secret", urlB, good, opened, 401},
 				{"too large", urlA, good, bytes.Repeat([]byte("x"), 70<<10), 413},
+				{"too large, unknown tenant", e.srv.URL + "/hooks/github/nobody", good, bytes.Repeat([]byte("x"), 70<<10), 413},
 			}
 			for _, tt := range refused {
 				t.Run(tt.name, func(t *testing.T) {
@@ -232,7 +234,7 @@ func TestGitHubDeliveries(t *testing.T) {
 
 			// Ping: answered, nothing recorded.
 			ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
-			if code, a := post(t, urlA, "ping", "d-ping", hooks.Sign([]byte(hookSecret), ping), ping); code != 200 || a.Status != "pong" {
+			if code, a := post(t, urlA, "ping", "d-ping", github.Sign([]byte(hookSecret), ping), ping); code != 200 || a.Status != "pong" {
 				t.Errorf("ping = %d %+v; want 200 pong", code, a)
 			}
 
@@ -281,7 +283,7 @@ func TestGitHubDeliveries(t *testing.T) {
 			}
 			for _, tt := range more {
 				t.Run(tt.name, func(t *testing.T) {
-					code, a := post(t, urlA, tt.event, tt.delivery, hooks.Sign([]byte(hookSecret), tt.body), tt.body)
+					code, a := post(t, urlA, tt.event, tt.delivery, github.Sign([]byte(hookSecret), tt.body), tt.body)
 					if code != tt.status {
 						t.Fatalf("POST = %d %+v; want %d", code, a, tt.status)
 					}
@@ -324,7 +326,7 @@ func TestVerify(t *testing.T) {
 	// GitHub's documented example: secret "It's a Secret to Everybody",
 	// payload "Hello, World!".
 	want := "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
-	if got := hooks.Sign([]byte(hookSecret), []byte("Hello, World!")); got != want {
+	if got := github.Sign([]byte(hookSecret), []byte("Hello, World!")); got != want {
 		t.Errorf("Sign(example) = %s; want %s", got, want)
 	}
 	tests := []struct {
@@ -338,7 +340,7 @@ func TestVerify(t *testing.T) {
 		{"", false},
 	}
 	for _, tt := range tests {
-		if got := hooks.Verify([]byte(hookSecret), tt.header, []byte("Hello, World!")); got != tt.want {
+		if got := github.Verify([]byte(hookSecret), tt.header, []byte("Hello, World!")); got != tt.want {
 			t.Errorf("Verify(%q) = %v; want %v", tt.header, got, tt.want)
 		}
 	}
@@ -428,7 +430,7 @@ func TestGitHubUntrustedTriggers(t *testing.T) {
 			}
 			for i, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					code, a := post(t, url, tt.event, fmt.Sprintf("trust-%d", i), hooks.Sign([]byte(hookSecret), tt.body), tt.body)
+					code, a := post(t, url, tt.event, fmt.Sprintf("trust-%d", i), github.Sign([]byte(hookSecret), tt.body), tt.body)
 					if code != tt.status || a.Status != tt.answer {
 						t.Fatalf("Got(POST) = %d %+v; want %d %s", code, a, tt.status, tt.answer)
 					}
@@ -469,7 +471,7 @@ func TestGitHubReplayedBody(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			url := e.srv.URL + "/hooks/github/hooks-a"
 			body := prPayload("opened", 21)
-			sig := hooks.Sign([]byte(hookSecret), body)
+			sig := github.Sign([]byte(hookSecret), body)
 			if code, a := post(t, url, "pull_request", "first", sig, body); code != http.StatusAccepted || len(a.Runs) != 1 {
 				t.Fatalf("Got(POST) = %d %+v; want 202 with one run", code, a)
 			}
@@ -485,7 +487,7 @@ func TestGitHubReplayedBody(t *testing.T) {
 			}
 			// Another body is another delivery.
 			other := prPayload("opened", 22)
-			if code, a := post(t, url, "pull_request", "fourth", hooks.Sign([]byte(hookSecret), other), other); code != http.StatusAccepted {
+			if code, a := post(t, url, "pull_request", "fourth", github.Sign([]byte(hookSecret), other), other); code != http.StatusAccepted {
 				t.Errorf("Got(POST another body) = %d %+v; want 202", code, a)
 			}
 		})
