@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -182,6 +183,7 @@ func (c *Config) checkAndSetDefaults() error {
 type Service struct {
 	cfg       Config
 	store     *Store
+	tenants   *tenants.Store // quotas
 	audit     *audit.Log
 	log       *slog.Logger
 	installID string
@@ -207,19 +209,19 @@ type backoff struct {
 	failures int
 }
 
-// NewService returns a Service keeping its VMs in store and recording to
-// auditLog, for the installation installID (tenants.Store.InstallationID):
-// the composition root builds each store once and passes it in. Start it to
-// connect to the hosts.
-func NewService(store *Store, auditLog *audit.Log, installID string, cfg Config) (*Service, error) {
-	if store == nil || auditLog == nil || installID == "" {
-		return nil, errors.New("vm pool: a store, an audit log and the installation id are required")
+// NewService returns a Service keeping its VMs in store, reading quotas
+// from ts and recording to auditLog, for the installation installID
+// (ts.InstallationID): the composition root builds each store once and
+// passes it in. Start it to connect to the hosts.
+func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID string, cfg Config) (*Service, error) {
+	if store == nil || ts == nil || auditLog == nil || installID == "" {
+		return nil, errors.New("vm pool: a store, the tenants store, an audit log and the installation id are required")
 	}
 	if err := cfg.checkAndSetDefaults(); err != nil {
 		return nil, err
 	}
 	s := &Service{
-		cfg: cfg, store: store, audit: auditLog, log: cfg.Logger.With("component", "vmpool"),
+		cfg: cfg, store: store, tenants: ts, audit: auditLog, log: cfg.Logger.With("component", "vmpool"),
 		installID: installID,
 		bootSlots: make(chan struct{}, cfg.BootConcurrency),
 		kickc:     make(chan string, 64),
@@ -244,7 +246,7 @@ func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm pool: %w", err)
 	}
-	return NewService(store, audit.NewLog(db, cfg.Clock), id, cfg)
+	return NewService(store, tenants.NewStore(db, cfg.Clock), audit.NewLog(db, cfg.Clock), id, cfg)
 }
 
 // Store is the service's store.

@@ -274,7 +274,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// The VM pools run even with libvirtd down: they keep retrying,
 		// and until a host answers VM pages and API say the hypervisor is
 		// unavailable. A tenant an operator froze gets no VM (Freezes).
-		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock), a.Audit, a.InstallationID, vmpool.Config{
+		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace,
 		}); err != nil {
