@@ -49,8 +49,8 @@ func (h *Handlers) Healthz(c echo.Context) error {
 }
 
 // Readyz says whether the server can serve: its database answers, its
-// identity provider is discovered and, when it runs VMs, a libvirt host is
-// reachable. A 503 names each check that failed ("libvirt": why).
+// identity provider is discovered and, when its VM pools run, a libvirt
+// host is reachable. A 503 names each check that failed ("libvirt": why).
 func (h *Handlers) Readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
@@ -63,10 +63,8 @@ func (h *Handlers) Readyz(c echo.Context) error {
 			failed = append(failed, err.Error())
 		}
 	}
-	if h.ready != nil {
-		check("server", h.ready(ctx))
-	}
-	if h.vms != nil {
+	check("server", h.ready(ctx))
+	if h.vms.Started() == nil {
 		check("libvirt", h.vms.Available())
 	}
 	if len(failed) > 0 {

@@ -38,9 +38,6 @@ func (h *Handlers) freeze(ctx context.Context, actor audit.Actor, tenantID, reas
 	}
 	at := f.Since.UTC().Format(timeJSON)
 	out := FreezeJSON{TenantID: tenantID, Frozen: true, FrozenAt: &at, Reason: f.Reason}
-	if h.sbx == nil {
-		return out, nil
-	}
 	n, err := h.sbx.DestroyTenant(context.WithoutCancel(ctx), actor, tenantID, sandbox.ReasonFrozen)
 	out.SandboxesDestroyed = n
 	if err != nil {

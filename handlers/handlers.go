@@ -6,8 +6,11 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -26,14 +29,23 @@ import (
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
-	"github.com/stockade-dev/stockade/web/authn"
 )
 
-// Identity is the part of the relying party the login handlers need.
+// Identity is the part of the relying party the login handlers need. The
+// composition root adapts the OIDC relying party (web/authn) to it, so
+// handlers import nothing of the HTTP server's packages.
 type Identity interface {
 	Begin(w http.ResponseWriter, r *http.Request, returnTo string) (string, error)
-	Finish(w http.ResponseWriter, r *http.Request) (authn.Identity, string, error)
+	Finish(w http.ResponseWriter, r *http.Request) (LoginIdentity, string, error)
 	Issuer() string
+}
+
+// LoginIdentity is who the identity provider says signed in.
+type LoginIdentity struct {
+	Issuer, Subject, Email, Name string
+	// EmailVerified: only a verified email may claim invitations or
+	// operator rights.
+	EmailVerified bool
 }
 
 // Config holds what handlers need to know about the deployment.
@@ -60,26 +72,27 @@ const DefaultStreamWriteTimeout = 30 * time.Second
 
 // Handlers carries the dependencies of every handler.
 type Handlers struct {
-	cfg     Config
-	store   *tenants.Store
-	audit   *audit.Log
-	idp     Identity
-	log     *slog.Logger
-	ready   func(ctx context.Context) error
-	clock   func() time.Time
-	vms     *vmpool.Service // nil: VM pages and API answer "unavailable"
-	sbx     *sandbox.Service
-	terms   *terminal.Service // nil: terminals answer "unavailable"
-	secrets *secrets.Store    // nil: secrets answer "unavailable"
-	pol     *policy.Store     // nil: policy pages and API answer not found
-	egress  *egress.Store     // nil: egress events answer "unavailable"
-	usage   *usage.Store      // nil: usage pages and API answer "unavailable"
-	// compliance evaluates the checklist; nil: its pages say unavailable.
-	compliance Compliance
-	workflows  *workflow.Store // nil: workflow API answers "unavailable"
-	runs       *runs.Engine    // nil: run API answers "unavailable"
-	// integrations keeps outgoing webhook endpoints and deliveries; nil:
-	// their pages and API answer "unavailable".
+	cfg   Config
+	store *tenants.Store
+	audit *audit.Log
+	idp   Identity
+	log   *slog.Logger
+	ready func(ctx context.Context) error
+	clock func() time.Time
+	// Every service is set (New refuses a missing one). One that can be
+	// down says so itself: vms.Available, and the sandbox service's
+	// operations answer vmpool.ErrUnavailable while the VM pools are not
+	// running.
+	vms          *vmpool.Service
+	sbx          *sandbox.Service
+	terms        *terminal.Service
+	secrets      *secrets.Store
+	pol          *policy.Store
+	egress       *egress.Store
+	usage        *usage.Store
+	compliance   Compliance
+	workflows    *workflow.Store
+	runs         *runs.Engine
 	integrations *integrations.Store
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
@@ -88,7 +101,9 @@ type Handlers struct {
 	instance string
 }
 
-// Deps are the services handlers call.
+// Deps are the services handlers call. Every one is required: the
+// composition root (cmd/stockade/app) builds them all, also for a server
+// without libvirt, whose VM pools then say they are unavailable.
 type Deps struct {
 	Store *tenants.Store
 	Audit *audit.Log
@@ -97,35 +112,57 @@ type Deps struct {
 	// Ready reports whether the server can serve (database reachable, ...).
 	Ready func(ctx context.Context) error
 	Clock func() time.Time
-	// VMs runs the tenant VM pools; nil when the server runs without them.
+	// VMs runs the tenant VM pools.
 	VMs *vmpool.Service
-	// Sandboxes runs the sandboxes; nil answers "unavailable" for them.
+	// Sandboxes runs the sandboxes.
 	Sandboxes *sandbox.Service
-	// Terminals runs the sandboxes' terminals; nil answers "unavailable".
+	// Terminals runs the sandboxes' terminals.
 	Terminals *terminal.Service
-	// Secrets keeps the tenants' secrets; nil answers "unavailable".
+	// Secrets keeps the tenants' secrets (and seals idempotent answers).
 	Secrets *secrets.Store
 	// Policies keeps the tenants' policy versions.
 	Policies *policy.Store
-	// Egress keeps the egress gateway's decisions; nil answers "unavailable".
+	// Egress keeps the egress gateway's decisions.
 	Egress *egress.Store
-	// Usage meters and prices what sandboxes use; nil answers "unavailable".
+	// Usage meters and prices what sandboxes use.
 	Usage *usage.Store
 	// Compliance evaluates the security checklist and runs the probe
-	// (*compliance.Service); nil answers "unavailable".
+	// (*compliance.Service).
 	Compliance Compliance
-	// Workflows keeps the tenants' workflow definitions and settings; nil
-	// answers "unavailable".
+	// Workflows keeps the tenants' workflow definitions and settings.
 	Workflows *workflow.Store
-	// Runs executes workflow runs; nil answers "unavailable".
+	// Runs executes workflow runs.
 	Runs *runs.Engine
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
-	// deliveries; nil answers "unavailable".
+	// deliveries.
 	Integrations *integrations.Store
 }
 
-// New returns the handlers.
-func New(cfg Config, d Deps) *Handlers {
+// check names every missing dependency.
+func (d Deps) check() error {
+	var missing []string
+	for name, ok := range map[string]bool{
+		"Store": d.Store != nil, "Audit": d.Audit != nil, "IdP": d.IdP != nil, "Ready": d.Ready != nil,
+		"VMs": d.VMs != nil, "Sandboxes": d.Sandboxes != nil, "Terminals": d.Terminals != nil, "Secrets": d.Secrets != nil,
+		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
+		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
+	} {
+		if !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Errorf("handlers: missing dependencies: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// New returns the handlers; every dependency is required.
+func New(cfg Config, d Deps) (*Handlers, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = 12 * time.Hour
 	}
@@ -141,7 +178,7 @@ func New(cfg Config, d Deps) *Handlers {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, instance: uuid.NewString()}
+		integrations: d.Integrations, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

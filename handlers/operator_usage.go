@@ -14,7 +14,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -25,14 +24,10 @@ import (
 // The platform operators' side of metering: usage across tenants and its
 // export, the price book, and tenant quotas.
 
-// operatorUsage is the usage store, or vmpool.ErrUnavailable when this
-// server runs without one.
-func (h *Handlers) operatorUsage() (*usage.Store, error) {
-	if h.usage == nil {
-		return nil, fmt.Errorf("%w: this server runs without usage metering", vmpool.ErrUnavailable)
-	}
-	return h.usage, nil
-}
+// operatorUsage is the usage store.
+// Kept so its call sites stay as they are; every service is required
+// (handlers.New), so it never fails.
+func (h *Handlers) operatorUsage() (*usage.Store, error) { return h.usage, nil }
 
 const opDateOnly = "2006-01-02"
 

@@ -24,14 +24,11 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// sandboxService returns the sandbox service, or an error wrapping
-// vmpool.ErrUnavailable when this server runs without one.
-func (h *Handlers) sandboxService() (*sandbox.Service, error) {
-	if h.sbx == nil {
-		return nil, fmt.Errorf("%w: this server runs without sandboxes", vmpool.ErrUnavailable)
-	}
-	return h.sbx, nil
-}
+// sandboxService returns the sandbox service; its operations answer
+// vmpool.ErrUnavailable themselves while the VM pools are not running.
+// Kept so its call sites stay as they are; every service is required
+// (handlers.New), so it never fails.
+func (h *Handlers) sandboxService() (*sandbox.Service, error) { return h.sbx, nil }
 
 // SandboxJSON is a sandbox in the API.
 type SandboxJSON struct {
@@ -569,9 +566,6 @@ func (h *Handlers) sandboxTable(c echo.Context) (views.SandboxTable, error) {
 	t := views.SandboxTable{CanEdit: tenants.Can(cl.Role, tenants.PermSandboxesWrite), PollURL: "/sandboxes/table", Now: h.clock()}
 	if tok, ok := c.Get(CSRFContextKey).(string); ok {
 		t.CSRF = tok
-	}
-	if h.sbx == nil {
-		return t, nil
 	}
 	sbs, err := h.sbx.List(c.Request().Context(), cl.Tenant.ID)
 	if err != nil {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -20,9 +18,6 @@ var secretTTLChoices = []views.Choice{
 	{Value: "1h", Label: "1 hour"}, {Value: "24h", Label: "1 day"}, {Value: "7d", Label: "7 days"},
 	{Value: "30d", Label: "30 days"}, {Value: "90d", Label: "90 days"}, {Value: "365d", Label: "1 year"},
 }
-
-// errNoSecrets: the server runs without a secrets store.
-var errNoSecrets = fmt.Errorf("secrets: %w", vmpool.ErrUnavailable)
 
 // splitHosts reads a comma or whitespace separated host list.
 func splitHosts(s string) []string {
@@ -49,9 +44,6 @@ func (h *Handlers) secretsView(c echo.Context, form views.SecretForm) (views.Sec
 // SecretsPage lists the tenant's secrets: admins see hosts and may add and
 // revoke; others see names and states.
 func (h *Handlers) SecretsPage(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	v, err := h.secretsView(c, newSecretForm())
 	if err != nil {
 		return err
@@ -62,9 +54,6 @@ func (h *Handlers) SecretsPage(c echo.Context) error {
 // CreateSecret stores a secret from the form. The value is never echoed
 // back, not even when the form fails.
 func (h *Handlers) CreateSecret(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	cl := CallerOf(c)
 	form := injectForm(c)
 	form.Name, form.Hosts, form.TTL = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("hosts")), c.FormValue("ttl")
@@ -130,9 +119,6 @@ func formInject(f views.SecretForm) ([]string, error) {
 
 // SetSecretInject changes where a secret may go, from the secrets page.
 func (h *Handlers) SetSecretInject(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	cl := CallerOf(c)
 	name := c.Param("name")
 	form := injectForm(c)
@@ -166,9 +152,6 @@ func (h *Handlers) SetSecretInject(c echo.Context) error {
 
 // RevokeSecret revokes a secret from the secrets page.
 func (h *Handlers) RevokeSecret(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	cl := CallerOf(c)
 	if err := h.secrets.Revoke(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name")); err != nil {
 		return err
@@ -207,9 +190,6 @@ func secretJSON(s secrets.Secret, full bool) SecretJSON {
 
 // APISecrets lists the tenant's secrets.
 func (h *Handlers) APISecrets(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	cl := CallerOf(c)
 	list, err := h.secrets.List(c.Request().Context(), cl.Tenant.ID)
 	if err != nil {
@@ -226,9 +206,6 @@ func (h *Handlers) APISecrets(c echo.Context) error {
 // APICreateSecret stores a secret: {name, value, hosts, ttl}. The answer
 // never holds the value.
 func (h *Handlers) APICreateSecret(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	var in struct {
 		Name   string   `json:"name"`
 		Value  string   `json:"value"`
@@ -255,9 +232,6 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 // APIUpdateSecret changes where the tenant's live secret :name may be
 // injected: {inject: [...]} (empty: the Authorization header only).
 func (h *Handlers) APIUpdateSecret(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	var in struct {
 		Inject []string `json:"inject"`
 	}
@@ -274,9 +248,6 @@ func (h *Handlers) APIUpdateSecret(c echo.Context) error {
 
 // APIRevokeSecret revokes the tenant's live secret called :name.
 func (h *Handlers) APIRevokeSecret(c echo.Context) error {
-	if h.secrets == nil {
-		return errNoSecrets
-	}
 	cl := CallerOf(c)
 	if err := h.secrets.Revoke(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name")); err != nil {
 		return err

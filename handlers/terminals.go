@@ -14,19 +14,14 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
-	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/views"
 )
 
-// terminalService returns the terminal service, or an error wrapping
-// vmpool.ErrUnavailable when this server runs without one.
-func (h *Handlers) terminalService() (*terminal.Service, error) {
-	if h.terms == nil {
-		return nil, fmt.Errorf("%w: this server runs without terminals", vmpool.ErrUnavailable)
-	}
-	return h.terms, nil
-}
+// terminalService returns the terminal service.
+// Kept so its call sites stay as they are; every service is required
+// (handlers.New), so it never fails.
+func (h *Handlers) terminalService() (*terminal.Service, error) { return h.terms, nil }
 
 // TerminalJSON is a terminal session in the API.
 type TerminalJSON struct {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -29,12 +28,9 @@ const usageMaxSpan = 366 * 24 * time.Hour
 // one every 5 s.
 const usageSampleLimit = 720
 
-func (h *Handlers) meteredUsage() (*usage.Store, error) {
-	if h.usage == nil {
-		return nil, fmt.Errorf("%w: this server runs without usage metering", vmpool.ErrUnavailable)
-	}
-	return h.usage, nil
-}
+// Kept so its call sites stay as they are; every service is required
+// (handlers.New), so it never fails.
+func (h *Handlers) meteredUsage() (*usage.Store, error) { return h.usage, nil }
 
 // usagePeriodOf reads ?from=&to= as a period [from, to): each an RFC 3339
 // time or a date (YYYY-MM-DD, UTC), to inclusive of its whole day. Without

@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 	"libvirt.org/go/libvirt"
 
+	"github.com/stockade-dev/stockade/cmd/stockade/app"
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
@@ -26,8 +27,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
-	"github.com/stockade-dev/stockade/tenants/usage"
-	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -216,27 +215,26 @@ func (e *testEnv) start() error {
 		vms.Close()
 		return err
 	}
-	store := tenants.NewStore(e.db, nil)
-	al := audit.NewLog(e.db, nil)
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	wctx, wcancel := context.WithCancel(ctx)
-	app, err := web.NewApp(wctx, web.AppConfig{
-		PublicURL: publicURL, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Usage: usage.NewStore(e.db, nil),
+	// The app as serve builds it, on these running pools and sandboxes.
+	a, err := app.New(wctx, app.Config{
+		PublicURL: publicURL, DataDir: e.dataDir, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
 		StreamWriteTimeout: 2 * time.Second, // TestStalledStreamClientTimesOut
-	}, store, al)
+	}, app.Options{DB: e.db, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc})
 	if err != nil {
 		wcancel()
 		svc.Close()
 		vms.Close()
 		return err
 	}
-	srv.Config.Handler = app.Handler()
+	srv.Config.Handler = a.Handler()
 	srv.Start()
-	if err := app.ConnectDevIdP(wctx); err != nil {
+	if err := a.ConnectDevIdP(wctx); err != nil {
 		wcancel()
 		srv.Close()
+		a.Close()
 		svc.Close()
 		vms.Close()
 		return err
@@ -249,8 +247,8 @@ func (e *testEnv) start() error {
 	}
 	e.mu.Lock()
 	e.vms, e.svc = vms, svc
-	e.web = &webtest.Env{URL: publicURL, DB: e.db, Store: store, Audit: al, App: app}
-	e.stopWeb = func() { wcancel(); srv.Close() }
+	e.web = &webtest.Env{URL: publicURL, DB: e.db, Store: a.Store, Audit: a.Audit, App: a}
+	e.stopWeb = func() { wcancel(); srv.Close(); a.Close() }
 	e.mu.Unlock()
 	return nil
 }

@@ -183,7 +183,7 @@ func (s *Service) waitRunning(ctx context.Context, tenantID, id string) error {
 // releaseIfEmpty returns a VM to the tenant's idle pool once no active
 // sandbox is placed on it.
 func (s *Service) releaseIfEmpty(ctx context.Context, tenantID, vmID string) {
-	if vmID == "" || s.vms == nil {
+	if vmID == "" || s.vms.Started() != nil {
 		return
 	}
 	mu := s.tenantLock(tenantID)

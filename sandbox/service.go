@@ -42,6 +42,9 @@ type VMs interface {
 	// CPUTime is libvirt's CPU time of the running VM so far.
 	CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error)
 	Quota(ctx context.Context, tenantID string) (tenants.Quota, error)
+	// Started is nil once the pools run; else an error wrapping
+	// vmpool.ErrUnavailable (a server without libvirt).
+	Started() error
 }
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -162,7 +165,7 @@ func (c *Config) checkAndSetDefaults() {
 type Service struct {
 	cfg   Config
 	store *Store
-	vms   VMs // nil: sandboxes can be read, not created or changed
+	vms   VMs // not started: sandboxes can be read, not created or changed
 	log   *slog.Logger
 
 	// ctx ends at Close; it bounds creates and the background loop.
@@ -189,18 +192,36 @@ type Service struct {
 	usage *usage.Store // the meters the sampler moves
 }
 
-// New returns a Service on db (opened and migrated) placing sandboxes on
-// vms. With vms nil the service only reads what is stored: every change
-// answers vmpool.ErrUnavailable. Start it to run the background loop.
-func New(db *gorm.DB, vms VMs, cfg Config) *Service {
+// NewService returns a Service keeping sandboxes in store and their meters
+// in use, placing them on vms; the composition root builds each store once
+// and passes it in. While vms is not started the service only reads what
+// is stored: every change answers vmpool.ErrUnavailable. Start it to run
+// the background loop.
+func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, error) {
+	if store == nil || use == nil || vms == nil {
+		return nil, errors.New("sandbox service: a store, a usage store and the VM pools are required")
+	}
 	cfg.checkAndSetDefaults()
 	s := &Service{
-		cfg: cfg, store: NewStore(db, cfg.Clock), vms: vms, usage: usage.NewStore(db, cfg.Clock), log: cfg.Logger.With("component", "sandbox"),
+		cfg: cfg, store: store, vms: vms, usage: use, log: cfg.Logger.With("component", "sandbox"),
 		inflight: map[string]int{}, execs: map[string]bool{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
 		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// New returns a Service on db (opened and migrated) placing sandboxes on
+// vms, building its own stores; it panics without vms.
+//
+// Deprecated: kept for callers that hold only a *gorm.DB (tests); the
+// composition root builds the stores once and calls NewService.
+func New(db *gorm.DB, vms VMs, cfg Config) *Service {
+	s, err := NewService(NewStore(db, cfg.Clock), usage.NewStore(db, cfg.Clock), vms, cfg)
+	if err != nil {
+		panic(err)
+	}
 	return s
 }
 
@@ -217,8 +238,8 @@ func (s *Service) Config() Config { return s.cfg }
 // finished it and otherwise failed with the reason; vanished ones are failed;
 // ones an agent holds that no active record accounts for are destroyed.
 func (s *Service) Start(ctx context.Context) error {
-	if s.vms == nil {
-		return errors.New("sandbox service: no VM pools to run sandboxes on")
+	if err := s.vms.Started(); err != nil {
+		return fmt.Errorf("sandbox service: start the VM pools first: %w", err)
 	}
 	s.mu.Lock()
 	if s.started {
@@ -249,8 +270,8 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) unavailable(op string) error {
-	if s.vms == nil {
-		return fmt.Errorf("%s: %w: this server runs without VM pools", op, vmpool.ErrUnavailable)
+	if err := s.vms.Started(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }
@@ -498,7 +519,7 @@ func (s *Service) Get(ctx context.Context, tenantID, id string) (Status, error) 
 		return Status{}, err
 	}
 	st := Status{Sandbox: sb}
-	if sb.State != StateRunning || s.vms == nil {
+	if sb.State != StateRunning || s.vms.Started() != nil {
 		return st, nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -147,6 +147,11 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 		return nil, map[string]any{"enabled": false}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /vms/pool":
+		// Within the default quota, no warm VM: nothing boots.
+		return url.Values{"vcpus": {"1"}, "memory_mib": {"1024"}, "max_vms": {"1"}, "warm_vms": {"0"}, "recycle_after_hours": {"24"}}, nil
+	case "PUT /api/v1/vm-pool":
+		return nil, map[string]any{"vcpus": 1, "memory_mib": 1024, "max_vms": 1, "warm_vms": 0, "recycle_after_hours": 24}
 	case "POST /policy", "POST /policy/raw", "PUT /api/v1/policy", "POST /api/v1/policy/preview":
 		// A document that differs from the current one, on the current
 		// version, so an allowed call saves a new version.

@@ -48,6 +48,8 @@ type Config struct {
 	// (defaults DefaultBodyTimeout, DefaultBodyMinRate).
 	BodyTimeout time.Duration
 	BodyMinRate int64
+	// GitHub receives the tenants' GitHub deliveries at GitHubHookPath.
+	GitHub GitHubReceiver
 }
 
 // Server is the configured Echo instance.
@@ -64,8 +66,14 @@ type Server struct {
 // handler applies the file size limit instead of BodyLimit.
 const FileUploadPath = "/api/v1/sandboxes/:id/files"
 
-// New builds the server and its route table.
-func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logger, reg *prometheus.Registry) *Server {
+// New builds the server and its route table; every argument is required.
+func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logger, reg *prometheus.Registry) (*Server, error) {
+	switch {
+	case store == nil || h == nil || log == nil || reg == nil:
+		return nil, errors.New("web server: store, handlers, logger and metrics registry are required")
+	case cfg.GitHub == nil:
+		return nil, errors.New("web server: the GitHub receiver is required")
+	}
 	if cfg.BodyLimit == "" {
 		cfg.BodyLimit = "1M"
 	}
@@ -112,7 +120,8 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	for _, r := range s.routes {
 		app.Add(r.Method, r.Path, r.Handler, s.authorize(r))
 	}
-	return s
+	s.mountGitHub(cfg.GitHub)
+	return s, nil
 }
 
 // Handler returns the server as an http.Handler.

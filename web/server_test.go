@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/stockade-dev/stockade/cmd/stockade/app"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -193,15 +194,15 @@ func TestSecureCookiesUnderHTTPS(t *testing.T) {
 	if _, err := store.InviteMember(t.Context(), audit.Actor{Kind: "system", ID: "test"}, acme.ID, "dev@acme.test", tenants.RoleAdmin); err != nil {
 		t.Fatal(err)
 	}
-	app, err := web.NewApp(t.Context(), web.AppConfig{
-		PublicURL: publicURL, RootKey: []byte("0123456789abcdef0123456789abcdef"),
+	a, err := app.New(t.Context(), app.Config{
+		PublicURL: publicURL, DataDir: t.TempDir(), RootKey: []byte("0123456789abcdef0123456789abcdef"),
 		OIDCIssuer: issuer, OIDCClientID: "stockade-tls", OIDCClientSecret: "tls-client-secret",
-		Log: slog.New(slog.DiscardHandler),
-	}, store, audit.NewLog(db, nil))
+	}, app.Options{DB: db, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatalf("web.NewApp with a real issuer: %v", err)
+		t.Fatalf("app.New with a real issuer: %v", err)
 	}
-	appSrv.Config.Handler = app.Handler()
+	t.Cleanup(a.Close)
+	appSrv.Config.Handler = a.Handler()
 	appSrv.StartTLS()
 	t.Cleanup(appSrv.Close)
 
@@ -280,11 +281,10 @@ func TestIssuerUnreachable(t *testing.T) {
 	db := dbtest.SQLite(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	_, err := web.NewApp(ctx, web.AppConfig{PublicURL: "http://127.0.0.1:8080", RootKey: []byte("0123456789abcdef0123456789abcdef"),
-		OIDCIssuer: issuer, OIDCClientID: "x", OIDCClientSecret: "y", Log: slog.New(slog.DiscardHandler)},
-		tenants.NewStore(db, nil), audit.NewLog(db, nil))
+	_, err := app.New(ctx, app.Config{PublicURL: "http://127.0.0.1:8080", DataDir: t.TempDir(), RootKey: []byte("0123456789abcdef0123456789abcdef"),
+		OIDCIssuer: issuer, OIDCClientID: "x", OIDCClientSecret: "y"}, app.Options{DB: db, Log: slog.New(slog.DiscardHandler)})
 	if !errors.Is(err, authn.ErrDiscovery) || !strings.Contains(err.Error(), issuer) {
-		t.Errorf("Got(NewApp with a dead issuer) = %v; want ErrDiscovery naming %s", err, issuer)
+		t.Errorf("Got(app.New with a dead issuer) = %v; want ErrDiscovery naming %s", err, issuer)
 	}
 }
 

@@ -22,12 +22,24 @@ type Live struct {
 	clock func() time.Time
 }
 
-// NewLive returns a Live on db. A nil clock means time.Now.
+// NewLiveOn returns a Live reading sandboxes from store and the terminal,
+// VM and egress records from db. A nil clock means time.Now.
+func NewLiveOn(db *gorm.DB, store *sandbox.Store, clock func() time.Time) *Live {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &Live{db: db, store: store, clock: clock}
+}
+
+// NewLive returns a Live on db, building its own sandbox store.
+//
+// Deprecated: kept for tests; the composition root passes its sandbox
+// store to NewLiveOn.
 func NewLive(db *gorm.DB, clock func() time.Time) *Live {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Live{db: db, store: sandbox.NewStore(db, clock), clock: clock}
+	return NewLiveOn(db, sandbox.NewStore(db, clock), clock)
 }
 
 // maxRefs bounds the sandboxes listed as overdue or lingering.

@@ -28,6 +28,7 @@ import (
 	"gorm.io/gorm"
 	"libvirt.org/go/libvirt"
 
+	"github.com/stockade-dev/stockade/cmd/stockade/app"
 	ghreceiver "github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
@@ -45,7 +46,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
-	"github.com/stockade-dev/stockade/web"
 )
 
 // The acceptance test of workflows, end to end, with nothing faked: a
@@ -380,15 +380,15 @@ func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira
 		}
 	})
 	wctx, wcancel := context.WithCancel(bg)
-	app, err := web.NewApp(wctx, web.AppConfig{PublicURL: e.url, RootKey: root, Version: "test", Log: log, VMs: e.vms, Sandboxes: e.svc,
-		Usage: usage.NewStore(e.db, nil), Secrets: e.sec, Workflows: e.wf, Runs: e.engine}, ts, audit.NewLog(e.db, nil))
+	a, err := app.New(wctx, app.Config{PublicURL: e.url, DataDir: dataDir, RootKey: root, Version: "test"},
+		app.Options{DB: e.db, Log: log, VMs: e.vms, Sandboxes: e.svc, Secrets: e.sec, Workflows: e.wf, Runs: e.engine})
 	if err != nil {
 		wcancel()
 		t.Fatal(err)
 	}
-	srv.Config.Handler = app.Handler()
+	srv.Config.Handler = a.Handler()
 	srv.Start()
-	t.Cleanup(func() { wcancel(); srv.Close() })
+	t.Cleanup(func() { wcancel(); srv.Close(); a.Close() })
 	return e
 }
 

@@ -135,14 +135,24 @@ type liveSession struct {
 	hub  *Hub
 }
 
-// New returns a Service on db (migrated) opening terminals in sbx's
-// sandboxes. Start it to check live sessions in the background.
-func New(db *gorm.DB, sbx Sandboxes, cfg Config) *Service {
+// NewService returns a Service keeping its sessions in store and reaching
+// sandboxes' PTYs through sbx; the composition root builds the store once
+// and passes it in.
+func NewService(store *Store, sbx Sandboxes, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
-	s := &Service{cfg: cfg, store: NewStore(db, cfg.Clock), sbx: sbx, log: cfg.Logger.With("component", "terminal"),
+	s := &Service{cfg: cfg, store: store, sbx: sbx, log: cfg.Logger.With("component", "terminal"),
 		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
+}
+
+// New returns a Service on db (migrated) opening terminals in sbx's
+// sandboxes. Start it to check live sessions in the background.
+//
+// Deprecated: kept for callers that hold only a *gorm.DB (tests); the
+// composition root builds the store once and calls NewService.
+func New(db *gorm.DB, sbx Sandboxes, cfg Config) *Service {
+	return NewService(NewStore(db, cfg.Clock), sbx, cfg)
 }
 
 // Store is the service's store.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -22,10 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
-	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
-	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -142,34 +137,12 @@ func cleanupInstallation(tb testing.TB, installationID string) {
 	})
 }
 
-// newWeb starts the whole web app on db with svc as its VM pools (nil for
-// none), the way webtest.New does.
+// newWeb starts the whole web app on db with svc as its VM pools (nil:
+// pools that never start), built by the composition root as webtest.New
+// builds it.
 func newWeb(tb testing.TB, db *gorm.DB, svc *vmpool.Service, operators ...string) *webtest.Env {
 	tb.Helper()
-	store := tenants.NewStore(db, nil)
-	al := audit.NewLog(db, nil)
-	ops := map[string]bool{}
-	for _, e := range operators {
-		ops[strings.ToLower(e)] = true
-	}
-	srv := httptest.NewUnstartedServer(nil)
-	publicURL := "http://" + srv.Listener.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	app, err := web.NewApp(ctx, web.AppConfig{
-		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte("0123456789abcdef0123456789abcdef"),
-		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: svc,
-	}, store, al)
-	if err != nil {
-		cancel()
-		tb.Fatalf("web.NewApp = %v", err)
-	}
-	srv.Config.Handler = app.Handler()
-	srv.Start()
-	tb.Cleanup(func() { cancel(); srv.Close() })
-	if err := app.ConnectDevIdP(ctx); err != nil {
-		tb.Fatalf("ConnectDevIdP = %v", err)
-	}
-	return &webtest.Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app}
+	return webtest.New(tb, webtest.Options{DB: db, VMs: svc, Operators: operators})
 }
 
 // problem is the part of a problem document tests look at.

@@ -20,7 +20,7 @@ func (s *Service) Pool(ctx context.Context, tenantID string) (Pool, error) {
 
 // Quota returns the tenant's quota.
 func (s *Service) Quota(ctx context.Context, tenantID string) (tenants.Quota, error) {
-	return tenants.NewStore(s.store.db, s.cfg.Clock).Quota(ctx, tenantID)
+	return s.tenants.Quota(ctx, tenantID)
 }
 
 // SetPool saves the tenant's pool settings (see Store.SetPool) and

@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -182,6 +183,7 @@ func (c *Config) checkAndSetDefaults() error {
 type Service struct {
 	cfg       Config
 	store     *Store
+	tenants   *tenants.Store // quotas
 	audit     *audit.Log
 	log       *slog.Logger
 	installID string
@@ -207,20 +209,20 @@ type backoff struct {
 	failures int
 }
 
-// New returns a Service on db (opened and migrated). Start it to connect to
-// the hosts.
-func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
+// NewService returns a Service keeping its VMs in store, reading quotas
+// from ts and recording to auditLog, for the installation installID
+// (ts.InstallationID): the composition root builds each store once and
+// passes it in. Start it to connect to the hosts.
+func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID string, cfg Config) (*Service, error) {
+	if store == nil || ts == nil || auditLog == nil || installID == "" {
+		return nil, errors.New("vm pool: a store, the tenants store, an audit log and the installation id are required")
+	}
 	if err := cfg.checkAndSetDefaults(); err != nil {
 		return nil, err
 	}
-	store := NewStore(db, cfg.Clock)
-	id, err := store.InstallationID(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("vm pool: %w", err)
-	}
 	s := &Service{
-		cfg: cfg, store: store, audit: audit.NewLog(db, cfg.Clock), log: cfg.Logger.With("component", "vmpool"),
-		installID: id,
+		cfg: cfg, store: store, tenants: ts, audit: auditLog, log: cfg.Logger.With("component", "vmpool"),
+		installID: installID,
 		bootSlots: make(chan struct{}, cfg.BootConcurrency),
 		kickc:     make(chan string, 64),
 		vms:       map[string]*runtime{},
@@ -231,6 +233,20 @@ func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// New returns a Service on db (opened and migrated), building its own
+// stores.
+//
+// Deprecated: kept for callers that hold only a *gorm.DB (tests); the
+// composition root builds the stores once and calls NewService.
+func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
+	store := NewStore(db, cfg.Clock)
+	id, err := store.InstallationID(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vm pool: %w", err)
+	}
+	return NewService(store, tenants.NewStore(db, cfg.Clock), audit.NewLog(db, cfg.Clock), id, cfg)
 }
 
 // Store is the service's store.
@@ -315,6 +331,18 @@ func (s *Service) Available() error {
 		h.mu.Unlock()
 	}
 	return fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(why, "; "))
+}
+
+// Started is nil once Start has run, else an error wrapping ErrUnavailable:
+// a service that was built but never started (a server without libvirt)
+// serves its records and refuses everything that needs a VM.
+func (s *Service) Started() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return fmt.Errorf("%w: the VM pools are not running on this server", ErrUnavailable)
+	}
+	return nil
 }
 
 // hostConn is one configured libvirt host and what we know of it.

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/html"
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/cmd/stockade/app"
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
@@ -28,17 +29,20 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
-	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
-	"github.com/stockade-dev/stockade/web"
 )
 
-// Options tune the environment.
+// Options tune the environment. The app is built by the composition root
+// (cmd/stockade/app), as `stockade serve` builds it; a store or service set
+// here replaces the one it would build, and its maker runs it. Nothing is
+// started: the VM pools built here never reach libvirt, so everything that
+// needs a VM answers 503 (unavailable), unless the test passes running
+// VMs and Sandboxes.
 type Options struct {
 	DB           *gorm.DB // default: a fresh SQLite database
 	Operators    []string // platform operator emails
@@ -49,13 +53,14 @@ type Options struct {
 	BodyTimeout time.Duration
 	// SessionIdle and SessionAbsolute override the session expiries.
 	SessionIdle, SessionAbsolute time.Duration
-	// VMs runs the tenant VM pools; nil serves the VM pages and API as
-	// unavailable (503).
+	// VMs runs the tenant VM pools; nil: pools that are never started
+	// (the VM pages say the hypervisor is unavailable).
 	VMs *vmpool.Service
-	// Sandboxes runs the sandboxes; nil serves the stored ones only (every
-	// change, exec and file answers 503).
+	// Sandboxes runs the sandboxes; nil: a service on those pools, which
+	// serves the stored sandboxes only (every change, exec and file
+	// answers 503).
 	Sandboxes *sandbox.Service
-	// Terminals runs the terminals; nil runs them in Sandboxes (so with
+	// Terminals runs the terminals; nil: a service in Sandboxes (so with
 	// no VMs every new terminal answers 503), recordings in a temporary
 	// data dir.
 	Terminals *terminal.Service
@@ -67,10 +72,9 @@ type Options struct {
 	Egress *egress.Store
 	// Usage meters and prices usage; nil: a store on DB.
 	Usage *usage.Store
-	// UsageMetrics bounds the per-tenant metrics (zero: the defaults).
-	UsageMetrics usage.MetricsConfig
-	// Compliance evaluates the checklist (*compliance.Service); nil: a
-	// service on DB without sandboxes (its probe answers 503).
+	// Compliance evaluates the checklist (*compliance.Service); nil: the
+	// production service on DB, not started (its probe needs sandboxes,
+	// so it answers 503).
 	Compliance handlers.Compliance
 	// Workflows keeps workflows; nil: a store on DB.
 	Workflows *workflow.Store
@@ -87,7 +91,7 @@ type Env struct {
 	DB        *gorm.DB
 	Store     *tenants.Store
 	Audit     *audit.Log
-	App       *web.App
+	App       *app.App
 	Terminals *terminal.Service
 	Secrets   *secrets.Store
 	Policies  *policy.Store
@@ -106,96 +110,33 @@ func New(t testing.TB, o Options) *Env {
 	if db == nil {
 		db = dbtest.SQLite(t)
 	}
-	store := tenants.NewStore(db, o.Clock)
-	al := audit.NewLog(db, o.Clock)
-	ops := map[string]bool{}
-	for _, e := range o.Operators {
-		ops[strings.ToLower(e)] = true
-	}
-	sbx := o.Sandboxes
-	if sbx == nil {
-		sbx = sandbox.New(db, nil, sandbox.Config{DataDir: t.TempDir(), Clock: o.Clock, Logger: slog.New(slog.DiscardHandler), Freezes: store})
-	}
-	terms := o.Terminals
-	if terms == nil {
-		terms = terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: t.TempDir(), Clock: o.Clock,
-			Logger: slog.New(slog.DiscardHandler)})
-	}
-	sec := o.Secrets
-	if sec == nil {
-		var err error
-		if sec, err = secrets.New(db, []byte(rootKey), secrets.Config{Clock: o.Clock}); err != nil {
-			t.Fatalf("secrets.New: %v", err)
-		}
-	}
-	pol := o.Policies
-	if pol == nil {
-		var err error
-		if pol, err = policy.NewStore(db, o.Clock); err != nil {
-			t.Fatalf("policy.NewStore: %v", err)
-		}
-	}
-	var comp handlers.Compliance = o.Compliance
-	if comp == nil {
-		// The checklist on this database, without sandboxes: probes
-		// answer 503 (tenants/compliance and sandbox/probe run real ones).
-		svc, err := compliance.New(db, compliance.Config{Policies: pol, Secrets: sec, Tenants: store, Clock: o.Clock,
-			Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatalf("compliance.New: %v", err)
-		}
-		comp = svc
-	}
-	egressEvents := o.Egress
-	if egressEvents == nil {
-		egressEvents = egress.NewStore(db)
-	}
-	use := o.Usage
-	if use == nil {
-		use = usage.NewStore(db, o.Clock)
-	}
-	wfs := o.Workflows
-	if wfs == nil {
-		var err error
-		if wfs, err = workflow.NewStore(db, o.Clock); err != nil {
-			t.Fatalf("workflow.NewStore: %v", err)
-		}
-	}
-	eng := o.Runs
-	if eng == nil {
-		eng = runs.NewEngine(runs.NewStore(db, o.Clock), wfs, sbx, runs.Config{ArtifactDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-		// Before the database closes: runs still executing end.
-		t.Cleanup(func() { eng.Close(context.Background()) })
-	}
-	hooks := o.Integrations
-	if hooks == nil {
-		hooks = integrations.NewStore(db, integrations.Config{Clock: o.Clock})
-	}
+	dataDir := t.TempDir()
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := web.NewApp(ctx, web.AppConfig{
-		PublicURL: publicURL, OperatorEmails: ops, RootKey: []byte(rootKey),
-		Version: "test", Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DevIdPMutateClaims: o.MutateClaims, Clock: o.Clock,
-		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, BodyTimeout: o.BodyTimeout, VMs: o.VMs, Sandboxes: sbx, Terminals: terms,
-		Secrets: sec, Policies: pol, Egress: egressEvents, Usage: use, UsageMetrics: o.UsageMetrics,
-		Compliance: comp, Workflows: wfs, Runs: eng, Integrations: hooks,
-	}, store, al)
+	a, err := app.New(ctx, app.Config{
+		PublicURL: publicURL, DataDir: dataDir, RootKey: []byte(rootKey), OperatorEmails: o.Operators, Version: "test",
+		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, BodyTimeout: o.BodyTimeout,
+	}, app.Options{
+		Log: slog.New(slog.DiscardHandler), Clock: o.Clock, DevIdPMutateClaims: o.MutateClaims, DB: db,
+		VMs: o.VMs, Sandboxes: o.Sandboxes, Terminals: o.Terminals, Secrets: o.Secrets, Policies: o.Policies, Egress: o.Egress,
+		Usage: o.Usage, Compliance: o.Compliance, Workflows: o.Workflows, Runs: o.Runs, Integrations: o.Integrations,
+	})
 	if err != nil {
 		cancel()
-		t.Fatalf("web.NewApp: %v", err)
+		t.Fatalf("app.New: %v", err)
 	}
-	srv.Config.Handler = app.Handler()
+	// Before the database closes: runs still executing end, live
+	// terminals end and their connections close.
+	t.Cleanup(a.Close)
+	srv.Config.Handler = a.Handler()
 	srv.Start()
 	t.Cleanup(func() { cancel(); srv.Close() })
-	// Before the server closes: live terminals end, their connections close.
-	t.Cleanup(func() { terms.Close() })
-	if err := app.ConnectDevIdP(ctx); err != nil {
+	if err := a.ConnectDevIdP(ctx); err != nil {
 		t.Fatalf("ConnectDevIdP: %v", err)
 	}
-	return &Env{URL: publicURL, DB: db, Store: store, Audit: al, App: app, Terminals: terms, Secrets: sec, Policies: pol, Usage: use,
-		Workflows: wfs, Runs: eng, Integrations: hooks}
+	return &Env{URL: publicURL, DB: db, Store: a.Store, Audit: a.Audit, App: a, Terminals: a.Terminals, Secrets: a.Secrets,
+		Policies: a.Policies, Usage: a.Usage, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations}
 }
 
 // rootKey is the test app's root key (cookies, secrets at rest).
