@@ -149,9 +149,9 @@ func (h *Handlers) TerminalCast(c echo.Context) error {
 // control), ?watch=1 joins read-only, ?offset=N resumes after the N output
 // bytes already seen, ?cols=&rows= size a new terminal, ?cmd= (repeated)
 // runs a command instead of the shell. Everything is checked before the
-// upgrade, so refusals are ordinary problem documents: the route needs
-// terminals.watch, driving terminals.drive as well; the Origin must be this
-// server's own.
+// upgrade, so refusals are ordinary problem documents: the route table
+// requires terminals.watch, and terminals.drive to drive; the Origin must
+// be this server's own.
 func (h *Handlers) TerminalSocket(c echo.Context) error {
 	svc, err := h.terminalService()
 	if err != nil {
@@ -164,11 +164,10 @@ func (h *Handlers) TerminalSocket(c echo.Context) error {
 	if err := svc.CheckSandbox(ctx, cl.Tenant.ID, sandboxID); err != nil && (sessionID == "" || !errors.Is(err, tenants.ErrConflict)) {
 		return err
 	}
+	// Driving (no ?watch=1) needs terminals.drive: the route table checks
+	// it before this handler runs (web.Route.Also).
 	watch := q.Get("watch") == "1" || q.Get("watch") == "true"
 	canDrive := tenants.Can(cl.Role, tenants.PermTerminalsDrive)
-	if !watch && !canDrive {
-		return fmt.Errorf("%w: the %s role may watch terminals (?watch=1), not drive them", tenants.ErrForbidden, cl.Role)
-	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		return &MalformedError{Field: "Upgrade", Detail: "this endpoint speaks WebSocket: connect with a WebSocket client"}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,11 +15,6 @@ import (
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
-
-// openAPIPath turns a route template into an OpenAPI path: /x/:id -> /x/{id}.
-func openAPIPath(p string) string {
-	return regexp.MustCompile(`:([A-Za-z_]+)`).ReplaceAllString(p, "{$1}")
-}
 
 // TestOpenAPICoversRouteTable: the document served at /api/v1/openapi.json
 // describes every API route of the route table, and nothing that is not one.
@@ -53,7 +49,7 @@ func TestOpenAPICoversRouteTable(t *testing.T) {
 		if !r.API {
 			continue
 		}
-		key := r.Method + " " + openAPIPath(r.Path)
+		key := r.Method + " " + web.OpenAPIPath(r.Path)
 		inTable[key] = true
 		if !documented[key] {
 			t.Errorf("Got(%s in the document) = missing; want every API route of the route table documented", key)
@@ -90,12 +86,19 @@ func TestOpenAPICoversRouteTable(t *testing.T) {
 // TestOpenAPIDocumentIsStable: building the document twice gives the same
 // JSON (no map of functions, nothing random).
 func TestOpenAPIDocumentIsStable(t *testing.T) {
-	a, err := json.Marshal(web.OpenAPIDocument())
-	if err != nil {
-		t.Fatal(err)
+	env := webtest.New(t, webtest.Options{})
+	build := func() string {
+		doc, err := web.OpenAPIDocument(env.App.RouteTable())
+		if err != nil {
+			t.Fatalf("Got(build the document) = %v; want a document", err)
+		}
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	b, _ := json.Marshal(web.OpenAPIDocument())
-	if string(a) != string(b) {
+	if a, b := build(), build(); a != b {
 		t.Error("Got(two builds of the document) differ; want the same")
 	}
 }
@@ -114,7 +117,11 @@ func TestOpenAPIDocumentValidates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Got(load the served document) = %v; want a document kin-openapi reads", err)
 	}
-	if err := doc.Validate(loader.Context, openapi3.EnableMultiError()); err != nil {
+	// The strictest options kin-openapi has: formats, patterns, defaults
+	// and examples checked, no extension beside a $ref.
+	if err := doc.Validate(loader.Context, openapi3.EnableMultiError(), openapi3.EnableSchemaFormatValidation(),
+		openapi3.EnableSchemaPatternValidation(), openapi3.EnableSchemaDefaultsValidation(), openapi3.EnableExamplesValidation(),
+		openapi3.ProhibitExtensionsWithRef()); err != nil {
 		var me openapi3.MultiError
 		if errors.As(err, &me) {
 			for _, e := range me {
@@ -123,5 +130,46 @@ func TestOpenAPIDocumentValidates(t *testing.T) {
 			return
 		}
 		t.Errorf("Got(validate) = %v; want a valid OpenAPI document", err)
+	}
+}
+
+// TestOpenAPIOperationsFromTable: every operation documents each of its
+// route's path parameters, every API route names what it answers, the
+// terminal's drive check of the table is in its operation, and request
+// bodies refuse fields the server does not know.
+func TestOpenAPIOperationsFromTable(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	doc, err := web.OpenAPIDocument(env.App.RouteTable())
+	if err != nil {
+		t.Fatalf("Got(build the document) = %v; want a document", err)
+	}
+	for _, r := range env.App.RouteTable() {
+		if !r.API {
+			continue
+		}
+		if r.Doc == nil || r.Doc.Summary == "" || len(r.Doc.Answers) == 0 {
+			t.Errorf("Got(%s %s Doc) = %+v; want a summary and its answers", r.Method, r.Path, r.Doc)
+			continue
+		}
+		op := doc.Paths.Find(web.OpenAPIPath(r.Path)).GetOperation(r.Method)
+		for _, m := range regexp.MustCompile(`:([A-Za-z_]+)`).FindAllStringSubmatch(r.Path, -1) {
+			if p := op.Parameters.GetByInAndName("path", m[1]); p == nil || !p.Required {
+				t.Errorf("Got(%s %s path parameter %s) = %v; want documented and required", r.Method, r.Path, m[1], p)
+			}
+		}
+		for _, chk := range r.Also {
+			if !strings.Contains(op.Description, string(chk.Perm)) {
+				t.Errorf("Got(%s %s description) = %q; want its check for %s", r.Method, r.Path, op.Description, chk.Perm)
+			}
+		}
+	}
+	for _, name := range []string{"CreateSandbox", "ExecRequest", "CreateToken", "PolicyEdit"} {
+		s := doc.Components.Schemas[name]
+		if s == nil || s.Value.AdditionalProperties.Has == nil || *s.Value.AdditionalProperties.Has {
+			t.Errorf("Got(schema %s additionalProperties) open; want false: the server refuses unknown fields", name)
+		}
+	}
+	if s := doc.Components.Schemas["Sandbox"]; s == nil || !slices.Contains(s.Value.Required, "id") || slices.Contains(s.Value.Required, "vm_id") {
+		t.Errorf("Got(Sandbox required) = %v; want id (no omitempty) and not vm_id (omitempty)", s)
 	}
 }
