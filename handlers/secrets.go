@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -179,16 +180,7 @@ func (h *Handlers) RevokeSecret(c echo.Context) error {
 
 // SecretJSON is a secret in the API: never its value. Hosts and CreatedBy
 // are for admins only.
-type SecretJSON struct {
-	Name      string   `json:"name"`
-	State     string   `json:"state"`
-	Hosts     []string `json:"hosts,omitempty"`
-	Inject    []string `json:"inject,omitempty"`
-	CreatedBy string   `json:"created_by,omitempty"`
-	CreatedAt string   `json:"created_at"`
-	ExpiresAt *string  `json:"expires_at"`
-	RevokedAt *string  `json:"revoked_at,omitempty"`
-}
+type SecretJSON = api.Secret
 
 func secretJSON(s secrets.Secret, full bool) SecretJSON {
 	ts := func(t *time.Time) *string {
@@ -220,7 +212,7 @@ func (h *Handlers) APISecrets(c echo.Context) error {
 	for _, s := range list {
 		out = append(out, secretJSON(s, full))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"secrets": out})
+	return c.JSON(http.StatusOK, api.SecretList{Secrets: out})
 }
 
 // APICreateSecret stores a secret: {name, value, hosts, ttl}. The answer
@@ -229,13 +221,7 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 	if h.secrets == nil {
 		return errNoSecrets
 	}
-	var in struct {
-		Name   string   `json:"name"`
-		Value  string   `json:"value"`
-		Hosts  []string `json:"hosts"`
-		Inject []string `json:"inject"`
-		TTL    string   `json:"ttl"`
-	}
+	var in api.CreateSecret
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -258,9 +244,7 @@ func (h *Handlers) APIUpdateSecret(c echo.Context) error {
 	if h.secrets == nil {
 		return errNoSecrets
 	}
-	var in struct {
-		Inject []string `json:"inject"`
-	}
+	var in api.UpdateSecret
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -29,34 +30,7 @@ func (h *Handlers) terminalService() (*terminal.Service, error) {
 }
 
 // TerminalJSON is a terminal session in the API.
-type TerminalJSON struct {
-	ID             string   `json:"id"`
-	SandboxID      string   `json:"sandbox_id"`
-	OpenedBy       string   `json:"opened_by"`
-	Command        []string `json:"command"`
-	Cols           int      `json:"cols"`
-	Rows           int      `json:"rows"`
-	StartedAt      string   `json:"started_at"`
-	EndedAt        *string  `json:"ended_at,omitempty"`
-	EndReason      string   `json:"end_reason,omitempty"`
-	ExitCode       *int     `json:"exit_code,omitempty"`
-	BytesOut       int64    `json:"bytes_out"`
-	BytesIn        int64    `json:"bytes_in"`
-	RecordInput    bool     `json:"record_input"`
-	RecordingBytes int64    `json:"recording_bytes"`
-	Dropped        int64    `json:"recording_dropped_events"`
-	// RecordingTruncated says where and why the recording stopped at a cap
-	// (absent when it did not); the terminal itself went on.
-	RecordingTruncated string `json:"recording_truncated,omitempty"`
-	TruncatedBytes     int64  `json:"recording_truncated_bytes,omitempty"`
-	WatchersCut        int    `json:"watchers_cut"`
-	RecordingURL       string `json:"recording_url,omitempty"` // absent once retention removed it
-	Live               bool   `json:"live"`
-	// Who is on a live session (this server's view).
-	Driver   *string  `json:"driver,omitempty"`
-	Watchers []string `json:"watchers,omitempty"`
-	Requests []string `json:"control_requests,omitempty"`
-}
+type TerminalJSON = api.Terminal
 
 func terminalJSON(s terminal.Session, st *terminal.State) TerminalJSON {
 	out := TerminalJSON{
@@ -102,7 +76,7 @@ func (h *Handlers) APITerminals(c echo.Context) error {
 		}
 		out = append(out, terminalJSON(s, st))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"terminals": out})
+	return c.JSON(http.StatusOK, api.TerminalList{Terminals: out})
 }
 
 // APITerminal shows one session: GET /api/v1/terminals/:id.
