@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -171,5 +174,24 @@ func TestOpenAPIOperationsFromTable(t *testing.T) {
 	}
 	if s := doc.Components.Schemas["Sandbox"]; s == nil || !slices.Contains(s.Value.Required, "id") || slices.Contains(s.Value.Required, "vm_id") {
 		t.Errorf("Got(Sandbox required) = %v; want id (no omitempty) and not vm_id (omitempty)", s)
+	}
+}
+
+// TestTerminalControlDocumented: the terminal's control frames, which
+// sandbox/terminal reads and writes, have the JSON fields of the
+// documented api.TerminalControl, no more and no fewer.
+func TestTerminalControlDocumented(t *testing.T) {
+	fields := func(v any) []string {
+		var out []string
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				out = append(out, name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	if got, want := fields(terminal.Control{}), fields(api.TerminalControl{}); !slices.Equal(got, want) {
+		t.Errorf("Got(terminal.Control fields) = %v; want those of api.TerminalControl %v", got, want)
 	}
 }

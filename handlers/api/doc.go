@@ -30,8 +30,8 @@ const IdempotencyHeader = "Idempotency-Key"
 // same Idempotency-Key.
 const ReplayedHeader = "Idempotent-Replayed"
 
-// LogModeHeader says where a run's log came from: live or stored.
-const LogModeHeader = "X-Stockade-Log"
+// LogSourceHeader says where a run's log came from: live or stored.
+const LogSourceHeader = "X-Stockade-Log"
 
 // Media types of the API besides application/json.
 const (
@@ -96,7 +96,6 @@ type MeToken struct {
 	Prefix    string `json:"prefix"`
 	ExpiresAt string `json:"expires_at" format:"date-time"`
 }
-
 
 // IdempotencyParams is the header of a create that takes an Idempotency-Key.
 type IdempotencyParams struct {

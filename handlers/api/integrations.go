@@ -1,6 +1,5 @@
 package api
 
-
 // WebhookEndpoint is an outgoing webhook endpoint (its secret by name only).
 type WebhookEndpoint struct {
 	ID          string   `json:"id"`

@@ -1,13 +1,15 @@
 package api
 
+import "encoding/json"
+
 // Workflow is one version of a workflow.
 type Workflow struct {
-	Name       string `json:"name"`
-	Version    int    `json:"version" doc:"1 and up"`
-	Source     string `json:"source" doc:"the YAML as saved"`
-	Definition any    `json:"definition" doc:"the validated definition: triggers, repositories, sandbox, timeout_seconds, steps, artifacts, notify"`
-	Author     string `json:"author"`
-	CreatedAt  string `json:"created_at" format:"date-time"`
+	Name       string          `json:"name"`
+	Version    int             `json:"version" doc:"1 and up"`
+	Source     string          `json:"source" doc:"the YAML as saved"`
+	Definition json.RawMessage `json:"definition" doc:"the validated definition: triggers, repositories, sandbox, timeout_seconds, steps, artifacts, notify"`
+	Author     string          `json:"author"`
+	CreatedAt  string          `json:"created_at" format:"date-time"`
 }
 
 // WorkflowList answers GET /api/v1/workflows.
