@@ -137,8 +137,18 @@ func OpenAPIPath(p string) string { return pathParam.ReplaceAllString(p, "{$1}")
 func (g *schemaGen) operation(r Route, problem *openapi3.SchemaRef) (*openapi3.Operation, error) {
 	d := r.Doc
 	op := &openapi3.Operation{Summary: d.Summary, Tags: []string{d.Tag}, OperationID: operationID(r.Method, r.Path)}
+	switch r.Perm {
+	case tenants.PermPublic:
+		op.Description = "Public: no token needed."
+	case tenants.PermSignedIn:
+		op.Description = "Any caller signed in or with a token."
+	case tenants.PermOperator:
+		op.Description = "Platform operators only."
+	default:
+		op.Description = "Needs the " + string(r.Perm) + " permission."
+	}
 	for _, c := range r.Also {
-		op.Description = strings.TrimSpace(op.Description + " " + c.Doc + " needs " + string(c.Perm) + " as well.")
+		op.Description += " " + c.Doc + " needs " + string(c.Perm) + " as well."
 	}
 	params, err := g.parameters(r.Path, d.Params)
 	if err != nil {
@@ -166,7 +176,7 @@ func (g *schemaGen) operation(r Route, problem *openapi3.SchemaRef) (*openapi3.O
 		problems[http.StatusUnauthorized] = "No valid API token or session"
 		problems[http.StatusForbidden] = "The caller's role lacks the permission this operation requires"
 	}
-	if strings.Contains(r.Path, ":id") {
+	if strings.Contains(r.Path, ":") {
 		problems[http.StatusNotFound] = "No such object in the caller's tenant (another tenant's objects are not found either)"
 	}
 	if d.Body != nil {
