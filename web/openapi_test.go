@@ -13,8 +13,11 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
+	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -177,21 +180,52 @@ func TestOpenAPIOperationsFromTable(t *testing.T) {
 	}
 }
 
-// TestTerminalControlDocumented: the terminal's control frames, which
-// sandbox/terminal reads and writes, have the JSON fields of the
-// documented api.TerminalControl, no more and no fewer.
-func TestTerminalControlDocumented(t *testing.T) {
-	fields := func(v any) []string {
-		var out []string
-		for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-				out = append(out, name)
-			}
+// jsonFields are the JSON names of t's fields, embedded structs' fields
+// inlined as encoding/json does, sorted.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || (f.Anonymous && f.Type.Kind() == reflect.Struct) {
+			continue
 		}
-		sort.Strings(out)
-		return out
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "-" {
+			if name == "" {
+				name = f.Name
+			}
+			out = append(out, name)
+		}
 	}
-	if got, want := fields(terminal.Control{}), fields(api.TerminalControl{}); !slices.Equal(got, want) {
-		t.Errorf("Got(terminal.Control fields) = %v; want those of api.TerminalControl %v", got, want)
+	sort.Strings(out)
+	return out
+}
+
+// TestWireTypesDocumented: where a handler still encodes a type of its own
+// or of a domain package (the terminal's control frames, policy versions,
+// workflows and runs), that type has the JSON fields of the api type the
+// document describes, no more and no fewer.
+func TestWireTypesDocumented(t *testing.T) {
+	type run struct {
+		runs.Run
+		DurationMS int64           `json:"duration_ms"`
+		Artifacts  []runs.Artifact `json:"artifacts"`
+		Steps      []runs.Step     `json:"steps,omitempty"`
+	} // RunJSON's MarshalJSON: the run's fields and these
+	for _, tc := range []struct{ wire, doc any }{
+		{terminal.Control{}, api.TerminalControl{}},
+		{handlers.PolicyJSON{}, api.PolicyVersion{}},
+		{handlers.PolicyAuthor{}, api.PolicyAuthor{}},
+		{handlers.PolicyPreviewJSON{}, api.PolicyPreview{}},
+		{handlers.PolicyDiffJSON{}, api.PolicyDiff{}},
+		{policy.Change{}, api.PolicyChange{}},
+		{handlers.WorkflowJSON{}, api.Workflow{}},
+		{handlers.WorkflowSettingsJSON{}, api.WorkflowSettings{}},
+		{run{}, api.Run{}},
+		{runs.Step{}, api.RunStep{}},
+		{runs.Artifact{}, api.RunArtifact{}},
+	} {
+		w, d := reflect.TypeOf(tc.wire), reflect.TypeOf(tc.doc)
+		if got, want := jsonFields(w), jsonFields(d); !slices.Equal(got, want) {
+			t.Errorf("Got(%s fields) = %v; want those of %s %v", w, got, d, want)
+		}
 	}
 }
