@@ -112,7 +112,7 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 				return forbidden("the " + string(cl.Role) + " role does not allow " + string(r.Perm))
 			}
 			for _, chk := range r.Also {
-				if chk.When(c) && !tenants.Can(cl.Role, chk.Perm) {
+				if (chk.When == nil || chk.When(c)) && !tenants.Can(cl.Role, chk.Perm) {
 					s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(chk.Perm), "role": string(cl.Role)})
 					return forbidden("the " + string(cl.Role) + " role " + chk.Refusal)
 				}

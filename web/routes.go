@@ -33,7 +33,8 @@ type Route struct {
 }
 
 // Check is an object-level access check of a route: a request for which
-// When holds needs Perm as well.
+// When holds (every request when When is nil) needs Perm as well. Checks
+// apply to routes of a tenant permission (a caller with a role).
 type Check struct {
 	Perm tenants.Permission
 	When func(c echo.Context) bool
