@@ -17,6 +17,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -227,5 +228,26 @@ func TestWireTypesDocumented(t *testing.T) {
 		if got, want := jsonFields(w), jsonFields(d); !slices.Equal(got, want) {
 			t.Errorf("Got(%s fields) = %v; want those of %s %v", w, got, d, want)
 		}
+	}
+}
+
+// TestProblemDocumented: an error answer decodes into api.Problem (what the
+// CLI reads and the document describes) with no field left over.
+func TestProblemDocumented(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	acme := env.Tenant(t, "acme")
+	cl := env.WithToken(env.Token(t, acme, tenants.RoleAdmin))
+	status, body, hdr := cl.Request(t, http.MethodPost, "/api/v1/members", "application/json", strings.NewReader(`{"email":1,"role":"developer"}`))
+	if status != http.StatusBadRequest || hdr.Get("Content-Type") != api.MediaProblem {
+		t.Fatalf("Got(POST /api/v1/members with a number for email) = %d %s; want 400 %s", status, hdr.Get("Content-Type"), api.MediaProblem)
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var p api.Problem
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("Got(decode the problem into api.Problem) = %v; want every field known: %s", err, body)
+	}
+	if p.Status != status || len(p.Errors) == 0 || p.Errors[0].Field != "email" {
+		t.Errorf("Got(problem) = %+v; want status %d naming the field email", p, status)
 	}
 }
