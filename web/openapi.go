@@ -447,8 +447,7 @@ func (g *schemaGen) close(t reflect.Type) {
 	}
 }
 
-// openAPIHandler serves the document: GET /api/v1/openapi.json. It is
-// built from the table once, when the first request asks.
+// openAPIHandler serves the document doc builds: GET /api/v1/openapi.json.
 func openAPIHandler(doc func() ([]byte, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		b, err := doc()

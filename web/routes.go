@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
@@ -63,7 +64,7 @@ func usageExport(desc string) []Answer {
 }
 
 // Routes is the route table. The OpenAPI document it serves is generated
-// from its API routes once, here.
+// from its API routes, once.
 func Routes(h *handlers.Handlers) []Route {
 	const (
 		get  = http.MethodGet
@@ -73,9 +74,17 @@ func Routes(h *handlers.Handlers) []Route {
 		put  = http.MethodPut
 	)
 	P := tenants.PermPublic
-	var spec []byte
-	var specErr error
-	routes := []Route{
+	var routes []Route
+	// Built at the first request for it, not with every server (a test
+	// harness builds many): ~40 ms.
+	spec := sync.OnceValues(func() ([]byte, error) {
+		doc, err := OpenAPIDocument(routes)
+		if err != nil {
+			return nil, fmt.Errorf("build the OpenAPI document: %w", err)
+		}
+		return json.MarshalIndent(doc, "", "  ")
+	})
+	routes = []Route{
 		// Health and login.
 		{Method: get, Path: "/login", Perm: P, Handler: h.LoginPage},
 		{Method: get, Path: "/login/start", Perm: P, Handler: h.LoginStart},
@@ -171,7 +180,7 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: get, Path: "/readyz", Perm: P, API: true, Handler: h.Readyz,
 			Doc: &Doc{Summary: "Readiness: the database and identity provider answer, and a libvirt host where VMs run", Tag: "health",
 				Answers: []Answer{answer(http.StatusOK, "Ready", api.Status{}), answer(http.StatusServiceUnavailable, "Not ready, and why", api.Status{})}}},
-		{Method: get, Path: "/api/v1/openapi.json", Perm: P, API: true, Handler: openAPIHandler(func() ([]byte, error) { return spec, specErr }),
+		{Method: get, Path: "/api/v1/openapi.json", Perm: P, API: true, Handler: openAPIHandler(spec),
 			Doc: &Doc{Summary: "This document", Tag: "meta", Answers: []Answer{{Status: http.StatusOK, Desc: "The OpenAPI 3.1 document",
 				Content: []Content{{Media: echo.MIMEApplicationJSON, Schema: &openapi3.Schema{Type: types(openapi3.TypeObject)}}}}}}},
 		{Method: get, Path: "/api/v1/me", Perm: tenants.PermSignedIn, API: true, Handler: h.Me,
@@ -441,13 +450,6 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: post, Path: "/api/v1/runs/:id/rerun", Perm: tenants.PermRunsWrite, API: true, Handler: h.Idempotent(handlers.IdemRun, h.APIRerun),
 			Doc: &Doc{Summary: "Start a new run of the same workflow version and trigger", Tag: "runs", Params: api.IdempotencyParams{},
 				Answers: []Answer{answer(http.StatusCreated, "The new run", api.Run{})}}},
-	}
-	doc, err := OpenAPIDocument(routes)
-	if err == nil {
-		spec, err = json.MarshalIndent(doc, "", "  ")
-	}
-	if err != nil {
-		specErr = fmt.Errorf("build the OpenAPI document: %w", err)
 	}
 	return routes
 }
