@@ -8,27 +8,23 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/views"
 )
 
 // Me describes the caller: GET /api/v1/me.
 func (h *Handlers) Me(c echo.Context) error {
 	cl := CallerOf(c)
-	out := map[string]any{"kind": cl.Kind, "operator": cl.Operator}
+	out := api.Me{Kind: cl.Kind, Operator: cl.Operator}
 	if cl.User != nil {
-		out["user"] = map[string]any{"id": cl.User.ID, "email": cl.User.Email, "name": cl.User.Name, "issuer": cl.User.Issuer}
+		out.User = &api.MeUser{ID: cl.User.ID, Email: cl.User.Email, Name: cl.User.Name, Issuer: cl.User.Issuer}
 	}
 	if cl.Token != nil {
-		out["token"] = map[string]any{"id": cl.Token.ID, "name": cl.Token.Name, "prefix": cl.Token.Prefix,
-			"expires_at": cl.Token.ExpiresAt.UTC().Format(timeJSON)}
+		out.Token = &api.MeToken{ID: cl.Token.ID, Name: cl.Token.Name, Prefix: cl.Token.Prefix, ExpiresAt: cl.Token.ExpiresAt.UTC().Format(timeJSON)}
 	}
 	if cl.Tenant != nil {
-		out["tenant"] = cl.Tenant.Slug
-		out["tenant_name"] = cl.Tenant.Name
-		out["role"] = string(cl.Role)
-	} else {
-		out["tenant"] = nil
-		out["role"] = nil
+		slug, role := cl.Tenant.Slug, string(cl.Role)
+		out.Tenant, out.TenantName, out.Role = &slug, cl.Tenant.Name, &role
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -45,7 +41,7 @@ func (h *Handlers) Settings(c echo.Context) error {
 
 // Healthz says the process is alive.
 func (h *Handlers) Healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, api.Status{Status: "ok"})
 }
 
 // Readyz says whether the server can serve: its database answers, its
@@ -68,7 +64,7 @@ func (h *Handlers) Readyz(c echo.Context) error {
 		check("libvirt", h.vms.Available())
 	}
 	if len(failed) > 0 {
-		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": strings.Join(failed, "; "), "checks": checks})
+		return c.JSON(http.StatusServiceUnavailable, api.Status{Status: "unavailable", Error: strings.Join(failed, "; "), Checks: checks})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": checks})
+	return c.JSON(http.StatusOK, api.Status{Status: "ready", Checks: checks})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/csvexport"
@@ -159,9 +160,10 @@ func (h *Handlers) Audit(c echo.Context) error {
 // exportRecord is one exported event: the event's own fields (tenant_id,
 // actor_*, code, time, outcome, ...) and the tenant's slug, so a line read
 // on its own still says whose it is.
-type exportRecord struct {
-	audit.Event
-	Tenant string `json:"tenant"`
+func exportRecord(e audit.Event, tenant string) api.AuditEvent {
+	return api.AuditEvent{ID: e.ID, TenantID: e.TenantID, Time: e.Time.Format(time.RFC3339Nano), Code: e.Code, Type: e.Type,
+		ActorKind: e.ActorKind, ActorID: e.ActorID, ActorName: e.ActorName, TargetKind: e.TargetKind, TargetID: e.TargetID,
+		Outcome: e.Outcome, Details: e.Details, RemoteAddr: e.RemoteAddr, RequestID: e.RequestID, Tenant: tenant}
 }
 
 // AuditExport streams the filtered audit log as JSONL (default), CSV or a
@@ -224,9 +226,9 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 				_, _ = w.Write([]byte(","))
 			}
 			first = false
-			return enc.Encode(exportRecord{Event: e, Tenant: cl.Tenant.Slug})
+			return enc.Encode(exportRecord(e, cl.Tenant.Slug))
 		}
-		return enc.Encode(exportRecord{Event: e, Tenant: cl.Tenant.Slug})
+		return enc.Encode(exportRecord(e, cl.Tenant.Slug))
 	})
 	if format == "csv" {
 		cw.Flush()

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -183,53 +185,23 @@ func (h *Handlers) RunComplianceProbe(c echo.Context) error {
 }
 
 // ComplianceJSON is the checklist in the API and the export.
-type ComplianceJSON struct {
-	Tenant    string              `json:"tenant"`
-	CheckedAt *string             `json:"checked_at"`
-	Summary   map[string]int      `json:"summary"`
-	Items     []ComplianceItemOut `json:"items"`
-	History   []compliance.Change `json:"history"`
-	Probes    []ProbeRunOut       `json:"probe_runs"`
-	Incident  *IncidentOut        `json:"incident_response,omitempty"`
-}
+type ComplianceJSON = api.Compliance
 
 // ComplianceItemOut is one item: every field always present.
-type ComplianceItemOut struct {
-	ID        string                `json:"id"`
-	Question  string                `json:"question"`
-	Status    string                `json:"status"`
-	Evidence  []compliance.Evidence `json:"evidence"`
-	CheckedAt string                `json:"checked_at"`
-	Since     string                `json:"since"`
-}
+type ComplianceItemOut = api.ComplianceItem
 
 // ProbeRunOut is a probe run in the API.
-type ProbeRunOut struct {
-	ID        string                  `json:"id"`
-	SandboxID string                  `json:"sandbox_id"`
-	State     string                  `json:"state"`
-	StartedAt string                  `json:"started_at"`
-	EndedAt   *string                 `json:"ended_at"`
-	Checks    []compliance.ProbeCheck `json:"checks"`
-	Output    string                  `json:"output,omitempty"`
-}
+type ProbeRunOut = api.ProbeRun
 
 // IncidentOut is the incident-response process as exported: contacts and
 // runbook with where each comes from ("tenant": the policy, "platform":
 // the deployment's settings, "": nobody names one).
-type IncidentOut struct {
-	PolicyVersion int      `json:"policy_version"`
-	Contacts      []string `json:"contacts"`
-	ContactsFrom  string   `json:"contacts_from"`
-	RunbookURL    string   `json:"runbook_url"`
-	RunbookFrom   string   `json:"runbook_from"`
-	FrozenAt      *string  `json:"frozen_at"`
-}
+type IncidentOut = api.Incident
 
 func probeRunOut(r compliance.ProbeRun, withOutput bool) ProbeRunOut {
-	out := ProbeRunOut{ID: r.ID, SandboxID: r.SandboxID, State: r.State, StartedAt: r.StartedAt.UTC().Format(timeJSON), Checks: r.Checks}
-	if out.Checks == nil {
-		out.Checks = []compliance.ProbeCheck{}
+	out := ProbeRunOut{ID: r.ID, SandboxID: r.SandboxID, State: r.State, StartedAt: r.StartedAt.UTC().Format(timeJSON), Checks: []api.ProbeCheck{}}
+	for _, ch := range r.Checks {
+		out.Checks = append(out.Checks, api.ProbeCheck(ch))
 	}
 	if r.EndedAt != nil {
 		s := r.EndedAt.UTC().Format(timeJSON)
@@ -253,15 +225,15 @@ func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenan
 		return ComplianceJSON{}, err
 	}
 	out := ComplianceJSON{Tenant: tn.Slug, Summary: map[string]int{"pass": 0, "warn": 0, "fail": 0},
-		Items: make([]ComplianceItemOut, 0, len(items)), History: hist}
-	if out.History == nil {
-		out.History = []compliance.Change{}
+		Items: make([]ComplianceItemOut, 0, len(items)), History: make([]api.ComplianceChange, 0, len(hist))}
+	for _, ch := range hist {
+		out.History = append(out.History, api.ComplianceChange{ItemID: ch.ItemID, From: string(ch.From), To: string(ch.To), At: ch.At.Format(time.RFC3339Nano)})
 	}
 	var latest string
 	for _, it := range items {
-		ev := it.Evidence
-		if ev == nil {
-			ev = []compliance.Evidence{}
+		ev := make([]api.ComplianceEvidence, 0, len(it.Evidence))
+		for _, e := range it.Evidence {
+			ev = append(ev, api.ComplianceEvidence(e))
 		}
 		o := ComplianceItemOut{ID: it.ID, Question: it.Question, Status: string(it.Status), Evidence: ev,
 			CheckedAt: it.CheckedAt.UTC().Format(timeJSON), Since: it.Since.UTC().Format(timeJSON)}
@@ -371,7 +343,7 @@ func (h *Handlers) APIComplianceProbes(c echo.Context) error {
 	for _, r := range runs {
 		out = append(out, probeRunOut(r, false))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"probe_runs": out})
+	return c.JSON(http.StatusOK, api.ProbeRunList{ProbeRuns: out})
 }
 
 // APIComplianceProbe returns one probe run with its checks and output.

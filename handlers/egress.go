@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/views"
@@ -50,7 +52,14 @@ func (h *Handlers) APIEgressEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"events": evs})
+	out := api.EgressEventList{Events: make([]api.EgressEvent, 0, len(evs))}
+	for _, e := range evs {
+		out.Events = append(out.Events, api.EgressEvent{ID: e.ID, SandboxID: e.SandboxID, VMID: e.VMID, Method: e.Method, Host: e.Host,
+			Port: e.Port, Decision: e.Decision, Rule: e.Rule, Addr: e.Addr, PolicyVersion: e.PolicyVersion, Intercepted: e.Intercepted,
+			Status: e.Status, Error: e.Error, BytesUp: e.BytesUp, BytesDown: e.BytesDown, StartedAt: e.StartedAt.Format(time.RFC3339Nano),
+			DurationMS: e.DurationMS, Suppressed: e.Suppressed, SecretsReflected: e.SecretsReflected})
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // EgressPage shows the tenant's egress decisions: GET /egress.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -16,17 +17,7 @@ import (
 )
 
 // FreezeJSON is a tenant's freeze in the API.
-type FreezeJSON struct {
-	TenantID string  `json:"tenant_id"`
-	Frozen   bool    `json:"frozen"`
-	FrozenAt *string `json:"frozen_at"`
-	Reason   string  `json:"reason,omitempty"`
-	// SandboxesDestroyed counts the sandboxes the freeze destroyed.
-	SandboxesDestroyed int `json:"sandboxes_destroyed"`
-	// Error says which sandboxes could not be destroyed yet (their VM out
-	// of reach); the freeze holds regardless and refuses new ones.
-	Error string `json:"error,omitempty"`
-}
+type FreezeJSON = api.Freeze
 
 // freeze freezes the tenant, then destroys its sandboxes with reason
 // "frozen". The freeze is recorded first, so no new sandbox starts while
@@ -55,9 +46,7 @@ func (h *Handlers) tenantByID(ctx context.Context, id string) (tenants.Tenant, e
 // APIFreezeTenant freezes a tenant (operators): {reason}. Its sandboxes are
 // destroyed, no sandbox or VM may start; recordings and logs stay.
 func (h *Handlers) APIFreezeTenant(c echo.Context) error {
-	var in struct {
-		Reason string `json:"reason"`
-	}
+	var in api.FreezeRequest
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

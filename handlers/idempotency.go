@@ -13,16 +13,17 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 )
 
-// IdempotencyHeader is the request header that makes a create idempotent.
-const IdempotencyHeader = "Idempotency-Key"
-
-// ReplayedHeader marks an answer replayed from an earlier request with the
-// same Idempotency-Key.
-const ReplayedHeader = "Idempotent-Replayed"
+// IdempotencyHeader and ReplayedHeader are the API's (kept here for the
+// callers that name them through handlers).
+const (
+	IdempotencyHeader = api.IdempotencyHeader
+	ReplayedHeader    = api.ReplayedHeader
+)
 
 // Creates that take an Idempotency-Key (Idempotent's kind).
 const (

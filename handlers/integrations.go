@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
@@ -158,10 +160,11 @@ func (h *Handlers) APIWebhooks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []integrations.Endpoint{}
+	out := api.WebhookList{Webhooks: make([]api.WebhookEndpoint, 0, len(list))}
+	for _, ep := range list {
+		out.Webhooks = append(out.Webhooks, webhookJSON(ep))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"webhooks": list})
+	return c.JSON(http.StatusOK, out)
 }
 
 // APICreateWebhook adds an endpoint: {url, secret_name, event_types,
@@ -171,16 +174,16 @@ func (h *Handlers) APICreateWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in integrations.NewEndpoint
+	var in api.CreateWebhook
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
 	cl := CallerOf(c)
-	ep, err := s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, in)
+	ep, err := s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, integrations.NewEndpoint(in))
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, ep)
+	return c.JSON(http.StatusCreated, webhookJSON(ep))
 }
 
 // APIUpdateWebhook enables or disables an endpoint: {enabled}.
@@ -189,9 +192,7 @@ func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		Enabled *bool `json:"enabled"`
-	}
+	var in api.UpdateWebhook
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ep)
+	return c.JSON(http.StatusOK, webhookJSON(ep))
 }
 
 // APIDeleteWebhook deletes an endpoint.
@@ -231,7 +232,7 @@ func (h *Handlers) APITestWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, d)
+	return c.JSON(http.StatusAccepted, deliveryJSON(d))
 }
 
 // APIWebhookDeliveries lists the tenant's recent deliveries, newest first:
@@ -251,8 +252,24 @@ func (h *Handlers) APIWebhookDeliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []integrations.Delivery{}
+	out := api.DeliveryList{Deliveries: make([]api.WebhookDelivery, 0, len(list))}
+	for _, d := range list {
+		out.Deliveries = append(out.Deliveries, deliveryJSON(d))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"deliveries": list})
+	return c.JSON(http.StatusOK, out)
+}
+
+func webhookJSON(e integrations.Endpoint) api.WebhookEndpoint {
+	types := e.EventTypes()
+	if types == nil {
+		types = []string{}
+	}
+	return api.WebhookEndpoint{ID: e.ID, URL: e.URL, SecretName: e.SecretName, EventTypes: types, Description: e.Description,
+		Enabled: e.Enabled, CreatedBy: e.CreatedBy, CreatedAt: e.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: e.UpdatedAt.Format(time.RFC3339Nano)}
+}
+
+func deliveryJSON(d integrations.Delivery) api.WebhookDelivery {
+	return api.WebhookDelivery{ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType, State: d.State,
+		Attempts: d.Attempts, StatusCode: d.StatusCode, Error: d.Error, MessageID: d.MessageID,
+		CreatedAt: d.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: d.UpdatedAt.Format(time.RFC3339Nano)}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
@@ -106,14 +107,7 @@ func (h *Handlers) RemoveMember(c echo.Context) error {
 }
 
 // MemberJSON is a member in the API.
-type MemberJSON struct {
-	ID        string `json:"id"`
-	Email     string `json:"email"`
-	Role      string `json:"role"`
-	Active    bool   `json:"active"`
-	InvitedBy string `json:"invited_by,omitempty"`
-	CreatedAt string `json:"created_at"`
-}
+type MemberJSON = api.Member
 
 func memberJSON(m tenants.Membership) MemberJSON {
 	return MemberJSON{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
@@ -129,15 +123,12 @@ func (h *Handlers) APIMembers(c echo.Context) error {
 	for _, m := range ms {
 		out = append(out, memberJSON(m))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"members": out})
+	return c.JSON(http.StatusOK, api.MemberList{Members: out})
 }
 
 // APIInviteMember invites a member: {email, role}.
 func (h *Handlers) APIInviteMember(c echo.Context) error {
-	var in struct {
-		Email string `json:"email"`
-		Role  string `json:"role"`
-	}
+	var in api.InviteMember
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -151,9 +142,7 @@ func (h *Handlers) APIInviteMember(c echo.Context) error {
 
 // APIUpdateMember changes a member's role: {role}.
 func (h *Handlers) APIUpdateMember(c echo.Context) error {
-	var in struct {
-		Role string `json:"role"`
-	}
+	var in api.UpdateMember
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -68,15 +69,7 @@ func (h *Handlers) OperatorCreateTenant(c echo.Context) error {
 }
 
 // TenantJSON is a tenant in the API.
-type TenantJSON struct {
-	ID        string `json:"id"`
-	Slug      string `json:"slug"`
-	Name      string `json:"name"`
-	Members   *int   `json:"members,omitempty"`
-	CreatedAt string `json:"created_at"`
-	// FrozenAt is set while an operator has frozen the tenant.
-	FrozenAt *string `json:"frozen_at,omitempty"`
-}
+type TenantJSON = api.Tenant
 
 // APITenants lists tenants (operators).
 func (h *Handlers) APITenants(c echo.Context) error {
@@ -98,16 +91,12 @@ func (h *Handlers) APITenants(c echo.Context) error {
 		}
 		out = append(out, tj)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"tenants": out})
+	return c.JSON(http.StatusOK, api.TenantList{Tenants: out})
 }
 
 // APICreateTenant creates a tenant (operators): {slug, name, admin_email}.
 func (h *Handlers) APICreateTenant(c echo.Context) error {
-	var in struct {
-		Slug       string `json:"slug"`
-		Name       string `json:"name"`
-		AdminEmail string `json:"admin_email"`
-	}
+	var in api.CreateTenant
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

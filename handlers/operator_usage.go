@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -225,18 +226,7 @@ func (h *Handlers) OperatorUsageExport(c echo.Context) error {
 }
 
 // PriceVersionJSON is a price book version in the API.
-type PriceVersionJSON struct {
-	ID            string  `json:"id"`
-	TenantID      string  `json:"tenant_id,omitempty"`
-	Currency      string  `json:"currency"`
-	VCPUSecond    float64 `json:"vcpu_second"`
-	GiBSecond     float64 `json:"gib_second"`
-	CPUSecond     float64 `json:"cpu_second"`
-	EgressGB      float64 `json:"egress_gb"`
-	EffectiveFrom string  `json:"effective_from"`
-	CreatedBy     string  `json:"created_by,omitempty"`
-	CreatedAt     string  `json:"created_at,omitempty"`
-}
+type PriceVersionJSON = api.PriceVersion
 
 func priceVersionJSON(p usage.Price) PriceVersionJSON {
 	out := PriceVersionJSON{ID: p.ID, TenantID: p.TenantID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond,
@@ -248,12 +238,7 @@ func priceVersionJSON(p usage.Price) PriceVersionJSON {
 }
 
 // TenantPriceJSON is what one tenant pays now.
-type TenantPriceJSON struct {
-	TenantID string           `json:"tenant_id"`
-	Slug     string           `json:"slug"`
-	Override bool             `json:"override"` // its own version, not the platform's
-	Price    PriceVersionJSON `json:"price"`
-}
+type TenantPriceJSON = api.TenantPrice
 
 // APIPrices returns the platform list price in force, its history, and
 // every tenant's price in force (GET /api/v1/prices).
@@ -276,11 +261,7 @@ func (h *Handlers) APIPrices(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Platform        PriceVersionJSON   `json:"platform"`
-		PlatformHistory []PriceVersionJSON `json:"platform_history"`
-		Tenants         []TenantPriceJSON  `json:"tenants"`
-	}{Platform: priceVersionJSON(ps.At("", now)), PlatformHistory: []PriceVersionJSON{}, Tenants: []TenantPriceJSON{}}
+	out := api.PriceBook{Platform: priceVersionJSON(ps.At("", now)), PlatformHistory: []PriceVersionJSON{}, Tenants: []TenantPriceJSON{}}
 	for _, p := range hist {
 		out.PlatformHistory = append(out.PlatformHistory, priceVersionJSON(p))
 	}
@@ -298,15 +279,7 @@ func (h *Handlers) APISetPrice(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		TenantID      string   `json:"tenant_id"`
-		Currency      *string  `json:"currency"`
-		VCPUSecond    *float64 `json:"vcpu_second"`
-		GiBSecond     *float64 `json:"gib_second"`
-		CPUSecond     *float64 `json:"cpu_second"`
-		EgressGB      *float64 `json:"egress_gb"`
-		EffectiveFrom string   `json:"effective_from"`
-	}
+	var in api.SetPrice
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -502,16 +475,7 @@ func (h *Handlers) pricesView(c echo.Context, slug string, platformForm, tenantF
 }
 
 // TenantQuotaJSON is a tenant's quota in the API.
-type TenantQuotaJSON struct {
-	TenantID           string `json:"tenant_id"`
-	MaxVMs             int    `json:"max_vms"`
-	MaxVCPUs           int    `json:"max_vcpus"`
-	MaxMemoryMiB       int    `json:"max_memory_mib"`
-	MaxSandboxes       int    `json:"max_sandboxes"`
-	MaxCPUHoursMonthly int    `json:"max_cpu_hours_monthly"`
-	UpdatedAt          string `json:"updated_at,omitempty"`
-	UpdatedBy          string `json:"updated_by,omitempty"`
-}
+type TenantQuotaJSON = api.TenantQuota
 
 func tenantQuotaJSON(q tenants.Quota) TenantQuotaJSON {
 	out := TenantQuotaJSON{TenantID: q.TenantID, MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
@@ -539,13 +503,7 @@ func (h *Handlers) APITenantQuota(c echo.Context) error {
 // APISetTenantQuota replaces a tenant's quota (PUT /api/v1/tenants/:id/quota):
 // every limit is required.
 func (h *Handlers) APISetTenantQuota(c echo.Context) error {
-	var in struct {
-		MaxVMs             *int `json:"max_vms"`
-		MaxVCPUs           *int `json:"max_vcpus"`
-		MaxMemoryMiB       *int `json:"max_memory_mib"`
-		MaxSandboxes       *int `json:"max_sandboxes"`
-		MaxCPUHoursMonthly *int `json:"max_cpu_hours_monthly"`
-	}
+	var in api.SetTenantQuota
 	ctx := c.Request().Context()
 	tn, err := h.store.TenantByID(ctx, c.Param("id"))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -632,11 +633,7 @@ func (h *Handlers) APIPolicySchema(c echo.Context) error {
 // policyIn is the body of PUT /api/v1/policy and POST .../preview. The
 // document stays raw so the schema, not the decoder, judges it: every
 // failing path is listed.
-type policyIn struct {
-	Policy      json.RawMessage `json:"policy"`
-	Reason      string          `json:"reason"`
-	BaseVersion *int            `json:"base_version"`
-}
+type policyIn = api.PolicyEdit
 
 func (h *Handlers) bindPolicy(c echo.Context, ps *policy.Store) (policyIn, policy.Doc, error) {
 	var in policyIn
@@ -805,10 +802,7 @@ func (h *Handlers) APIPolicyDiff(c echo.Context) error {
 }
 
 // rollbackIn is the body of POST /api/v1/policy/rollback.
-type rollbackIn struct {
-	Version *int   `json:"version"`
-	Reason  string `json:"reason"`
-}
+type rollbackIn = api.PolicyRollback
 
 // APIRollbackPolicy saves an older version's document as the newest.
 func (h *Handlers) APIRollbackPolicy(c echo.Context) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -31,56 +32,13 @@ import (
 func (h *Handlers) sandboxService() (*sandbox.Service, error) { return h.sbx, nil }
 
 // SandboxJSON is a sandbox in the API.
-type SandboxJSON struct {
-	ID                 string             `json:"id"`
-	State              string             `json:"state"`
-	StateReason        string             `json:"state_reason,omitempty"`
-	Template           string             `json:"template"`
-	TemplateVersion    string             `json:"template_version,omitempty"`
-	VCPUs              int                `json:"vcpus"`
-	MemoryMiB          int                `json:"memory_mib"`
-	TimeoutSeconds     int                `json:"timeout_seconds"`
-	IdleTimeoutSeconds int                `json:"idle_timeout_seconds"`
-	VMID               string             `json:"vm_id,omitempty"`
-	EnvKeys            []string           `json:"env_keys"`
-	Metadata           map[string]string  `json:"metadata"`
-	CreatedBy          string             `json:"created_by"`
-	CreatedAt          string             `json:"created_at"`
-	StartedAt          *string            `json:"started_at,omitempty"`
-	ExpiresAt          string             `json:"expires_at"`
-	EndedAt            *string            `json:"ended_at,omitempty"`
-	LastActiveAt       *string            `json:"last_active_at,omitempty"`
-	CreateMS           int64              `json:"create_ms,omitempty"`
-	GuestReadyMS       int64              `json:"guest_ready_ms,omitempty"`
-	Execs              int                `json:"execs"`
-	PolicyVersion      int                `json:"policy_version"`
-	IdempotencyKey     string             `json:"idempotency_key,omitempty"`
-	Stats              *SandboxStatsJSON  `json:"stats,omitempty"`
-	Events             []SandboxEventJSON `json:"events,omitempty"`
-}
+type SandboxJSON = api.Sandbox
 
 // SandboxStatsJSON is a running sandbox's usage, sampled by its agent.
-type SandboxStatsJSON struct {
-	CPUUsageMS         int64  `json:"cpu_usage_ms"`
-	MemoryCurrentBytes uint64 `json:"memory_current_bytes"`
-	MemoryPeakBytes    uint64 `json:"memory_peak_bytes"`
-	MemoryMaxBytes     uint64 `json:"memory_max_bytes"`
-	OOMKills           uint64 `json:"oom_kills"`
-	Pids               uint64 `json:"pids"`
-	PidsMax            uint64 `json:"pids_max"`
-	DiskUsedBytes      uint64 `json:"disk_used_bytes"`
-	DiskSizeBytes      uint64 `json:"disk_size_bytes"`
-	WorkspaceUsedBytes uint64 `json:"workspace_used_bytes"`
-	WorkspaceSizeBytes uint64 `json:"workspace_size_bytes"`
-}
+type SandboxStatsJSON = api.SandboxStats
 
 // SandboxEventJSON is one state change of a sandbox.
-type SandboxEventJSON struct {
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
-	Actor  string `json:"actor,omitempty"`
-	At     string `json:"at"`
-}
+type SandboxEventJSON = api.SandboxEvent
 
 func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 	keys := sb.EnvKeys()
@@ -98,15 +56,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 }
 
 // sandboxIn is the body of POST /api/v1/sandboxes; every field is optional.
-type sandboxIn struct {
-	Template           string            `json:"template"`
-	VCPUs              int               `json:"vcpus"`
-	MemoryMiB          int               `json:"memory_mib"`
-	TimeoutSeconds     int               `json:"timeout_seconds"`
-	IdleTimeoutSeconds int               `json:"idle_timeout_seconds"`
-	Env                map[string]string `json:"env"`
-	Metadata           map[string]string `json:"metadata"`
-}
+type sandboxIn = api.CreateSandbox
 
 // APISandboxes lists the tenant's sandboxes: GET /api/v1/sandboxes.
 func (h *Handlers) APISandboxes(c echo.Context) error {
@@ -129,7 +79,7 @@ func (h *Handlers) APISandboxes(c echo.Context) error {
 	for _, sb := range sbs {
 		out = append(out, sandboxJSON(sb))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"sandboxes": out})
+	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: out})
 }
 
 // APICreateSandbox creates a sandbox and answers once it runs:
@@ -200,26 +150,10 @@ func (h *Handlers) APIDestroySandbox(c echo.Context) error {
 }
 
 // execIn is the body of POST /api/v1/sandboxes/:id/exec.
-type execIn struct {
-	Cmd            []string          `json:"cmd"`
-	Cwd            string            `json:"cwd"`
-	Env            map[string]string `json:"env"`
-	Stdin          string            `json:"stdin"`
-	TimeoutSeconds int               `json:"timeout_seconds"`
-}
+type execIn = api.ExecRequest
 
 // ExecJSON answers a command run to its end.
-type ExecJSON struct {
-	ExecID          string `json:"exec_id"`
-	ExitCode        int    `json:"exit_code"`
-	Signal          string `json:"signal,omitempty"`
-	Reason          string `json:"reason"`
-	DurationMS      int64  `json:"duration_ms"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-}
+type ExecJSON = api.ExecResult
 
 // maxExecOutput bounds each output stream the buffered exec answer holds;
 // the streaming variant has no bound.
@@ -255,25 +189,7 @@ func (h *Handlers) APIExec(c echo.Context) error {
 }
 
 // ExecEvent is one line of a streamed exec.
-type ExecEvent struct {
-	Type string `json:"type"` // started, stdout, stderr, exit, error
-	// Data is output as text; DataBase64 holds output that is not valid
-	// UTF-8 (exactly one of them is set on stdout and stderr events).
-	Data       string `json:"data,omitempty"`
-	DataBase64 string `json:"data_base64,omitempty"`
-	ExecID     string `json:"exec_id,omitempty"`
-	PID        int    `json:"pid,omitempty"`
-	ExitCode   *int   `json:"exit_code,omitempty"`
-	Signal     string `json:"signal,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	DurationMS *int64 `json:"duration_ms,omitempty"`
-	Status     int    `json:"status,omitempty"` // error events: the HTTP status the error would have had
-	Detail     string `json:"detail,omitempty"`
-	// Offset, on error events, is how many output bytes (stdout and
-	// stderr together, decoded) this stream delivered: where a resume
-	// (GET .../execs/{exec_id}/stream?offset=) picks up.
-	Offset *int64 `json:"offset,omitempty"`
-}
+type ExecEvent = api.ExecEvent
 
 // eventStream writes ExecEvents as NDJSON, one flushed line each. The
 // response is committed at the first event, so a command refused before it
@@ -487,11 +403,7 @@ func (b *boundedBuffer) text() string {
 }
 
 // FileJSON describes a file written.
-type FileJSON struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-	Mode string `json:"mode"`
-}
+type FileJSON = api.File
 
 // APIReadFile sends a file of a sandbox as raw bytes:
 // GET /api/v1/sandboxes/:id/files?path=...

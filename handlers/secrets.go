@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -162,16 +163,7 @@ func (h *Handlers) RevokeSecret(c echo.Context) error {
 
 // SecretJSON is a secret in the API: never its value. Hosts and CreatedBy
 // are for admins only.
-type SecretJSON struct {
-	Name      string   `json:"name"`
-	State     string   `json:"state"`
-	Hosts     []string `json:"hosts,omitempty"`
-	Inject    []string `json:"inject,omitempty"`
-	CreatedBy string   `json:"created_by,omitempty"`
-	CreatedAt string   `json:"created_at"`
-	ExpiresAt *string  `json:"expires_at"`
-	RevokedAt *string  `json:"revoked_at,omitempty"`
-}
+type SecretJSON = api.Secret
 
 func secretJSON(s secrets.Secret, full bool) SecretJSON {
 	ts := func(t *time.Time) *string {
@@ -200,19 +192,13 @@ func (h *Handlers) APISecrets(c echo.Context) error {
 	for _, s := range list {
 		out = append(out, secretJSON(s, full))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"secrets": out})
+	return c.JSON(http.StatusOK, api.SecretList{Secrets: out})
 }
 
 // APICreateSecret stores a secret: {name, value, hosts, ttl}. The answer
 // never holds the value.
 func (h *Handlers) APICreateSecret(c echo.Context) error {
-	var in struct {
-		Name   string   `json:"name"`
-		Value  string   `json:"value"`
-		Hosts  []string `json:"hosts"`
-		Inject []string `json:"inject"`
-		TTL    string   `json:"ttl"`
-	}
+	var in api.CreateSecret
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -232,9 +218,7 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 // APIUpdateSecret changes where the tenant's live secret :name may be
 // injected: {inject: [...]} (empty: the Authorization header only).
 func (h *Handlers) APIUpdateSecret(c echo.Context) error {
-	var in struct {
-		Inject []string `json:"inject"`
-	}
+	var in api.UpdateSecret
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

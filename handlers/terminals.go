@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/tenants"
@@ -24,34 +25,7 @@ import (
 func (h *Handlers) terminalService() (*terminal.Service, error) { return h.terms, nil }
 
 // TerminalJSON is a terminal session in the API.
-type TerminalJSON struct {
-	ID             string   `json:"id"`
-	SandboxID      string   `json:"sandbox_id"`
-	OpenedBy       string   `json:"opened_by"`
-	Command        []string `json:"command"`
-	Cols           int      `json:"cols"`
-	Rows           int      `json:"rows"`
-	StartedAt      string   `json:"started_at"`
-	EndedAt        *string  `json:"ended_at,omitempty"`
-	EndReason      string   `json:"end_reason,omitempty"`
-	ExitCode       *int     `json:"exit_code,omitempty"`
-	BytesOut       int64    `json:"bytes_out"`
-	BytesIn        int64    `json:"bytes_in"`
-	RecordInput    bool     `json:"record_input"`
-	RecordingBytes int64    `json:"recording_bytes"`
-	Dropped        int64    `json:"recording_dropped_events"`
-	// RecordingTruncated says where and why the recording stopped at a cap
-	// (absent when it did not); the terminal itself went on.
-	RecordingTruncated string `json:"recording_truncated,omitempty"`
-	TruncatedBytes     int64  `json:"recording_truncated_bytes,omitempty"`
-	WatchersCut        int    `json:"watchers_cut"`
-	RecordingURL       string `json:"recording_url,omitempty"` // absent once retention removed it
-	Live               bool   `json:"live"`
-	// Who is on a live session (this server's view).
-	Driver   *string  `json:"driver,omitempty"`
-	Watchers []string `json:"watchers,omitempty"`
-	Requests []string `json:"control_requests,omitempty"`
-}
+type TerminalJSON = api.Terminal
 
 func terminalJSON(s terminal.Session, st *terminal.State) TerminalJSON {
 	out := TerminalJSON{
@@ -97,7 +71,7 @@ func (h *Handlers) APITerminals(c echo.Context) error {
 		}
 		out = append(out, terminalJSON(s, st))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"terminals": out})
+	return c.JSON(http.StatusOK, api.TerminalList{Terminals: out})
 }
 
 // APITerminal shows one session: GET /api/v1/terminals/:id.
@@ -144,9 +118,9 @@ func (h *Handlers) TerminalCast(c echo.Context) error {
 // control), ?watch=1 joins read-only, ?offset=N resumes after the N output
 // bytes already seen, ?cols=&rows= size a new terminal, ?cmd= (repeated)
 // runs a command instead of the shell. Everything is checked before the
-// upgrade, so refusals are ordinary problem documents: the route needs
-// terminals.watch, driving terminals.drive as well; the Origin must be this
-// server's own.
+// upgrade, so refusals are ordinary problem documents: the route table
+// requires terminals.watch, and terminals.drive to drive; the Origin must
+// be this server's own.
 func (h *Handlers) TerminalSocket(c echo.Context) error {
 	svc, err := h.terminalService()
 	if err != nil {
@@ -159,11 +133,10 @@ func (h *Handlers) TerminalSocket(c echo.Context) error {
 	if err := svc.CheckSandbox(ctx, cl.Tenant.ID, sandboxID); err != nil && (sessionID == "" || !errors.Is(err, tenants.ErrConflict)) {
 		return err
 	}
+	// Driving (no ?watch=1) needs terminals.drive: the route table checks
+	// it before this handler runs (web.Route.Also).
 	watch := q.Get("watch") == "1" || q.Get("watch") == "true"
 	canDrive := tenants.Can(cl.Role, tenants.PermTerminalsDrive)
-	if !watch && !canDrive {
-		return fmt.Errorf("%w: the %s role may watch terminals (?watch=1), not drive them", tenants.ErrForbidden, cl.Role)
-	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		return &MalformedError{Field: "Upgrade", Detail: "this endpoint speaks WebSocket: connect with a WebSocket client"}
 	}

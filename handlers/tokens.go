@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
@@ -107,17 +108,7 @@ func (h *Handlers) RevokeToken(c echo.Context) error {
 }
 
 // TokenJSON is a token in the API (never its secret, except once at creation).
-type TokenJSON struct {
-	ID         string  `json:"id"`
-	Name       string  `json:"name"`
-	Prefix     string  `json:"prefix"`
-	Role       string  `json:"role"`
-	CreatedAt  string  `json:"created_at"`
-	ExpiresAt  string  `json:"expires_at"`
-	LastUsedAt *string `json:"last_used_at"`
-	Revoked    bool    `json:"revoked"`
-	Token      string  `json:"token,omitempty"`
-}
+type TokenJSON = api.Token
 
 func tokenJSON(t tenants.APIToken) TokenJSON {
 	out := TokenJSON{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role),
@@ -139,17 +130,13 @@ func (h *Handlers) APITokens(c echo.Context) error {
 	for _, t := range ts {
 		out = append(out, tokenJSON(t))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"tokens": out})
+	return c.JSON(http.StatusOK, api.TokenList{Tokens: out})
 }
 
 // APICreateToken creates a token: {name, role, ttl}; the secret is in the
 // response once.
 func (h *Handlers) APICreateToken(c echo.Context) error {
-	var in struct {
-		Name string `json:"name"`
-		Role string `json:"role"`
-		TTL  string `json:"ttl"`
-	}
+	var in api.CreateToken
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}

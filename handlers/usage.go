@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -377,52 +379,22 @@ func samplePoints(samples []usage.SampleRow) (cpu, mem []views.UsagePoint) {
 }
 
 // UsageTotalsJSON is usage over a period, in the units the export uses.
-type UsageTotalsJSON struct {
-	Cost            usage.Money `json:"cost"` // exact: the sum of the export's BilledCost
-	Currency        string      `json:"currency"`
-	VCPUSeconds     float64     `json:"vcpu_seconds"`
-	GiBSeconds      float64     `json:"gib_seconds"`
-	CPUSeconds      float64     `json:"cpu_seconds"`
-	WallSeconds     float64     `json:"wall_seconds"`
-	EgressBytes     int64       `json:"egress_bytes"`
-	EgressUpBytes   int64       `json:"egress_up_bytes"`
-	EgressDownBytes int64       `json:"egress_down_bytes"`
-	MemoryPeakBytes int64       `json:"memory_peak_bytes"`
-}
+type UsageTotalsJSON = api.UsageTotals
 
 func usageTotalsJSON(t usage.Totals) UsageTotalsJSON {
-	return UsageTotalsJSON{Cost: t.Cost, Currency: t.Currency, VCPUSeconds: t.VCPUSeconds(), GiBSeconds: t.GiBSeconds(),
+	return UsageTotalsJSON{Cost: json.Number(t.Cost.String()), Currency: t.Currency, VCPUSeconds: t.VCPUSeconds(), GiBSeconds: t.GiBSeconds(),
 		CPUSeconds: t.CPUSeconds(), WallSeconds: t.WallSeconds(), EgressBytes: t.EgressBytes(), EgressUpBytes: t.EgressUpBytes,
 		EgressDownBytes: t.EgressDownBytes, MemoryPeakBytes: t.MemoryPeakBytes}
 }
 
 // UsageDayJSON is one UTC day of the summary.
-type UsageDayJSON struct {
-	Day string `json:"day"`
-	UsageTotalsJSON
-}
+type UsageDayJSON = api.UsageDay
 
 // UsageLineJSON is one line of a top list of the summary.
-type UsageLineJSON struct {
-	Key   string `json:"key"`
-	Label string `json:"label"`
-	UsageTotalsJSON
-}
+type UsageLineJSON = api.UsageLine
 
 // UsageSummaryJSON is GET /api/v1/usage/summary.
-type UsageSummaryJSON struct {
-	Tenant    string          `json:"tenant"`
-	From      string          `json:"from"`
-	To        string          `json:"to"`
-	Totals    UsageTotalsJSON `json:"totals"`
-	Sandboxes int             `json:"sandboxes"`
-	Daily     []UsageDayJSON  `json:"daily"`
-	Top       struct {
-		Sandboxes []UsageLineJSON `json:"sandboxes"`
-		Users     []UsageLineJSON `json:"users"`
-		Templates []UsageLineJSON `json:"templates"`
-	} `json:"top"`
-}
+type UsageSummaryJSON = api.UsageSummary
 
 // APIUsageSummary is the tenant's usage over a period (default this month):
 // totals, each day, and the top 10 sandboxes, users and templates by cost:
@@ -444,12 +416,12 @@ func (h *Handlers) APIUsageSummary(c echo.Context) error {
 	out := UsageSummaryJSON{Tenant: cl.Tenant.Slug, From: r.From.UTC().Format(timeJSON), To: r.To.UTC().Format(timeJSON),
 		Totals: usageTotalsJSON(rep.Totals), Sandboxes: rep.Sandboxes, Daily: []UsageDayJSON{}}
 	for _, d := range rep.Daily {
-		out.Daily = append(out.Daily, UsageDayJSON{Day: d.Day.UTC().Format(time.DateOnly), UsageTotalsJSON: usageTotalsJSON(d.Totals)})
+		out.Daily = append(out.Daily, UsageDayJSON{Day: d.Day.UTC().Format(time.DateOnly), UsageTotals: usageTotalsJSON(d.Totals)})
 	}
 	lines := func(by string, ls []usage.Line) []UsageLineJSON {
 		o := []UsageLineJSON{}
 		for _, l := range ls {
-			o = append(o, UsageLineJSON{Key: l.Key, Label: rep.label(by, l.Key), UsageTotalsJSON: usageTotalsJSON(l.Totals)})
+			o = append(o, UsageLineJSON{Key: l.Key, Label: rep.label(by, l.Key), UsageTotals: usageTotalsJSON(l.Totals)})
 		}
 		return o
 	}
@@ -467,7 +439,11 @@ func (h *Handlers) APIQuota(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"tenant": cl.Tenant.Slug, "warn_at": usage.WarnAt, "quotas": lines})
+	out := api.QuotaReport{Tenant: cl.Tenant.Slug, WarnAt: usage.WarnAt, Quotas: make([]api.QuotaLine, 0, len(lines))}
+	for _, l := range lines {
+		out.Quotas = append(out.Quotas, api.QuotaLine(l))
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // APIUsageExport streams the tenant's ledger over a period (default this

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -22,49 +23,13 @@ import (
 func (h *Handlers) vmService() (*vmpool.Service, error) { return h.vms, nil }
 
 // VMJSON is a VM in the API.
-type VMJSON struct {
-	ID              string       `json:"id"`
-	State           string       `json:"state"`
-	StateReason     string       `json:"state_reason,omitempty"`
-	Progress        ProgressJSON `json:"progress"`
-	Host            string       `json:"host"`
-	VCPUs           int          `json:"vcpus"`
-	MemoryMiB       int          `json:"memory_mib"`
-	ImageVersion    string       `json:"image_version"`
-	AgentVersion    string       `json:"agent_version,omitempty"` // set once the handshake is done
-	KernelVersion   string       `json:"kernel_version,omitempty"`
-	AgentConnected  bool         `json:"agent_connected"`
-	BootMS          int64        `json:"boot_ms,omitempty"`
-	CPUTimeMS       int64        `json:"cpu_time_ms"`
-	CPUPercent      *float64     `json:"cpu_percent"` // null when not sampled yet
-	UptimeSeconds   float64      `json:"uptime_seconds"`
-	Acquired        bool         `json:"acquired"`
-	SandboxesServed int          `json:"sandboxes_served"`
-	Guest           *GuestJSON   `json:"guest,omitempty"`
-	CreatedAt       string       `json:"created_at"`
-	StartedAt       *string      `json:"started_at,omitempty"`
-	EndedAt         *string      `json:"ended_at,omitempty"`
-	RecycleAfter    *string      `json:"recycle_after,omitempty"`
-}
+type VMJSON = api.VM
 
 // ProgressJSON is a VM's boot progress.
-type ProgressJSON struct {
-	Phase string `json:"phase"`
-	Step  int    `json:"step"`
-	Of    int    `json:"of"`
-	Since string `json:"since"`
-}
+type ProgressJSON = api.VMProgress
 
 // GuestJSON is what the agent reports from inside the VM (the guest's claim).
-type GuestJSON struct {
-	UptimeSeconds     float64  `json:"uptime_seconds"`
-	CPUs              int      `json:"cpus"`
-	Load1             float64  `json:"load1"`
-	MemTotalBytes     uint64   `json:"mem_total_bytes"`
-	MemAvailableBytes uint64   `json:"mem_available_bytes"`
-	CgroupControllers []string `json:"cgroup_controllers"`
-	Crun              string   `json:"crun,omitempty"`
-}
+type GuestJSON = api.VMGuest
 
 func timePtr(t *time.Time) *string {
 	if t == nil {
@@ -111,11 +76,11 @@ func (h *Handlers) APIVMs(c echo.Context) error {
 	for _, st := range sts {
 		out = append(out, vmJSON(st))
 	}
-	hv := map[string]any{"available": true}
+	hv := api.Hypervisor{Available: true}
 	if err := svc.Available(); err != nil {
-		hv = map[string]any{"available": false, "detail": err.Error()}
+		hv = api.Hypervisor{Available: false, Detail: err.Error()}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"vms": out, "hypervisor": hv})
+	return c.JSON(http.StatusOK, api.VMList{VMs: out, Hypervisor: hv})
 }
 
 // APICreateVM boots one VM in the caller's tenant pool: POST /api/v1/vms
@@ -126,7 +91,7 @@ func (h *Handlers) APICreateVM(c echo.Context) error {
 		return err
 	}
 	if c.Request().ContentLength != 0 {
-		var in struct{}
+		var in api.CreateVM
 		if err := decodeJSON(c, &in); err != nil {
 			return err
 		}
@@ -193,30 +158,17 @@ func (h *Handlers) APIRecycleVM(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/vms/"+repl.ID)
-	return c.JSON(http.StatusAccepted, map[string]any{
-		"recycled":    vmJSON(vmpool.Status{VM: old, CPUPercent: -1}),
-		"replacement": vmJSON(vmpool.Status{VM: repl, CPUPercent: -1}),
+	return c.JSON(http.StatusAccepted, api.VMRecycle{
+		Recycled:    vmJSON(vmpool.Status{VM: old, CPUPercent: -1}),
+		Replacement: vmJSON(vmpool.Status{VM: repl, CPUPercent: -1}),
 	})
 }
 
 // PoolJSON is a tenant's pool settings in the API, with its quota.
-type PoolJSON struct {
-	VCPUs             int       `json:"vcpus"`
-	MemoryMiB         int       `json:"memory_mib"`
-	MaxVMs            int       `json:"max_vms"`
-	WarmVMs           int       `json:"warm_vms"`
-	RecycleAfterHours int       `json:"recycle_after_hours"`
-	UpdatedAt         *string   `json:"updated_at,omitempty"`
-	Quota             QuotaJSON `json:"quota"`
-}
+type PoolJSON = api.Pool
 
 // QuotaJSON is a tenant's quota.
-type QuotaJSON struct {
-	MaxVMs       int `json:"max_vms"`
-	MaxVCPUs     int `json:"max_vcpus"`
-	MaxMemoryMiB int `json:"max_memory_mib"`
-	MaxSandboxes int `json:"max_sandboxes"`
-}
+type QuotaJSON = api.PoolQuota
 
 func (h *Handlers) poolJSON(c echo.Context, svc *vmpool.Service, p vmpool.Pool) (PoolJSON, error) {
 	q, err := svc.Quota(c.Request().Context(), CallerOf(c).Tenant.ID)
@@ -255,13 +207,7 @@ func (h *Handlers) APISetVMPool(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		VCPUs             *int `json:"vcpus"`
-		MemoryMiB         *int `json:"memory_mib"`
-		MaxVMs            *int `json:"max_vms"`
-		WarmVMs           *int `json:"warm_vms"`
-		RecycleAfterHours *int `json:"recycle_after_hours"`
-	}
+	var in api.SetPool
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -292,20 +238,7 @@ func (h *Handlers) APISetVMPool(c echo.Context) error {
 }
 
 // HostJSON is a libvirt host in the operators' API.
-type HostJSON struct {
-	URI            string  `json:"uri"`
-	Health         string  `json:"health"`
-	Reason         string  `json:"reason,omitempty"`
-	Configured     bool    `json:"configured"`
-	DomainType     string  `json:"domain_type,omitempty"`
-	CPUs           int     `json:"cpus"`
-	MemoryMiB      uint64  `json:"memory_mib"`
-	FreeMemoryMiB  uint64  `json:"free_memory_mib"`
-	VMs            int     `json:"vms"`
-	AllocVCPUs     int     `json:"allocated_vcpus"`
-	AllocMemoryMiB int     `json:"allocated_memory_mib"`
-	LastSeenAt     *string `json:"last_seen_at,omitempty"`
-}
+type HostJSON = api.Host
 
 func hostRows(hs []vmpool.HostStatus) []HostJSON {
 	out := make([]HostJSON, 0, len(hs))
@@ -331,7 +264,7 @@ func (h *Handlers) APIHosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"hosts": hostRows(hs)})
+	return c.JSON(http.StatusOK, api.HostList{Hosts: hostRows(hs)})
 }
 
 // --- Pages ---

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -175,9 +176,7 @@ func (h *Handlers) APIPutWorkflowSettings(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		GitHubSecretName string `json:"github_secret_name"`
-	}
+	var in api.SetWorkflowSettings
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -233,10 +232,7 @@ func (h *Handlers) APIStartRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		Ref string `json:"ref"`
-		SHA string `json:"sha"`
-	}
+	var in api.StartRun
 	if c.Request().ContentLength != 0 {
 		if err := decodeJSON(c, &in); err != nil {
 			return err

@@ -20,7 +20,7 @@ import (
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
-		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && strings.HasPrefix(c.Request().URL.Path, "/api/") {
+		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && s.isAPI(c) {
 			scheme, secret, _ := strings.Cut(authz, " ")
 			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 				return tenants.ErrUnauthorized
@@ -111,6 +111,12 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 			if !tenants.Can(cl.Role, r.Perm) {
 				s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(r.Perm), "role": string(cl.Role)})
 				return forbidden("the " + string(cl.Role) + " role does not allow " + string(r.Perm))
+			}
+			for _, chk := range r.Also {
+				if (chk.When == nil || chk.When(c)) && !tenants.Can(cl.Role, chk.Perm) {
+					s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(chk.Perm), "role": string(cl.Role)})
+					return forbidden("the " + string(cl.Role) + " role " + chk.Refusal)
+				}
 			}
 			return next(c)
 		}

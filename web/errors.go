@@ -48,7 +48,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if p.Status >= 500 {
 		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "request_id", reqID, "path", c.Path())
 	}
-	if isAPI(c) {
+	if s.isAPI(c) {
 		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 		_ = c.JSON(p.Status, p)
 		return
@@ -70,7 +70,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	_ = c.HTMLBlob(p.Status, buf.Bytes())
 }
 
-func isAPI(c echo.Context) bool {
-	path := c.Request().URL.Path
-	return strings.HasPrefix(path, "/api/") || path == "/healthz" || path == "/readyz"
+// isAPI says whether c's route is of the JSON API (Route.API); a request
+// no route took (404, 405) is the API's when its path is under /api/.
+func (s *Server) isAPI(c echo.Context) bool {
+	if r, ok := routeOf(s.routes, c); ok {
+		return r.API
+	}
+	return strings.HasPrefix(c.Request().URL.Path, "/api/")
 }

@@ -4,21 +4,24 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
-
-// openAPIPath turns a route template into an OpenAPI path: /x/:id -> /x/{id}.
-func openAPIPath(p string) string {
-	return regexp.MustCompile(`:([A-Za-z_]+)`).ReplaceAllString(p, "{$1}")
-}
 
 // TestOpenAPICoversRouteTable: the document served at /api/v1/openapi.json
 // describes every API route of the route table, and nothing that is not one.
@@ -53,7 +56,7 @@ func TestOpenAPICoversRouteTable(t *testing.T) {
 		if !r.API {
 			continue
 		}
-		key := r.Method + " " + openAPIPath(r.Path)
+		key := r.Method + " " + web.OpenAPIPath(r.Path)
 		inTable[key] = true
 		if !documented[key] {
 			t.Errorf("Got(%s in the document) = missing; want every API route of the route table documented", key)
@@ -90,12 +93,19 @@ func TestOpenAPICoversRouteTable(t *testing.T) {
 // TestOpenAPIDocumentIsStable: building the document twice gives the same
 // JSON (no map of functions, nothing random).
 func TestOpenAPIDocumentIsStable(t *testing.T) {
-	a, err := json.Marshal(web.OpenAPIDocument())
-	if err != nil {
-		t.Fatal(err)
+	env := webtest.New(t, webtest.Options{})
+	build := func() string {
+		doc, err := web.OpenAPIDocument(env.App.RouteTable())
+		if err != nil {
+			t.Fatalf("Got(build the document) = %v; want a document", err)
+		}
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	b, _ := json.Marshal(web.OpenAPIDocument())
-	if string(a) != string(b) {
+	if a, b := build(), build(); a != b {
 		t.Error("Got(two builds of the document) differ; want the same")
 	}
 }
@@ -114,7 +124,11 @@ func TestOpenAPIDocumentValidates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Got(load the served document) = %v; want a document kin-openapi reads", err)
 	}
-	if err := doc.Validate(loader.Context, openapi3.EnableMultiError()); err != nil {
+	// The strictest options kin-openapi has: formats, patterns, defaults
+	// and examples checked, no extension beside a $ref.
+	if err := doc.Validate(loader.Context, openapi3.EnableMultiError(), openapi3.EnableSchemaFormatValidation(),
+		openapi3.EnableSchemaPatternValidation(), openapi3.EnableSchemaDefaultsValidation(), openapi3.EnableExamplesValidation(),
+		openapi3.ProhibitExtensionsWithRef()); err != nil {
 		var me openapi3.MultiError
 		if errors.As(err, &me) {
 			for _, e := range me {
@@ -123,5 +137,117 @@ func TestOpenAPIDocumentValidates(t *testing.T) {
 			return
 		}
 		t.Errorf("Got(validate) = %v; want a valid OpenAPI document", err)
+	}
+}
+
+// TestOpenAPIOperationsFromTable: every operation documents each of its
+// route's path parameters, every API route names what it answers, the
+// terminal's drive check of the table is in its operation, and request
+// bodies refuse fields the server does not know.
+func TestOpenAPIOperationsFromTable(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	doc, err := web.OpenAPIDocument(env.App.RouteTable())
+	if err != nil {
+		t.Fatalf("Got(build the document) = %v; want a document", err)
+	}
+	for _, r := range env.App.RouteTable() {
+		if !r.API {
+			continue
+		}
+		if r.Doc == nil || r.Doc.Summary == "" || len(r.Doc.Answers) == 0 {
+			t.Errorf("Got(%s %s Doc) = %+v; want a summary and its answers", r.Method, r.Path, r.Doc)
+			continue
+		}
+		op := doc.Paths.Find(web.OpenAPIPath(r.Path)).GetOperation(r.Method)
+		for _, m := range regexp.MustCompile(`:([A-Za-z_]+)`).FindAllStringSubmatch(r.Path, -1) {
+			if p := op.Parameters.GetByInAndName("path", m[1]); p == nil || !p.Required {
+				t.Errorf("Got(%s %s path parameter %s) = %v; want documented and required", r.Method, r.Path, m[1], p)
+			}
+		}
+		for _, chk := range r.Also {
+			if !strings.Contains(op.Description, string(chk.Perm)) {
+				t.Errorf("Got(%s %s description) = %q; want its check for %s", r.Method, r.Path, op.Description, chk.Perm)
+			}
+		}
+	}
+	for _, name := range []string{"CreateSandbox", "ExecRequest", "CreateToken", "PolicyEdit"} {
+		s := doc.Components.Schemas[name]
+		if s == nil || s.Value.AdditionalProperties.Has == nil || *s.Value.AdditionalProperties.Has {
+			t.Errorf("Got(schema %s additionalProperties) open; want false: the server refuses unknown fields", name)
+		}
+	}
+	if s := doc.Components.Schemas["Sandbox"]; s == nil || !slices.Contains(s.Value.Required, "id") || slices.Contains(s.Value.Required, "vm_id") {
+		t.Errorf("Got(Sandbox required) = %v; want id (no omitempty) and not vm_id (omitempty)", s)
+	}
+}
+
+// jsonFields are the JSON names of t's fields, embedded structs' fields
+// inlined as encoding/json does, sorted.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || (f.Anonymous && f.Type.Kind() == reflect.Struct) {
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "-" {
+			if name == "" {
+				name = f.Name
+			}
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestWireTypesDocumented: where a handler still encodes a type of its own
+// or of a domain package (the terminal's control frames, policy versions,
+// workflows and runs), that type has the JSON fields of the api type the
+// document describes, no more and no fewer.
+func TestWireTypesDocumented(t *testing.T) {
+	type run struct {
+		runs.Run
+		DurationMS int64           `json:"duration_ms"`
+		Artifacts  []runs.Artifact `json:"artifacts"`
+		Steps      []runs.Step     `json:"steps,omitempty"`
+	} // RunJSON's MarshalJSON: the run's fields and these
+	for _, tc := range []struct{ wire, doc any }{
+		{terminal.Control{}, api.TerminalControl{}},
+		{handlers.PolicyJSON{}, api.PolicyVersion{}},
+		{handlers.PolicyAuthor{}, api.PolicyAuthor{}},
+		{handlers.PolicyPreviewJSON{}, api.PolicyPreview{}},
+		{handlers.PolicyDiffJSON{}, api.PolicyDiff{}},
+		{policy.Change{}, api.PolicyChange{}},
+		{handlers.WorkflowJSON{}, api.Workflow{}},
+		{handlers.WorkflowSettingsJSON{}, api.WorkflowSettings{}},
+		{run{}, api.Run{}},
+		{runs.Step{}, api.RunStep{}},
+		{runs.Artifact{}, api.RunArtifact{}},
+	} {
+		w, d := reflect.TypeOf(tc.wire), reflect.TypeOf(tc.doc)
+		if got, want := jsonFields(w), jsonFields(d); !slices.Equal(got, want) {
+			t.Errorf("Got(%s fields) = %v; want those of %s %v", w, got, d, want)
+		}
+	}
+}
+
+// TestProblemDocumented: an error answer decodes into api.Problem (what the
+// CLI reads and the document describes) with no field left over.
+func TestProblemDocumented(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	acme := env.Tenant(t, "acme")
+	cl := env.WithToken(env.Token(t, acme, tenants.RoleAdmin))
+	status, body, hdr := cl.Request(t, http.MethodPost, "/api/v1/members", "application/json", strings.NewReader(`{"email":1,"role":"developer"}`))
+	if status != http.StatusBadRequest || hdr.Get("Content-Type") != api.MediaProblem {
+		t.Fatalf("Got(POST /api/v1/members with a number for email) = %d %s; want 400 %s", status, hdr.Get("Content-Type"), api.MediaProblem)
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var p api.Problem
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("Got(decode the problem into api.Problem) = %v; want every field known: %s", err, body)
+	}
+	if p.Status != status || len(p.Errors) == 0 || p.Errors[0].Field != "email" {
+		t.Errorf("Got(problem) = %+v; want status %d naming the field email", p, status)
 	}
 }

@@ -1,25 +1,70 @@
 package web
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"sync"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 )
 
-// Route is one entry of the route table: what it serves and the permission
-// it requires. Access control is read here, in one place.
+// Route is one entry of the route table: what it serves and the
+// permissions it requires. Access control is read here, in one place.
 type Route struct {
-	Method  string
-	Path    string
-	Perm    tenants.Permission
-	API     bool // JSON API: bearer tokens accepted, errors as problem documents
+	Method string
+	Path   string
+	// Perm is the permission every request of the route needs.
+	Perm tenants.Permission
+	// API marks a route of the JSON API: bearer tokens accepted, errors
+	// as problem documents, documented in the OpenAPI document (Doc).
+	API     bool
 	Handler echo.HandlerFunc
+	// Also are object-level checks on top of Perm: permissions some
+	// requests of the route need, checked after Perm and before the
+	// handler runs (a WebSocket before its upgrade).
+	Also []Check
+	// Doc documents an API route (openapi.go).
+	Doc *Doc
 }
 
-// Routes is the route table.
+// Check is an object-level access check of a route: a request for which
+// When holds (every request when When is nil) needs Perm as well. Checks
+// apply to routes of a tenant permission (a caller with a role).
+type Check struct {
+	Perm tenants.Permission
+	When func(c echo.Context) bool
+	// Doc says which requests need Perm (in the OpenAPI document), Refusal
+	// what a caller without it is told.
+	Doc, Refusal string
+}
+
+// driveTerminal: a terminal WebSocket that does not ask to watch
+// (?watch=1) drives the terminal, which needs terminals.drive.
+var driveTerminal = Check{
+	Perm: tenants.PermTerminalsDrive,
+	When: func(c echo.Context) bool {
+		w := c.QueryParam("watch")
+		return w != "1" && w != "true"
+	},
+	Doc:     "Driving (no ?watch=1)",
+	Refusal: "may watch terminals (?watch=1), not drive them",
+}
+
+// usageExport is the answer of a usage export, CSV or JSON.
+func usageExport(desc string) []Answer {
+	return []Answer{{Status: http.StatusOK, Desc: desc, Content: []Content{
+		{Media: api.MediaCSV, Schema: textSchema("a header row with the FOCUS columns of UsageExportRow, in that order, then the rows", api.MediaCSV)},
+		{Media: echo.MIMEApplicationJSON, Type: []api.UsageExportRow{}}}}}
+}
+
+// Routes is the route table. The OpenAPI document it serves is generated
+// from its API routes, once.
 func Routes(h *handlers.Handlers) []Route {
 	const (
 		get  = http.MethodGet
@@ -29,188 +74,392 @@ func Routes(h *handlers.Handlers) []Route {
 		put  = http.MethodPut
 	)
 	P := tenants.PermPublic
-	return []Route{
+	var routes []Route
+	// Built at the first request for it, not with every server (a test
+	// harness builds many): ~40 ms.
+	spec := sync.OnceValues(func() ([]byte, error) {
+		doc, err := OpenAPIDocument(routes)
+		if err != nil {
+			return nil, fmt.Errorf("build the OpenAPI document: %w", err)
+		}
+		return json.MarshalIndent(doc, "", "  ")
+	})
+	routes = []Route{
 		// Health and login.
-		{get, "/healthz", P, true, h.Healthz},
-		{get, "/readyz", P, true, h.Readyz},
-		{get, "/login", P, false, h.LoginPage},
-		{get, "/login/start", P, false, h.LoginStart},
-		{get, "/auth/callback", P, false, h.LoginCallback},
-		{post, "/logout", tenants.PermSignedIn, false, h.Logout},
-		{get, "/tenants/choose", tenants.PermSignedIn, false, h.ChooseTenant},
-		{post, "/tenant/switch", tenants.PermSignedIn, false, h.SwitchTenant},
+		{Method: get, Path: "/login", Perm: P, Handler: h.LoginPage},
+		{Method: get, Path: "/login/start", Perm: P, Handler: h.LoginStart},
+		{Method: get, Path: "/auth/callback", Perm: P, Handler: h.LoginCallback},
+		{Method: post, Path: "/logout", Perm: tenants.PermSignedIn, Handler: h.Logout},
+		{Method: get, Path: "/tenants/choose", Perm: tenants.PermSignedIn, Handler: h.ChooseTenant},
+		{Method: post, Path: "/tenant/switch", Perm: tenants.PermSignedIn, Handler: h.SwitchTenant},
 
 		// Tenant pages.
-		{get, "/", tenants.PermTenantView, false, h.Dashboard},
-		{get, "/sandboxes", tenants.PermSandboxesRead, false, h.SandboxesPage},
-		{get, "/sandboxes/table", tenants.PermSandboxesRead, false, h.SandboxesTable},
-		{post, "/sandboxes", tenants.PermSandboxesWrite, false, h.CreateSandbox},
-		{get, "/sandboxes/:id", tenants.PermSandboxesRead, false, h.SandboxPage},
-		{get, "/sandboxes/:id/live", tenants.PermSandboxesRead, false, h.SandboxLive},
-		{post, "/sandboxes/:id/destroy", tenants.PermSandboxesWrite, false, h.DestroySandbox},
-		{get, "/sandboxes/:id/terminal", tenants.PermTerminalsWatch, false, h.SandboxTerminalPage},
-		{get, "/terminals", tenants.PermTerminalsWatch, false, h.TerminalsPage},
-		{get, "/terminals/live", tenants.PermTerminalsWatch, false, h.TerminalsLive},
-		{get, "/terminals/:id", tenants.PermTerminalsWatch, false, h.TerminalPage},
-		{get, "/egress", tenants.PermSandboxesRead, false, h.EgressPage},
-		{get, "/vms", tenants.PermVMsRead, false, h.VMsPage},
-		{get, "/vms/table", tenants.PermVMsRead, false, h.VMsTable},
-		{post, "/vms", tenants.PermVMsWrite, false, h.StartVM},
-		{post, "/vms/pool", tenants.PermVMsWrite, false, h.SetVMPool},
-		{post, "/vms/:id/stop", tenants.PermVMsWrite, false, h.StopVM},
-		{post, "/vms/:id/destroy", tenants.PermVMsWrite, false, h.DestroyVM},
-		{post, "/vms/:id/recycle", tenants.PermVMsWrite, false, h.RecycleVM},
-		{get, "/policy", tenants.PermPolicyRead, false, h.PolicyPage},
-		{post, "/policy", tenants.PermPolicyWrite, false, h.SavePolicySection},
-		{post, "/policy/raw", tenants.PermPolicyWrite, false, h.SavePolicyRaw},
-		{post, "/policy/rollback", tenants.PermPolicyWrite, false, h.RollbackPolicy},
-		{get, "/policy/versions/:version", tenants.PermPolicyRead, false, h.PolicyVersionPage},
-		{get, "/usage", tenants.PermUsageRead, false, h.UsagePage},
-		{get, "/usage/sandboxes/:id", tenants.PermUsageRead, false, h.SandboxUsagePage},
-		{get, "/compliance", tenants.PermComplianceRead, false, h.CompliancePage},
-		{get, "/compliance/print", tenants.PermComplianceRead, false, h.CompliancePrint},
-		{get, "/compliance/export", tenants.PermComplianceRead, false, h.ComplianceExport},
-		{get, "/compliance/probes/:id", tenants.PermComplianceRead, false, h.ComplianceProbePage},
-		{post, "/compliance/probe", tenants.PermComplianceRun, false, h.RunComplianceProbe},
+		{Method: get, Path: "/", Perm: tenants.PermTenantView, Handler: h.Dashboard},
+		{Method: get, Path: "/sandboxes", Perm: tenants.PermSandboxesRead, Handler: h.SandboxesPage},
+		{Method: get, Path: "/sandboxes/table", Perm: tenants.PermSandboxesRead, Handler: h.SandboxesTable},
+		{Method: post, Path: "/sandboxes", Perm: tenants.PermSandboxesWrite, Handler: h.CreateSandbox},
+		{Method: get, Path: "/sandboxes/:id", Perm: tenants.PermSandboxesRead, Handler: h.SandboxPage},
+		{Method: get, Path: "/sandboxes/:id/live", Perm: tenants.PermSandboxesRead, Handler: h.SandboxLive},
+		{Method: post, Path: "/sandboxes/:id/destroy", Perm: tenants.PermSandboxesWrite, Handler: h.DestroySandbox},
+		{Method: get, Path: "/sandboxes/:id/terminal", Perm: tenants.PermTerminalsWatch, Handler: h.SandboxTerminalPage},
+		{Method: get, Path: "/terminals", Perm: tenants.PermTerminalsWatch, Handler: h.TerminalsPage},
+		{Method: get, Path: "/terminals/live", Perm: tenants.PermTerminalsWatch, Handler: h.TerminalsLive},
+		{Method: get, Path: "/terminals/:id", Perm: tenants.PermTerminalsWatch, Handler: h.TerminalPage},
+		{Method: get, Path: "/egress", Perm: tenants.PermSandboxesRead, Handler: h.EgressPage},
+		{Method: get, Path: "/vms", Perm: tenants.PermVMsRead, Handler: h.VMsPage},
+		{Method: get, Path: "/vms/table", Perm: tenants.PermVMsRead, Handler: h.VMsTable},
+		{Method: post, Path: "/vms", Perm: tenants.PermVMsWrite, Handler: h.StartVM},
+		{Method: post, Path: "/vms/pool", Perm: tenants.PermVMsWrite, Handler: h.SetVMPool},
+		{Method: post, Path: "/vms/:id/stop", Perm: tenants.PermVMsWrite, Handler: h.StopVM},
+		{Method: post, Path: "/vms/:id/destroy", Perm: tenants.PermVMsWrite, Handler: h.DestroyVM},
+		{Method: post, Path: "/vms/:id/recycle", Perm: tenants.PermVMsWrite, Handler: h.RecycleVM},
+		{Method: get, Path: "/policy", Perm: tenants.PermPolicyRead, Handler: h.PolicyPage},
+		{Method: post, Path: "/policy", Perm: tenants.PermPolicyWrite, Handler: h.SavePolicySection},
+		{Method: post, Path: "/policy/raw", Perm: tenants.PermPolicyWrite, Handler: h.SavePolicyRaw},
+		{Method: post, Path: "/policy/rollback", Perm: tenants.PermPolicyWrite, Handler: h.RollbackPolicy},
+		{Method: get, Path: "/policy/versions/:version", Perm: tenants.PermPolicyRead, Handler: h.PolicyVersionPage},
+		{Method: get, Path: "/usage", Perm: tenants.PermUsageRead, Handler: h.UsagePage},
+		{Method: get, Path: "/usage/sandboxes/:id", Perm: tenants.PermUsageRead, Handler: h.SandboxUsagePage},
+		{Method: get, Path: "/compliance", Perm: tenants.PermComplianceRead, Handler: h.CompliancePage},
+		{Method: get, Path: "/compliance/print", Perm: tenants.PermComplianceRead, Handler: h.CompliancePrint},
+		{Method: get, Path: "/compliance/export", Perm: tenants.PermComplianceRead, Handler: h.ComplianceExport},
+		{Method: get, Path: "/compliance/probes/:id", Perm: tenants.PermComplianceRead, Handler: h.ComplianceProbePage},
+		{Method: post, Path: "/compliance/probe", Perm: tenants.PermComplianceRun, Handler: h.RunComplianceProbe},
 		// Workflows and runs. A run's log streams as Server-Sent Events.
-		{get, "/workflows", tenants.PermWorkflowsRead, false, h.WorkflowsPage},
-		{get, "/workflows/new", tenants.PermWorkflowsWrite, false, h.NewWorkflowPage},
-		{post, "/workflows", tenants.PermWorkflowsWrite, false, h.SaveWorkflow},
-		{post, "/workflows/settings", tenants.PermWorkflowsWrite, false, h.SaveWorkflowSettings},
-		{get, "/workflows/:name", tenants.PermWorkflowsRead, false, h.WorkflowPage},
-		{post, "/workflows/:name/runs", tenants.PermRunsWrite, false, h.StartWorkflowRun},
-		{get, "/runs", tenants.PermWorkflowsRead, false, h.RunsPage},
-		{get, "/runs/:id", tenants.PermWorkflowsRead, false, h.RunPage},
-		{get, "/runs/:id/summary", tenants.PermWorkflowsRead, false, h.RunSummary},
-		{get, "/runs/:id/events", tenants.PermWorkflowsRead, false, h.RunEvents},
-		{post, "/runs/:id/cancel", tenants.PermRunsWrite, false, h.CancelRun},
-		{post, "/runs/:id/rerun", tenants.PermRunsWrite, false, h.RerunRun},
-		{get, "/runs/:run/artifacts/:index", tenants.PermWorkflowsRead, false, h.RunArtifact},
-		{get, "/audit", tenants.PermAuditRead, false, h.Audit},
-		{get, "/audit/export", tenants.PermAuditRead, false, h.AuditExport},
-		{get, "/settings", tenants.PermTenantView, false, h.Settings},
-		{get, "/settings/members", tenants.PermMembersRead, false, h.Members},
-		{post, "/settings/members", tenants.PermMembersWrite, false, h.InviteMember},
-		{post, "/settings/members/:id/role", tenants.PermMembersWrite, false, h.SetMemberRole},
-		{post, "/settings/members/:id/remove", tenants.PermMembersWrite, false, h.RemoveMember},
-		{get, "/settings/tokens", tenants.PermTokensRead, false, h.Tokens},
-		{post, "/settings/tokens", tenants.PermTokensWrite, false, h.CreateToken},
-		{post, "/settings/tokens/:id/revoke", tenants.PermTokensWrite, false, h.RevokeToken},
-		{get, "/settings/secrets", tenants.PermSecretsRead, false, h.SecretsPage},
-		{post, "/settings/secrets", tenants.PermSecretsWrite, false, h.CreateSecret},
-		{post, "/settings/secrets/:name/revoke", tenants.PermSecretsWrite, false, h.RevokeSecret},
-		{post, "/settings/secrets/:name/inject", tenants.PermSecretsWrite, false, h.SetSecretInject},
-		{get, "/settings/integrations", tenants.PermIntegrationsRead, false, h.IntegrationsPage},
-		{post, "/settings/integrations", tenants.PermIntegrationsWrite, false, h.CreateWebhook},
-		{post, "/settings/integrations/:id/test", tenants.PermIntegrationsWrite, false, h.TestWebhook},
-		{post, "/settings/integrations/:id/delete", tenants.PermIntegrationsWrite, false, h.DeleteWebhook},
-		{post, "/settings/integrations/:id/enable", tenants.PermIntegrationsWrite, false, h.EnableWebhook},
-		{post, "/settings/integrations/:id/disable", tenants.PermIntegrationsWrite, false, h.DisableWebhook},
+		{Method: get, Path: "/workflows", Perm: tenants.PermWorkflowsRead, Handler: h.WorkflowsPage},
+		{Method: get, Path: "/workflows/new", Perm: tenants.PermWorkflowsWrite, Handler: h.NewWorkflowPage},
+		{Method: post, Path: "/workflows", Perm: tenants.PermWorkflowsWrite, Handler: h.SaveWorkflow},
+		{Method: post, Path: "/workflows/settings", Perm: tenants.PermWorkflowsWrite, Handler: h.SaveWorkflowSettings},
+		{Method: get, Path: "/workflows/:name", Perm: tenants.PermWorkflowsRead, Handler: h.WorkflowPage},
+		{Method: post, Path: "/workflows/:name/runs", Perm: tenants.PermRunsWrite, Handler: h.StartWorkflowRun},
+		{Method: get, Path: "/runs", Perm: tenants.PermWorkflowsRead, Handler: h.RunsPage},
+		{Method: get, Path: "/runs/:id", Perm: tenants.PermWorkflowsRead, Handler: h.RunPage},
+		{Method: get, Path: "/runs/:id/summary", Perm: tenants.PermWorkflowsRead, Handler: h.RunSummary},
+		{Method: get, Path: "/runs/:id/events", Perm: tenants.PermWorkflowsRead, Handler: h.RunEvents},
+		{Method: post, Path: "/runs/:id/cancel", Perm: tenants.PermRunsWrite, Handler: h.CancelRun},
+		{Method: post, Path: "/runs/:id/rerun", Perm: tenants.PermRunsWrite, Handler: h.RerunRun},
+		{Method: get, Path: "/runs/:run/artifacts/:index", Perm: tenants.PermWorkflowsRead, Handler: h.RunArtifact},
+		{Method: get, Path: "/audit", Perm: tenants.PermAuditRead, Handler: h.Audit},
+		{Method: get, Path: "/audit/export", Perm: tenants.PermAuditRead, Handler: h.AuditExport},
+		{Method: get, Path: "/settings", Perm: tenants.PermTenantView, Handler: h.Settings},
+		{Method: get, Path: "/settings/members", Perm: tenants.PermMembersRead, Handler: h.Members},
+		{Method: post, Path: "/settings/members", Perm: tenants.PermMembersWrite, Handler: h.InviteMember},
+		{Method: post, Path: "/settings/members/:id/role", Perm: tenants.PermMembersWrite, Handler: h.SetMemberRole},
+		{Method: post, Path: "/settings/members/:id/remove", Perm: tenants.PermMembersWrite, Handler: h.RemoveMember},
+		{Method: get, Path: "/settings/tokens", Perm: tenants.PermTokensRead, Handler: h.Tokens},
+		{Method: post, Path: "/settings/tokens", Perm: tenants.PermTokensWrite, Handler: h.CreateToken},
+		{Method: post, Path: "/settings/tokens/:id/revoke", Perm: tenants.PermTokensWrite, Handler: h.RevokeToken},
+		{Method: get, Path: "/settings/secrets", Perm: tenants.PermSecretsRead, Handler: h.SecretsPage},
+		{Method: post, Path: "/settings/secrets", Perm: tenants.PermSecretsWrite, Handler: h.CreateSecret},
+		{Method: post, Path: "/settings/secrets/:name/revoke", Perm: tenants.PermSecretsWrite, Handler: h.RevokeSecret},
+		{Method: post, Path: "/settings/secrets/:name/inject", Perm: tenants.PermSecretsWrite, Handler: h.SetSecretInject},
+		{Method: get, Path: "/settings/integrations", Perm: tenants.PermIntegrationsRead, Handler: h.IntegrationsPage},
+		{Method: post, Path: "/settings/integrations", Perm: tenants.PermIntegrationsWrite, Handler: h.CreateWebhook},
+		{Method: post, Path: "/settings/integrations/:id/test", Perm: tenants.PermIntegrationsWrite, Handler: h.TestWebhook},
+		{Method: post, Path: "/settings/integrations/:id/delete", Perm: tenants.PermIntegrationsWrite, Handler: h.DeleteWebhook},
+		{Method: post, Path: "/settings/integrations/:id/enable", Perm: tenants.PermIntegrationsWrite, Handler: h.EnableWebhook},
+		{Method: post, Path: "/settings/integrations/:id/disable", Perm: tenants.PermIntegrationsWrite, Handler: h.DisableWebhook},
 
 		// Platform operators.
-		{get, "/operator/tenants", tenants.PermOperator, false, h.OperatorTenants},
-		{post, "/operator/tenants", tenants.PermOperator, false, h.OperatorCreateTenant},
-		{get, "/operator/hosts", tenants.PermOperator, false, h.OperatorHosts},
-		{post, "/operator/tenants/:id/quota", tenants.PermOperator, false, h.OperatorSetQuota},
-		{get, "/operator/usage", tenants.PermOperator, false, h.OperatorUsagePage},
-		{get, "/operator/prices", tenants.PermOperator, false, h.PricesPage},
-		{post, "/operator/prices", tenants.PermOperator, false, h.OperatorSetPrice},
+		{Method: get, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorTenants},
+		{Method: post, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorCreateTenant},
+		{Method: get, Path: "/operator/hosts", Perm: tenants.PermOperator, Handler: h.OperatorHosts},
+		{Method: post, Path: "/operator/tenants/:id/quota", Perm: tenants.PermOperator, Handler: h.OperatorSetQuota},
+		{Method: get, Path: "/operator/usage", Perm: tenants.PermOperator, Handler: h.OperatorUsagePage},
+		{Method: get, Path: "/operator/prices", Perm: tenants.PermOperator, Handler: h.PricesPage},
+		{Method: post, Path: "/operator/prices", Perm: tenants.PermOperator, Handler: h.OperatorSetPrice},
 		// Incident response: freeze destroys the tenant's sandboxes and
 		// refuses new sandboxes and VMs until unfreeze.
-		{post, "/operator/tenants/:id/freeze", tenants.PermOperator, false, h.OperatorFreezeTenant},
-		{post, "/operator/tenants/:id/unfreeze", tenants.PermOperator, false, h.OperatorUnfreezeTenant},
+		{Method: post, Path: "/operator/tenants/:id/freeze", Perm: tenants.PermOperator, Handler: h.OperatorFreezeTenant},
+		{Method: post, Path: "/operator/tenants/:id/unfreeze", Perm: tenants.PermOperator, Handler: h.OperatorUnfreezeTenant},
 
-		// JSON API.
-		{get, "/api/v1/openapi.json", P, true, openAPIHandler()},
-		{get, "/api/v1/me", tenants.PermSignedIn, true, h.Me},
-		{get, "/api/v1/members", tenants.PermMembersRead, true, h.APIMembers},
-		{post, "/api/v1/members", tenants.PermMembersWrite, true, h.APIInviteMember},
-		{pat, "/api/v1/members/:id", tenants.PermMembersWrite, true, h.APIUpdateMember},
-		{del, "/api/v1/members/:id", tenants.PermMembersWrite, true, h.APIRemoveMember},
-		{get, "/api/v1/tokens", tenants.PermTokensRead, true, h.APITokens},
-		{post, "/api/v1/tokens", tenants.PermTokensWrite, true, h.Idempotent(handlers.IdemToken, h.APICreateToken)},
-		{del, "/api/v1/tokens/:id", tenants.PermTokensWrite, true, h.APIRevokeToken},
-		{get, "/api/v1/secrets", tenants.PermSecretsRead, true, h.APISecrets},
-		{post, "/api/v1/secrets", tenants.PermSecretsWrite, true, h.APICreateSecret},
-		{pat, "/api/v1/secrets/:name", tenants.PermSecretsWrite, true, h.APIUpdateSecret},
-		{del, "/api/v1/secrets/:name", tenants.PermSecretsWrite, true, h.APIRevokeSecret},
-		{get, "/api/v1/integrations/webhooks", tenants.PermIntegrationsRead, true, h.APIWebhooks},
-		{post, "/api/v1/integrations/webhooks", tenants.PermIntegrationsWrite, true, h.APICreateWebhook},
-		{pat, "/api/v1/integrations/webhooks/:id", tenants.PermIntegrationsWrite, true, h.APIUpdateWebhook},
-		{del, "/api/v1/integrations/webhooks/:id", tenants.PermIntegrationsWrite, true, h.APIDeleteWebhook},
-		{post, "/api/v1/integrations/webhooks/:id/test", tenants.PermIntegrationsWrite, true, h.APITestWebhook},
-		{get, "/api/v1/integrations/deliveries", tenants.PermIntegrationsRead, true, h.APIWebhookDeliveries},
-		{get, "/api/v1/policy", tenants.PermPolicyRead, true, h.APIPolicy},
-		{put, "/api/v1/policy", tenants.PermPolicyWrite, true, h.APIPutPolicy},
-		{post, "/api/v1/policy/preview", tenants.PermPolicyWrite, true, h.APIPreviewPolicy},
-		// The schema holds no tenant data.
-		{get, "/api/v1/policy/schema", tenants.PermSignedIn, true, h.APIPolicySchema},
-		{get, "/api/v1/policy/diff", tenants.PermPolicyRead, true, h.APIPolicyDiff},
-		{post, "/api/v1/policy/rollback", tenants.PermPolicyWrite, true, h.APIRollbackPolicy},
-		{get, "/api/v1/policy/versions", tenants.PermPolicyRead, true, h.APIPolicyVersions},
-		{get, "/api/v1/policy/versions/:version", tenants.PermPolicyRead, true, h.APIPolicyVersion},
-		{get, "/api/v1/audit", tenants.PermAuditRead, true, h.AuditExport},
-		{get, "/api/v1/vms", tenants.PermVMsRead, true, h.APIVMs},
-		{post, "/api/v1/vms", tenants.PermVMsWrite, true, h.Idempotent(handlers.IdemVM, h.APICreateVM)},
-		{get, "/api/v1/vms/:id", tenants.PermVMsRead, true, h.APIVM},
-		{del, "/api/v1/vms/:id", tenants.PermVMsWrite, true, h.APIDestroyVM},
-		{post, "/api/v1/vms/:id/stop", tenants.PermVMsWrite, true, h.APIStopVM},
-		{post, "/api/v1/vms/:id/recycle", tenants.PermVMsWrite, true, h.APIRecycleVM},
-		{get, "/api/v1/vm-pool", tenants.PermVMsRead, true, h.APIVMPool},
-		{put, "/api/v1/vm-pool", tenants.PermVMsWrite, true, h.APISetVMPool},
-		{get, "/api/v1/sandboxes", tenants.PermSandboxesRead, true, h.APISandboxes},
+		// JSON API. Each route's Doc is its operation in the OpenAPI
+		// document, generated from it and the api types it names.
+		{Method: get, Path: "/healthz", Perm: P, API: true, Handler: h.Healthz,
+			Doc: &Doc{Summary: "Liveness: the process answers", Tag: "health", Answers: ok("Alive", api.Status{})}},
+		{Method: get, Path: "/readyz", Perm: P, API: true, Handler: h.Readyz,
+			Doc: &Doc{Summary: "Readiness: the database and identity provider answer, and a libvirt host where VMs run", Tag: "health",
+				Answers: []Answer{answer(http.StatusOK, "Ready", api.Status{}), answer(http.StatusServiceUnavailable, "Not ready, and why", api.Status{})}}},
+		{Method: get, Path: "/api/v1/openapi.json", Perm: P, API: true, Handler: openAPIHandler(spec),
+			Doc: &Doc{Summary: "This document", Tag: "meta", Answers: []Answer{{Status: http.StatusOK, Desc: "The OpenAPI 3.1 document",
+				Content: []Content{{Media: echo.MIMEApplicationJSON, Schema: &openapi3.Schema{Type: types(openapi3.TypeObject)}}}}}}},
+		{Method: get, Path: "/api/v1/me", Perm: tenants.PermSignedIn, API: true, Handler: h.Me,
+			Doc: &Doc{Summary: "Who the caller is: person or token, tenant and role", Tag: "identity", Answers: ok("The caller", api.Me{})}},
+
+		{Method: get, Path: "/api/v1/members", Perm: tenants.PermMembersRead, API: true, Handler: h.APIMembers,
+			Doc: &Doc{Summary: "List the tenant's members and pending invitations", Tag: "members", Answers: ok("The list", api.MemberList{})}},
+		{Method: post, Path: "/api/v1/members", Perm: tenants.PermMembersWrite, API: true, Handler: h.APIInviteMember,
+			Doc: &Doc{Summary: "Invite a member by email with a role", Tag: "members", Body: jsonIn(api.InviteMember{}),
+				Answers: []Answer{answer(http.StatusCreated, "The invitation", api.Member{})}, Errors: map[int]string{409: "Already a member"}}},
+		{Method: pat, Path: "/api/v1/members/:id", Perm: tenants.PermMembersWrite, API: true, Handler: h.APIUpdateMember,
+			Doc: &Doc{Summary: "Change a member's role", Tag: "members", Body: jsonIn(api.UpdateMember{}), Answers: done}},
+		{Method: del, Path: "/api/v1/members/:id", Perm: tenants.PermMembersWrite, API: true, Handler: h.APIRemoveMember,
+			Doc: &Doc{Summary: "Remove a member", Tag: "members", Answers: done}},
+
+		{Method: get, Path: "/api/v1/tokens", Perm: tenants.PermTokensRead, API: true, Handler: h.APITokens,
+			Doc: &Doc{Summary: "List the tenant's API tokens (never their secrets)", Tag: "tokens", Answers: ok("The list", api.TokenList{})}},
 		// Creates take an Idempotency-Key (handlers.Idempotent): a retry answers the first result.
-		{post, "/api/v1/sandboxes", tenants.PermSandboxesWrite, true, h.Idempotent(handlers.IdemSandbox, h.APICreateSandbox)},
-		{get, "/api/v1/sandboxes/:id", tenants.PermSandboxesRead, true, h.APISandbox},
-		{del, "/api/v1/sandboxes/:id", tenants.PermSandboxesWrite, true, h.APIDestroySandbox},
-		{post, "/api/v1/sandboxes/:id/exec", tenants.PermSandboxesWrite, true, h.APIExec},
+		{Method: post, Path: "/api/v1/tokens", Perm: tenants.PermTokensWrite, API: true, Handler: h.Idempotent(handlers.IdemToken, h.APICreateToken),
+			Doc: &Doc{Summary: "Create an API token; its secret is in this answer only (and in replays of it, sealed at rest)", Tag: "tokens",
+				Params: api.IdempotencyParams{}, Body: jsonIn(api.CreateToken{}),
+				Answers: []Answer{answer(http.StatusCreated, "The token with its secret in token", api.Token{})}}},
+		{Method: del, Path: "/api/v1/tokens/:id", Perm: tenants.PermTokensWrite, API: true, Handler: h.APIRevokeToken,
+			Doc: &Doc{Summary: "Revoke an API token", Tag: "tokens", Answers: done}},
+
+		{Method: get, Path: "/api/v1/secrets", Perm: tenants.PermSecretsRead, API: true, Handler: h.APISecrets,
+			Doc: &Doc{Summary: "List the tenant's secrets (never their values; hosts for admins only)", Tag: "secrets", Answers: ok("The list", api.SecretList{})}},
+		{Method: post, Path: "/api/v1/secrets", Perm: tenants.PermSecretsWrite, API: true, Handler: h.APICreateSecret,
+			Doc: &Doc{Summary: "Store a secret, encrypted; its value is never returned by anything", Tag: "secrets", Body: jsonIn(api.CreateSecret{}),
+				Answers: []Answer{answer(http.StatusCreated, "The secret, without its value", api.Secret{})}, Errors: map[int]string{409: "A live secret has this name"}}},
+		{Method: pat, Path: "/api/v1/secrets/:name", Perm: tenants.PermSecretsWrite, API: true, Handler: h.APIUpdateSecret,
+			Doc: &Doc{Summary: "Change where a live secret may be injected into requests to its hosts", Tag: "secrets",
+				Params: api.SecretParams{}, Body: jsonIn(api.UpdateSecret{}), Answers: ok("The secret, without its value", api.Secret{}),
+				Errors: map[int]string{404: "No live secret of this name in the caller's tenant"}}},
+		{Method: del, Path: "/api/v1/secrets/:name", Perm: tenants.PermSecretsWrite, API: true, Handler: h.APIRevokeSecret,
+			Doc: &Doc{Summary: "Revoke a secret: the gateway stops using it at once", Tag: "secrets", Params: api.SecretParams{}, Answers: done,
+				Errors: map[int]string{404: "No live secret of this name in the caller's tenant"}}},
+
+		{Method: get, Path: "/api/v1/integrations/webhooks", Perm: tenants.PermIntegrationsRead, API: true, Handler: h.APIWebhooks,
+			Doc: &Doc{Summary: "List the tenant's outgoing webhook endpoints (secret names, never values)", Tag: "integrations", Answers: ok("The list", api.WebhookList{})}},
+		{Method: post, Path: "/api/v1/integrations/webhooks", Perm: tenants.PermIntegrationsWrite, API: true, Handler: h.APICreateWebhook,
+			Doc: &Doc{Summary: "Add an outgoing webhook endpoint, signed per Standard Webhooks with a tenant secret's whsec_ key", Tag: "integrations",
+				Body: jsonIn(api.CreateWebhook{}), Answers: []Answer{answer(http.StatusCreated, "The endpoint", api.WebhookEndpoint{})},
+				Errors: map[int]string{409: "The tenant has as many endpoints as allowed"}}},
+		{Method: pat, Path: "/api/v1/integrations/webhooks/:id", Perm: tenants.PermIntegrationsWrite, API: true, Handler: h.APIUpdateWebhook,
+			Doc: &Doc{Summary: "Enable or disable an endpoint: a disabled one gets no new events", Tag: "integrations",
+				Body: jsonIn(api.UpdateWebhook{}), Answers: ok("The endpoint", api.WebhookEndpoint{})}},
+		{Method: del, Path: "/api/v1/integrations/webhooks/:id", Perm: tenants.PermIntegrationsWrite, API: true, Handler: h.APIDeleteWebhook,
+			Doc: &Doc{Summary: "Delete an endpoint; its deliveries stay in the log", Tag: "integrations", Answers: done}},
+		{Method: post, Path: "/api/v1/integrations/webhooks/:id/test", Perm: tenants.PermIntegrationsWrite, API: true, Handler: h.APITestWebhook,
+			Doc: &Doc{Summary: "Queue a webhook.test event for the endpoint (even a disabled one)", Tag: "integrations",
+				Answers: []Answer{answer(http.StatusAccepted, "Its delivery, pending", api.WebhookDelivery{})}}},
+		{Method: get, Path: "/api/v1/integrations/deliveries", Perm: tenants.PermIntegrationsRead, API: true, Handler: h.APIWebhookDeliveries,
+			Doc: &Doc{Summary: "The tenant's recent webhook deliveries, newest first", Tag: "integrations",
+				Params: api.DeliveryQuery{}, Answers: ok("The list", api.DeliveryList{})}},
+
+		{Method: get, Path: "/api/v1/policy", Perm: tenants.PermPolicyRead, API: true, Handler: h.APIPolicy,
+			Doc: &Doc{Summary: "The tenant's policy now in force (version 0: the built-in strict defaults)", Tag: "policy",
+				Answers: ok("The current version with its document", api.PolicyVersion{})}},
+		{Method: put, Path: "/api/v1/policy", Perm: tenants.PermPolicyWrite, API: true, Handler: h.APIPutPolicy,
+			Doc: &Doc{Summary: "Save a new policy version; a document failing the schema gets 422 listing every failing path and nothing is saved", Tag: "policy",
+				Body: jsonIn(api.PolicyEdit{}), Answers: ok("The new version, with its changes against the one it replaced", api.PolicyVersion{}),
+				Errors: map[int]string{409: "base_version is not the current version: another change was saved meanwhile"}}},
+		{Method: post, Path: "/api/v1/policy/preview", Perm: tenants.PermPolicyWrite, API: true, Handler: h.APIPreviewPolicy,
+			Doc: &Doc{Summary: "Check a document and say what saving it would change for running and new sandboxes; nothing is saved", Tag: "policy",
+				Body: jsonIn(api.PolicyEdit{}), Answers: ok("The preview", api.PolicyPreview{})}},
+		// The schema holds no tenant data.
+		{Method: get, Path: "/api/v1/policy/schema", Perm: tenants.PermSignedIn, API: true, Handler: h.APIPolicySchema,
+			Doc: &Doc{Summary: "The JSON Schema policy documents are checked against", Tag: "policy", Answers: []Answer{{Status: http.StatusOK,
+				Desc: "A JSON Schema (draft 2020-12)", Content: []Content{{Media: echo.MIMEApplicationJSON, Schema: &openapi3.Schema{Type: types(openapi3.TypeObject)}}}}}}},
+		{Method: get, Path: "/api/v1/policy/diff", Perm: tenants.PermPolicyRead, API: true, Handler: h.APIPolicyDiff,
+			Doc: &Doc{Summary: "What changed between two versions", Tag: "policy", Params: api.PolicyDiffQuery{},
+				Answers: ok("The changes", api.PolicyDiff{}), Errors: map[int]string{404: "No such version"}}},
+		{Method: post, Path: "/api/v1/policy/rollback", Perm: tenants.PermPolicyWrite, API: true, Handler: h.APIRollbackPolicy,
+			Doc: &Doc{Summary: "Save an older version's document as the newest version", Tag: "policy", Body: jsonIn(api.PolicyRollback{}),
+				Answers: ok("The new version", api.PolicyVersion{}), Errors: map[int]string{404: "No such version"}}},
+		{Method: get, Path: "/api/v1/policy/versions", Perm: tenants.PermPolicyRead, API: true, Handler: h.APIPolicyVersions,
+			Doc: &Doc{Summary: "Every version of the tenant's policy, newest first (documents left out)", Tag: "policy", Answers: ok("The list", api.PolicyVersionList{})}},
+		{Method: get, Path: "/api/v1/policy/versions/:version", Perm: tenants.PermPolicyRead, API: true, Handler: h.APIPolicyVersion,
+			Doc: &Doc{Summary: "One version with its document", Tag: "policy", Params: api.PolicyVersionParams{},
+				Answers: ok("The version", api.PolicyVersion{}), Errors: map[int]string{404: "No such version in the caller's tenant"}}},
+		{Method: get, Path: "/api/v1/audit", Perm: tenants.PermAuditRead, API: true, Handler: h.AuditExport,
+			Doc: &Doc{Summary: "Export the tenant's audit log (itself audited)", Tag: "audit", Params: api.AuditQuery{},
+				Answers: []Answer{{Status: http.StatusOK, Desc: "The events, oldest first: JSON Lines (one AuditEvent per line), a JSON array, or CSV", Content: []Content{
+					{Media: api.MediaJSONLines, Type: api.AuditEvent{}},
+					{Media: echo.MIMEApplicationJSON, Type: []api.AuditEvent{}},
+					{Media: api.MediaCSV, Schema: textSchema("a header row, then one row per event", api.MediaCSV)}}}}}},
+
+		{Method: get, Path: "/api/v1/vms", Perm: tenants.PermVMsRead, API: true, Handler: h.APIVMs,
+			Doc: &Doc{Summary: "List the tenant's VMs and whether the hypervisor is reachable", Tag: "vms", Answers: ok("The VMs", api.VMList{})}},
+		{Method: post, Path: "/api/v1/vms", Perm: tenants.PermVMsWrite, API: true, Handler: h.Idempotent(handlers.IdemVM, h.APICreateVM),
+			Doc: &Doc{Summary: "Boot a VM in the tenant's pool (no body, or {}); it boots in the background", Tag: "vms",
+				Params: api.IdempotencyParams{}, Body: &Body{Optional: true, Content: []Content{{Media: echo.MIMEApplicationJSON, Type: api.CreateVM{}}}},
+				Answers: []Answer{answer(http.StatusAccepted, "The VM, booting", api.VM{})},
+				Errors:  map[int]string{429: "Over the pool's max_vms or the tenant quota", 503: "No libvirt host reachable, or no guest image"}}},
+		{Method: get, Path: "/api/v1/vms/:id", Perm: tenants.PermVMsRead, API: true, Handler: h.APIVM,
+			Doc: &Doc{Summary: "One VM with live CPU and guest numbers", Tag: "vms", Answers: ok("The VM", api.VM{})}},
+		{Method: del, Path: "/api/v1/vms/:id", Perm: tenants.PermVMsWrite, API: true, Handler: h.APIDestroyVM,
+			Doc: &Doc{Summary: "Destroy a VM at once", Tag: "vms", Answers: ok("The VM, stopped", api.VM{}),
+				Errors: map[int]string{409: "Already ended", 503: "Its host is unreachable"}}},
+		{Method: post, Path: "/api/v1/vms/:id/stop", Perm: tenants.PermVMsWrite, API: true, Handler: h.APIStopVM,
+			Doc: &Doc{Summary: "Shut a running VM down through its agent", Tag: "vms",
+				Answers: []Answer{answer(http.StatusAccepted, "The VM, stopping", api.VM{})}, Errors: map[int]string{409: "Not running"}}},
+		{Method: post, Path: "/api/v1/vms/:id/recycle", Perm: tenants.PermVMsWrite, API: true, Handler: h.APIRecycleVM,
+			Doc: &Doc{Summary: "Replace a running VM with a fresh one", Tag: "vms",
+				Answers: []Answer{answer(http.StatusAccepted, "The old and the new VM", api.VMRecycle{})}, Errors: map[int]string{409: "Not running"}}},
+		{Method: get, Path: "/api/v1/vm-pool", Perm: tenants.PermVMsRead, API: true, Handler: h.APIVMPool,
+			Doc: &Doc{Summary: "The tenant's VM pool settings and quota", Tag: "vms", Answers: ok("The pool", api.Pool{})}},
+		{Method: put, Path: "/api/v1/vm-pool", Perm: tenants.PermVMsWrite, API: true, Handler: h.APISetVMPool,
+			Doc: &Doc{Summary: "Replace the VM pool settings (checked against the quota)", Tag: "vms", Body: jsonIn(api.SetPool{}),
+				Answers: ok("The pool", api.Pool{}), Errors: map[int]string{429: "The pool grown to max_vms would not fit the quota"}}},
+
+		{Method: get, Path: "/api/v1/sandboxes", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APISandboxes,
+			Doc: &Doc{Summary: "List the tenant's sandboxes: active ones, then recently ended", Tag: "sandboxes",
+				Params: api.SandboxQuery{}, Answers: ok("The list", api.SandboxList{})}},
+		{Method: post, Path: "/api/v1/sandboxes", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.Idempotent(handlers.IdemSandbox, h.APICreateSandbox),
+			Doc: &Doc{Summary: "Create a sandbox; answers once it runs", Tag: "sandboxes", Params: api.IdempotencyParams{},
+				Body:    &Body{Optional: true, Content: []Content{{Media: echo.MIMEApplicationJSON, Type: api.CreateSandbox{}}}},
+				Answers: []Answer{answer(http.StatusCreated, "The sandbox, running", api.Sandbox{})},
+				Errors: map[int]string{
+					429: "Over the tenant quota (errors[].field names it: max_sandboxes, max_vcpus, max_memory_mib) or the pool's max_vms",
+					503: "No VM could take it: hypervisor unreachable, boot failed; a sandbox that was recorded is failed with the reason"}}},
+		{Method: get, Path: "/api/v1/sandboxes/:id", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APISandbox,
+			Doc: &Doc{Summary: "One sandbox with its timeline and, while it runs, its usage", Tag: "sandboxes", Answers: ok("The sandbox", api.Sandbox{})}},
+		{Method: del, Path: "/api/v1/sandboxes/:id", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIDestroySandbox,
+			Doc: &Doc{Summary: "Destroy a sandbox and everything it had", Tag: "sandboxes", Answers: ok("The sandbox, destroyed", api.Sandbox{}),
+				Errors: map[int]string{409: "Already ended, or still being created", 503: "Its VM's agent is out of reach; nothing changed"}}},
+		{Method: post, Path: "/api/v1/sandboxes/:id/exec", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIExec,
+			Doc: &Doc{Summary: "Run a command in a sandbox", Tag: "sandboxes", Params: api.ExecQuery{}, Body: jsonIn(api.ExecRequest{}),
+				Answers: []Answer{{Status: http.StatusOK, Desc: "How the command ended (or, with stream=1, its events: one ExecEvent per line)", Content: []Content{
+					{Media: echo.MIMEApplicationJSON, Type: api.ExecResult{}}, {Media: api.MediaNDJSON, Type: api.ExecEvent{}}}}},
+				Errors: map[int]string{409: "The sandbox is not running"}}},
 		// Resumes a streamed command that outlived its server (NDJSON from ?offset=).
-		{get, "/api/v1/sandboxes/:id/execs/:exec_id/stream", tenants.PermSandboxesWrite, true, h.APIResumeExec},
-		{get, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIReadFile},
-		{put, "/api/v1/sandboxes/:id/files", tenants.PermSandboxesWrite, true, h.APIWriteFile},
+		{Method: get, Path: "/api/v1/sandboxes/:id/execs/:exec_id/stream", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIResumeExec,
+			Doc: &Doc{Summary: "Resume a streamed command that outlived its server (a restart)", Tag: "sandboxes", Params: api.ResumeExecParams{},
+				Answers: []Answer{{Status: http.StatusOK, Desc: `The events of stream=1 from the offset on, one ExecEvent per line; the started event's "offset" is where the output really starts (past the asked one when the agent's buffer dropped bytes)`,
+					Content: []Content{{Media: api.MediaNDJSON, Type: api.ExecEvent{}}}}},
+				Errors: map[int]string{404: "No such command, or its process is gone (its record says lost)",
+					409: "The command ended (its record has how), this server streams it already, or the sandbox is not running"}}},
+		{Method: get, Path: "/api/v1/sandboxes/:id/files", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIReadFile,
+			Doc: &Doc{Summary: "Read a file of a sandbox as raw bytes", Tag: "sandboxes", Params: api.FileQuery{},
+				Answers: []Answer{{Status: http.StatusOK, Desc: "The file's bytes", Content: []Content{{Media: api.MediaBytes, Schema: textSchema("", api.MediaBytes)}}}},
+				Errors: map[int]string{403: "The sandbox user may not read the file", 409: "The sandbox is not running",
+					413: "The file is larger than the per-file limit (STOCKADE_MAX_FILE_BYTES, or the tenant policy's filesystem.max_file_bytes); the problem names it",
+					422: "The path is empty or climbs with '..'"}}},
+		{Method: put, Path: FileUploadPath, Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIWriteFile,
+			Doc: &Doc{Summary: "Write a file of a sandbox from the raw request body; it appears whole or not at all", Tag: "sandboxes", Params: api.WriteFileQuery{},
+				Body:    &Body{Content: []Content{{Media: api.MediaBytes, Schema: textSchema("", api.MediaBytes)}}},
+				Answers: ok("The file written", api.File{}),
+				Errors: map[int]string{403: "The sandbox user may not write there; nothing was written", 409: "The sandbox is not running",
+					413: "The body is larger than the per-file limit (STOCKADE_MAX_FILE_BYTES, or the tenant policy's filesystem.max_file_bytes), which the problem names; nothing was written",
+					507: "The sandbox's disk is full"}}},
 		// WebSocket: watching needs the route's permission; driving (no
 		// ?watch=1) terminals.drive too, checked before the upgrade.
-		{get, "/api/v1/sandboxes/:id/terminal", tenants.PermTerminalsWatch, true, h.TerminalSocket},
-		{get, "/api/v1/terminals", tenants.PermTerminalsWatch, true, h.APITerminals},
-		{get, "/api/v1/terminals/:id", tenants.PermTerminalsWatch, true, h.APITerminal},
-		{get, "/api/v1/terminals/:id/cast", tenants.PermTerminalsWatch, true, h.TerminalCast},
+		{Method: get, Path: "/api/v1/sandboxes/:id/terminal", Perm: tenants.PermTerminalsWatch, API: true, Handler: h.TerminalSocket,
+			Also: []Check{driveTerminal},
+			Doc: &Doc{Summary: "A terminal in a sandbox, over WebSocket", Tag: "terminals", Params: api.TerminalParams{},
+				Answers: []Answer{{Status: http.StatusSwitchingProtocols, Desc: "WebSocket. Binary frames carry terminal data: output to the client, keystrokes from the driver. " +
+					"Text frames carry TerminalControl JSON: first a hello (session, role, offset of the next output byte, size, who drives and watches); " +
+					"then resize, role, presence, requested, error and finally end (reason, exit_code) before the server closes. " +
+					"Clients send resize (driver), request, take (after request), release and cancel. A client too slow to read is closed with 1013: " +
+					"reconnect with ?session=&offset= to resume.", Content: []Content{{Media: echo.MIMEApplicationJSON, Type: api.TerminalControl{}}}}},
+				Errors: map[int]string{400: "Not a WebSocket handshake", 409: "The sandbox is not running, or the session ended",
+					503: "The sandbox's VM agent is out of reach"}}},
+		{Method: get, Path: "/api/v1/terminals", Perm: tenants.PermTerminalsWatch, API: true, Handler: h.APITerminals,
+			Doc: &Doc{Summary: "List the tenant's terminal sessions, newest first, with who is on the live ones", Tag: "terminals",
+				Params: api.TerminalQuery{}, Answers: ok("The list", api.TerminalList{})}},
+		{Method: get, Path: "/api/v1/terminals/:id", Perm: tenants.PermTerminalsWatch, API: true, Handler: h.APITerminal,
+			Doc: &Doc{Summary: "One terminal session", Tag: "terminals", Answers: ok("The session", api.Terminal{})}},
+		{Method: get, Path: "/api/v1/terminals/:id/cast", Perm: tenants.PermTerminalsWatch, API: true, Handler: h.TerminalCast,
+			Doc: &Doc{Summary: "A session's recording, asciicast v2 (a live session's so far)", Tag: "terminals",
+				Answers: []Answer{{Status: http.StatusOK, Desc: "The recording", Content: []Content{{Media: api.MediaCast, Schema: textSchema("", "")}}}}}},
 		// Egress decisions of the gateway (sandbox connections, allowed or denied).
-		{get, "/api/v1/egress-events", tenants.PermSandboxesRead, true, h.APIEgressEvents},
+		{Method: get, Path: "/api/v1/egress-events", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APIEgressEvents,
+			Doc: &Doc{Summary: "List the egress gateway's decisions for the tenant's sandboxes, newest first", Tag: "egress",
+				Params: api.EgressQuery{}, Answers: ok("The list", api.EgressEventList{})}},
 		// Usage and cost of the caller's tenant: the billing export (streamed,
 		// audited), a summary for dashboards, and the quota with what is used.
-		{get, "/api/v1/usage", tenants.PermUsageExport, true, h.APIUsageExport},
-		{get, "/api/v1/usage/summary", tenants.PermUsageRead, true, h.APIUsageSummary},
-		{get, "/api/v1/quota", tenants.PermTenantView, true, h.APIQuota},
-		{get, "/api/v1/hosts", tenants.PermOperator, true, h.APIHosts},
-		{get, "/api/v1/tenants", tenants.PermOperator, true, h.APITenants},
-		{post, "/api/v1/tenants", tenants.PermOperator, true, h.APICreateTenant},
-		{get, "/api/v1/tenants/:id/quota", tenants.PermOperator, true, h.APITenantQuota},
-		{put, "/api/v1/tenants/:id/quota", tenants.PermOperator, true, h.APISetTenantQuota},
-		{get, "/api/v1/prices", tenants.PermOperator, true, h.APIPrices},
-		{post, "/api/v1/prices", tenants.PermOperator, true, h.APISetPrice},
+		{Method: get, Path: "/api/v1/usage", Perm: tenants.PermUsageExport, API: true, Handler: h.APIUsageExport,
+			Doc: &Doc{Summary: "Export the tenant's usage for a period as FOCUS rows, streamed (itself audited as usage.exported)", Tag: "usage",
+				Params: api.UsageExportQuery{}, Answers: usageExport("One row per sandbox, ledger hour and meter (vcpu-allocated, memory-allocated, cpu-measured, egress), in hour order; Content-Disposition names a file"),
+				Errors: map[int]string{400: "from, to or format is malformed (the field is named)"}}},
+		{Method: get, Path: "/api/v1/usage/summary", Perm: tenants.PermUsageRead, API: true, Handler: h.APIUsageSummary,
+			Doc: &Doc{Summary: "The tenant's usage for a period (default this month): totals, each UTC day, and the top 10 sandboxes, users and templates by cost", Tag: "usage",
+				Params: api.UsagePeriod{}, Answers: ok("The summary", api.UsageSummary{}), Errors: map[int]string{400: "from or to is malformed (the field is named)"}}},
+		{Method: get, Path: "/api/v1/quota", Perm: tenants.PermTenantView, API: true, Handler: h.APIQuota,
+			Doc: &Doc{Summary: "The caller's tenant quota: each limit with what is held now (sandboxes, vCPUs, memory, VMs) or used this month (CPU-hours), warn from 80 %", Tag: "usage",
+				Answers: ok("The quota lines", api.QuotaReport{})}},
+		{Method: get, Path: "/api/v1/hosts", Perm: tenants.PermOperator, API: true, Handler: h.APIHosts,
+			Doc: &Doc{Summary: "List the libvirt hosts (platform operators)", Tag: "operators", Answers: ok("The list", api.HostList{})}},
+		{Method: get, Path: "/api/v1/tenants", Perm: tenants.PermOperator, API: true, Handler: h.APITenants,
+			Doc: &Doc{Summary: "List the tenants (platform operators)", Tag: "operators", Answers: ok("The list", api.TenantList{})}},
+		{Method: post, Path: "/api/v1/tenants", Perm: tenants.PermOperator, API: true, Handler: h.APICreateTenant,
+			Doc: &Doc{Summary: "Create a tenant, optionally with its first admin (platform operators)", Tag: "operators", Body: jsonIn(api.CreateTenant{}),
+				Answers: []Answer{answer(http.StatusCreated, "The tenant", api.Tenant{})}, Errors: map[int]string{409: "The slug is taken"}}},
+		{Method: get, Path: "/api/v1/tenants/:id/quota", Perm: tenants.PermOperator, API: true, Handler: h.APITenantQuota,
+			Doc: &Doc{Summary: "A tenant's quota (platform operators)", Tag: "operators", Answers: ok("The quota", api.TenantQuota{})}},
+		{Method: put, Path: "/api/v1/tenants/:id/quota", Perm: tenants.PermOperator, API: true, Handler: h.APISetTenantQuota,
+			Doc: &Doc{Summary: "Replace a tenant's quota; every limit is required (platform operators, audited tenant.quota_updated)", Tag: "operators",
+				Body: jsonIn(api.SetTenantQuota{}), Answers: ok("The quota saved", api.TenantQuota{})}},
+		{Method: get, Path: "/api/v1/prices", Perm: tenants.PermOperator, API: true, Handler: h.APIPrices,
+			Doc: &Doc{Summary: "The platform list price in force with its history, and the price every tenant pays now (platform operators)", Tag: "operators",
+				Answers: ok("The price book", api.PriceBook{})}},
+		{Method: post, Path: "/api/v1/prices", Perm: tenants.PermOperator, API: true, Handler: h.APISetPrice,
+			Doc: &Doc{Summary: "Add a version to the platform's price book, or with tenant_id to a tenant's override (platform operators, audited usage.price_set)", Tag: "operators",
+				Body: jsonIn(api.SetPrice{}), Answers: []Answer{answer(http.StatusCreated, "The version", api.PriceVersion{})}, Errors: map[int]string{404: "No such tenant"}}},
 		// Every tenant's usage as FOCUS rows, streamed (audited, scope all).
-		{get, "/api/v1/operator/usage", tenants.PermOperator, true, h.OperatorUsageExport},
-		{post, "/api/v1/tenants/:id/freeze", tenants.PermOperator, true, h.APIFreezeTenant},
-		{post, "/api/v1/tenants/:id/unfreeze", tenants.PermOperator, true, h.APIUnfreezeTenant},
+		{Method: get, Path: "/api/v1/operator/usage", Perm: tenants.PermOperator, API: true, Handler: h.OperatorUsageExport,
+			Doc: &Doc{Summary: "Export every tenant's usage for a period as FOCUS rows, streamed (platform operators; audited usage.exported, scope all)", Tag: "operators",
+				Params: api.UsageExportQuery{}, Answers: usageExport("One row per sandbox, ledger hour and meter, every tenant (SubAccountId/SubAccountName name it); Content-Disposition names a file"),
+				Errors: map[int]string{400: "from, to or format is malformed (the field is named)"}}},
+		{Method: post, Path: "/api/v1/tenants/:id/freeze", Perm: tenants.PermOperator, API: true, Handler: h.APIFreezeTenant,
+			Doc: &Doc{Summary: "Freeze a tenant (incident response, platform operators): destroy its sandboxes, refuse new sandboxes and VMs; recordings and logs stay", Tag: "operators",
+				Body: jsonIn(api.FreezeRequest{}), Answers: ok("The freeze", api.Freeze{}), Errors: map[int]string{409: "Already frozen"}}},
+		{Method: post, Path: "/api/v1/tenants/:id/unfreeze", Perm: tenants.PermOperator, API: true, Handler: h.APIUnfreezeTenant,
+			Doc: &Doc{Summary: "Lift a tenant's freeze (platform operators)", Tag: "operators", Answers: ok("Unfrozen", api.Freeze{}), Errors: map[int]string{409: "Not frozen"}}},
 		// The security checklist with its evidence; probe runs.
-		{get, "/api/v1/compliance", tenants.PermComplianceRead, true, h.APICompliance},
-		{post, "/api/v1/compliance/probe", tenants.PermComplianceRun, true, h.APIRunComplianceProbe},
-		{get, "/api/v1/compliance/probes", tenants.PermComplianceRead, true, h.APIComplianceProbes},
-		{get, "/api/v1/compliance/probes/:id", tenants.PermComplianceRead, true, h.APIComplianceProbe},
+		{Method: get, Path: "/api/v1/compliance", Perm: tenants.PermComplianceRead, API: true, Handler: h.APICompliance,
+			Doc: &Doc{Summary: "The tenant's security checklist: every item with its status, evidence, since and checked_at, and recent status changes", Tag: "compliance",
+				Answers: ok("The checklist", api.Compliance{})}},
+		{Method: post, Path: "/api/v1/compliance/probe", Perm: tenants.PermComplianceRun, API: true, Handler: h.APIRunComplianceProbe,
+			Doc: &Doc{Summary: "Run the compliance probe now in a sandbox of the tenant (admins); answers once it is done", Tag: "compliance",
+				Answers: []Answer{answer(http.StatusCreated, "The probe run", api.ProbeRun{})}, Errors: map[int]string{503: "No sandbox could be started for the probe"}}},
+		{Method: get, Path: "/api/v1/compliance/probes", Perm: tenants.PermComplianceRead, API: true, Handler: h.APIComplianceProbes,
+			Doc: &Doc{Summary: "The tenant's recent probe runs, newest first, without their output", Tag: "compliance", Answers: ok("The list", api.ProbeRunList{})}},
+		{Method: get, Path: "/api/v1/compliance/probes/:id", Perm: tenants.PermComplianceRead, API: true, Handler: h.APIComplianceProbe,
+			Doc: &Doc{Summary: "One probe run with its checks and output", Tag: "compliance", Answers: ok("The probe run", api.ProbeRun{})}},
 		// Workflows (YAML definitions, JSON accepted too), their settings, and
 		// runs. GitHub deliveries arrive on web.GitHubHookPath, outside this
 		// table: they authenticate by signature, not session or token.
-		{get, "/api/v1/workflows", tenants.PermWorkflowsRead, true, h.APIWorkflows},
-		{get, "/api/v1/workflows/:name", tenants.PermWorkflowsRead, true, h.APIWorkflow},
-		{put, "/api/v1/workflows/:name", tenants.PermWorkflowsWrite, true, h.APIPutWorkflow},
-		{del, "/api/v1/workflows/:name", tenants.PermWorkflowsWrite, true, h.APIDeleteWorkflow},
-		{post, "/api/v1/workflows/:name/runs", tenants.PermRunsWrite, true, h.Idempotent(handlers.IdemRun, h.APIStartRun)},
-		{get, "/api/v1/workflow-settings", tenants.PermWorkflowsRead, true, h.APIWorkflowSettings},
-		{put, "/api/v1/workflow-settings", tenants.PermWorkflowsWrite, true, h.APIPutWorkflowSettings},
-		{get, "/api/v1/runs", tenants.PermWorkflowsRead, true, h.APIRuns},
-		{get, "/api/v1/runs/:id", tenants.PermWorkflowsRead, true, h.APIRun},
-		{get, "/api/v1/runs/:id/log", tenants.PermWorkflowsRead, true, h.APIRunLog},
-		{post, "/api/v1/runs/:id/cancel", tenants.PermRunsWrite, true, h.APICancelRun},
-		{post, "/api/v1/runs/:id/rerun", tenants.PermRunsWrite, true, h.Idempotent(handlers.IdemRun, h.APIRerun)},
+		{Method: get, Path: "/api/v1/workflows", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflows,
+			Doc: &Doc{Summary: "List the tenant's workflows (the newest version of each)", Tag: "workflows", Answers: ok("The list", api.WorkflowList{})}},
+		{Method: get, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflow,
+			Doc: &Doc{Summary: "The current version of a workflow, with its YAML source", Tag: "workflows", Params: api.WorkflowParams{},
+				Answers: ok("The workflow", api.Workflow{}), Errors: map[int]string{404: "No such workflow in the caller's tenant"}}},
+		{Method: put, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsWrite, API: true, Handler: h.APIPutWorkflow,
+			Doc: &Doc{Summary: "Save a new version of a workflow from its YAML (JSON is accepted too); a document failing the schema gets 422 naming every failing field and its line, and nothing is saved", Tag: "workflows",
+				Params: api.PutWorkflowParams{}, Body: &Body{Content: []Content{
+					{Media: api.MediaYAML, Schema: textSchema("the workflow (its JSON Schema: Workflow.definition)", "")},
+					{Media: echo.MIMEApplicationJSON, Schema: &openapi3.Schema{Type: types(openapi3.TypeObject)}}}},
+				Answers: ok("The new version", api.Workflow{}), Errors: map[int]string{409: "base_version is not the current version"}}},
+		{Method: del, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsWrite, API: true, Handler: h.APIDeleteWorkflow,
+			Doc: &Doc{Summary: "Delete a workflow (its versions and runs stay)", Tag: "workflows", Params: api.WorkflowParams{}, Answers: done,
+				Errors: map[int]string{404: "No such workflow in the caller's tenant"}}},
+		{Method: post, Path: "/api/v1/workflows/:name/runs", Perm: tenants.PermRunsWrite, API: true, Handler: h.Idempotent(handlers.IdemRun, h.APIStartRun),
+			Doc: &Doc{Summary: "Start a run by hand (the workflow needs a manual trigger); its sandbox is destroyed when it ends", Tag: "runs",
+				Params: struct {
+					api.WorkflowParams
+					api.IdempotencyParams
+				}{}, Body: &Body{Optional: true, Content: []Content{{Media: echo.MIMEApplicationJSON, Type: api.StartRun{}}}},
+				Answers: []Answer{answer(http.StatusCreated, "The queued run", api.Run{})}, Errors: map[int]string{404: "No such workflow in the caller's tenant"}}},
+		{Method: get, Path: "/api/v1/workflow-settings", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflowSettings,
+			Doc: &Doc{Summary: "The tenant's workflow settings", Tag: "workflows", Answers: ok("The settings", api.WorkflowSettings{})}},
+		{Method: put, Path: "/api/v1/workflow-settings", Perm: tenants.PermWorkflowsWrite, API: true, Handler: h.APIPutWorkflowSettings,
+			Doc: &Doc{Summary: "Name the tenant secret (scoped to github.com) that signs GitHub deliveries to /hooks/github/{tenant}; empty turns them off", Tag: "workflows",
+				Body: jsonIn(api.SetWorkflowSettings{}), Answers: ok("The settings", api.WorkflowSettings{})}},
+		{Method: get, Path: "/api/v1/runs", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIRuns,
+			Doc: &Doc{Summary: "List the tenant's runs, newest first", Tag: "runs", Params: api.RunQuery{}, Answers: ok("The list", api.RunList{})}},
+		{Method: get, Path: "/api/v1/runs/:id", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIRun,
+			Doc: &Doc{Summary: "One run with its steps (exit codes, durations, bounded output) and artifacts", Tag: "runs", Answers: ok("The run", api.Run{})}},
+		{Method: get, Path: "/api/v1/runs/:id/log", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIRunLog,
+			Doc: &Doc{Summary: "The run's log as text: live while it executes here (header X-Stockade-Log: live), else its steps' stored output (stored)", Tag: "runs",
+				Params: api.RunLogQuery{}, Answers: []Answer{{Status: http.StatusOK, Desc: "The log", Content: []Content{{Media: api.MediaText, Schema: textSchema("", "")}}}}}},
+		{Method: post, Path: "/api/v1/runs/:id/cancel", Perm: tenants.PermRunsWrite, API: true, Handler: h.APICancelRun,
+			Doc: &Doc{Summary: "Cancel a queued or running run; its sandbox is destroyed", Tag: "runs", Answers: ok("The cancelled run", api.Run{}),
+				Errors: map[int]string{409: "The run has already ended"}}},
+		{Method: post, Path: "/api/v1/runs/:id/rerun", Perm: tenants.PermRunsWrite, API: true, Handler: h.Idempotent(handlers.IdemRun, h.APIRerun),
+			Doc: &Doc{Summary: "Start a new run of the same workflow version and trigger", Tag: "runs", Params: api.IdempotencyParams{},
+				Answers: []Answer{answer(http.StatusCreated, "The new run", api.Run{})}}},
 	}
+	return routes
+}
+
+// routeOf is the route of the table that c was routed to.
+func routeOf(routes []Route, c echo.Context) (Route, bool) {
+	for _, r := range routes {
+		if r.Path == c.Path() && r.Method == c.Request().Method {
+			return r, true
+		}
+	}
+	return Route{}, false
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gorilla/websocket"
 	"golang.org/x/term"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 )
 
@@ -81,12 +82,7 @@ func attachCmd(ctx context.Context, args []string, getenv func(string) string, s
 
 // onlyLive finds the sandbox's one live session to watch.
 func (a *attacher) onlyLive(ctx context.Context, c *apiClient) (string, error) {
-	var out struct {
-		Terminals []struct {
-			ID   string `json:"id"`
-			Live bool   `json:"live"`
-		} `json:"terminals"`
-	}
+	var out api.TerminalList
 	if err := c.json(ctx, "GET", "/api/v1/terminals?sandbox="+url.QueryEscape(a.sandbox), nil, &out); err != nil {
 		return "", err
 	}

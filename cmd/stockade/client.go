@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/stockade-dev/stockade/handlers/api"
 )
 
 // apiClient talks to a Stockade server's JSON API with an API token.
@@ -47,16 +49,7 @@ func newAPIClient(getenv func(string) string) (*apiClient, error) {
 }
 
 // problemError is an error answer of the API (an RFC 9457 problem document).
-type problemError struct {
-	Status int    `json:"status"`
-	Title  string `json:"title"`
-	Detail string `json:"detail"`
-	Errors []struct {
-		Field  string `json:"field"`
-		Detail string `json:"detail"`
-	} `json:"errors"`
-	RequestID string `json:"request_id"`
-}
+type problemError api.Problem
 
 func (p *problemError) Error() string {
 	var b strings.Builder

@@ -19,7 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 )
 
 // sandboxCmd is the API client for sandboxes: create, ls, show, exec, cp, rm.
@@ -105,38 +105,22 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, std
 		fmt.Fprintf(stderr, "stockade sandbox create: unexpected %q\n", fs.Arg(0))
 		return exitError(2)
 	}
-	in := map[string]any{}
-	if *template != "" {
-		in["template"] = *template
-	}
-	if *vcpus != 0 {
-		in["vcpus"] = *vcpus
-	}
-	if *memory != 0 {
-		in["memory_mib"] = *memory
-	}
-	if *timeout != 0 {
-		in["timeout_seconds"] = int((*timeout + time.Second - 1) / time.Second)
-	}
-	if *idle != 0 {
-		in["idle_timeout_seconds"] = int((*idle + time.Second - 1) / time.Second)
-	}
+	in := api.CreateSandbox{Template: *template, VCPUs: *vcpus, MemoryMiB: *memory,
+		TimeoutSeconds: seconds(*timeout), IdleTimeoutSeconds: seconds(*idle)}
 	if len(env) > 0 {
-		in["env"] = map[string]string(env)
+		in.Env = env
 	}
 	if len(meta) > 0 {
-		in["metadata"] = map[string]string(meta)
+		in.Metadata = meta
 	}
-	var out struct {
-		ID string `json:"id"`
-	}
+	var out api.Sandbox
 	if *key == "" {
 		*key = uuid.NewString()
 	}
 	// The same key on every attempt: a retry of a create the server did
 	// finish answers that sandbox, never a second one.
 	err := retryIdempotent(ctx, *retries, *attemptTimeout, stderr, func(ctx context.Context) error {
-		return c.json(ctx, "POST", "/api/v1/sandboxes", in, &out, handlers.IdempotencyHeader, *key)
+		return c.json(ctx, "POST", "/api/v1/sandboxes", in, &out, api.IdempotencyHeader, *key)
 	})
 	if err != nil {
 		return err
@@ -175,7 +159,7 @@ func retryable(err error) bool {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return true
 		case http.StatusConflict:
-			return strings.Contains(p.Detail, handlers.IdempotencyHeader) // the first attempt still runs
+			return strings.Contains(p.Detail, api.IdempotencyHeader) // the first attempt still runs
 		}
 		return false
 	}
@@ -184,18 +168,7 @@ func retryable(err error) bool {
 }
 
 func sandboxList(ctx context.Context, c *apiClient, stdout io.Writer) error {
-	var out struct {
-		Sandboxes []struct {
-			ID          string `json:"id"`
-			State       string `json:"state"`
-			StateReason string `json:"state_reason"`
-			Template    string `json:"template"`
-			VCPUs       int    `json:"vcpus"`
-			MemoryMiB   int    `json:"memory_mib"`
-			CreatedAt   string `json:"created_at"`
-			ExpiresAt   string `json:"expires_at"`
-		} `json:"sandboxes"`
-	}
+	var out api.SandboxList
 	if err := c.json(ctx, "GET", "/api/v1/sandboxes", nil, &out); err != nil {
 		return err
 	}
@@ -230,22 +203,16 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string, stdin io.Read
 	if len(cmd) > 0 && cmd[0] == "--" {
 		cmd = cmd[1:]
 	}
-	in := map[string]any{"cmd": cmd}
-	if *cwd != "" {
-		in["cwd"] = *cwd
-	}
-	if *timeout != 0 {
-		in["timeout_seconds"] = int((*timeout + time.Second - 1) / time.Second)
-	}
+	in := api.ExecRequest{Cmd: cmd, Cwd: *cwd, TimeoutSeconds: seconds(*timeout)}
 	if len(env) > 0 {
-		in["env"] = map[string]string(env)
+		in.Env = env
 	}
 	if *withStdin {
 		b, err := io.ReadAll(stdin)
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
 		}
-		in["stdin"] = string(b)
+		in.Stdin = string(b)
 	}
 	b, _ := json.Marshal(in)
 	resp, err := c.do(ctx, "POST", "/api/v1/sandboxes/"+url.PathEscape(id)+"/exec?stream=1", strings.NewReader(string(b)), "application/json")
@@ -256,15 +223,7 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string, stdin io.Read
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
 	for sc.Scan() {
-		var ev struct {
-			Type       string `json:"type"`
-			Data       string `json:"data"`
-			DataBase64 string `json:"data_base64"`
-			ExitCode   *int   `json:"exit_code"`
-			Reason     string `json:"reason"`
-			Signal     string `json:"signal"`
-			Detail     string `json:"detail"`
-		}
+		var ev api.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return fmt.Errorf("exec: bad event from the server: %w", err)
 		}
@@ -345,9 +304,7 @@ func sandboxCopy(ctx context.Context, c *apiClient, args []string, stdin io.Read
 		if m != "" {
 			q.Set("mode", m)
 		}
-		var out struct {
-			Size int64 `json:"size"`
-		}
+		var out api.File
 		resp, err := c.do(ctx, "PUT", "/api/v1/sandboxes/"+url.PathEscape(id)+"/files?"+q.Encode(), sizedReader{r, size}, "application/octet-stream")
 		if err != nil {
 			return err
@@ -391,6 +348,9 @@ func sandboxCopy(ctx context.Context, c *apiClient, args []string, stdin io.Read
 	fmt.Fprintln(stderr, "stockade sandbox cp: one side must be ID:PATH")
 	return exitError(2)
 }
+
+// seconds is d in whole seconds, rounded up (0 stays 0: the server's default).
+func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
 
 // sizedReader tells net/http the body's length when it is known (so the
 // server can refuse a file over its limit before it is sent).

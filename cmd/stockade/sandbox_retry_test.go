@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 )
 
 // TestSandboxCreateRetries: `stockade sandbox create` sends an
@@ -41,7 +41,7 @@ func TestSandboxCreateRetries(t *testing.T) {
 				b, _ := io.ReadAll(r.Body)
 				mu.Lock()
 				n := len(keys)
-				keys = append(keys, r.Header.Get(handlers.IdempotencyHeader))
+				keys = append(keys, r.Header.Get(api.IdempotencyHeader))
 				bodies = append(bodies, string(b))
 				mu.Unlock()
 				status := tc.answers[n]

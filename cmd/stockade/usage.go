@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+
+	"github.com/stockade-dev/stockade/handlers/api"
 )
 
 const usageHelp = `usage:
@@ -114,31 +116,6 @@ func usageExport(ctx context.Context, args []string, getenv func(string) string,
 	return nil
 }
 
-// usageSummaryOut is the part of GET /api/v1/usage/summary the table shows.
-type usageSummaryOut struct {
-	Tenant    string                    `json:"tenant"`
-	From      string                    `json:"from"`
-	To        string                    `json:"to"`
-	Totals    usageFigures              `json:"totals"`
-	Sandboxes int                       `json:"sandboxes"`
-	Top       map[string][]usageLineOut `json:"top"`
-}
-
-type usageFigures struct {
-	Cost        float64 `json:"cost"`
-	Currency    string  `json:"currency"`
-	VCPUSeconds float64 `json:"vcpu_seconds"`
-	GiBSeconds  float64 `json:"gib_seconds"`
-	CPUSeconds  float64 `json:"cpu_seconds"`
-	EgressBytes int64   `json:"egress_bytes"`
-}
-
-type usageLineOut struct {
-	Key   string `json:"key"`
-	Label string `json:"label"`
-	usageFigures
-}
-
 // usageSummary prints GET /api/v1/usage/summary: totals and the top lists
 // (the JSON as it is with --json).
 func usageSummary(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -164,21 +141,24 @@ func usageSummary(ctx context.Context, args []string, getenv func(string) string
 	if *asJSON {
 		return writeIndented(stdout, raw)
 	}
-	var s usageSummaryOut
+	var s api.UsageSummary
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return fmt.Errorf("usage summary: decode the answer: %w", err)
 	}
 	t := s.Totals
 	fmt.Fprintf(stdout, "Usage of %s from %s to %s\n", s.Tenant, s.From, s.To)
-	fmt.Fprintf(stdout, "  cost            %.4f %s\n", t.Cost, t.Currency)
+	fmt.Fprintf(stdout, "  cost            %.4f %s\n", cost(t.Cost), t.Currency)
 	fmt.Fprintf(stdout, "  vCPU-hours      %.2f\n", t.VCPUSeconds/3600)
 	fmt.Fprintf(stdout, "  GiB-hours       %.2f\n", t.GiBSeconds/3600)
 	fmt.Fprintf(stdout, "  CPU-hours       %.2f (measured)\n", t.CPUSeconds/3600)
 	fmt.Fprintf(stdout, "  egress          %d bytes\n", t.EgressBytes)
 	fmt.Fprintf(stdout, "  sandboxes       %d\n", s.Sandboxes)
 	var errs []error
-	for _, g := range []struct{ key, title string }{{"sandboxes", "SANDBOX"}, {"users", "USER"}, {"templates", "TEMPLATE"}} {
-		lines := s.Top[g.key]
+	for _, g := range []struct {
+		key, title string
+		lines      []api.UsageLine
+	}{{"sandboxes", "SANDBOX", s.Top.Sandboxes}, {"users", "USER", s.Top.Users}, {"templates", "TEMPLATE", s.Top.Templates}} {
+		lines := g.lines
 		if len(lines) == 0 {
 			continue
 		}
@@ -190,9 +170,15 @@ func usageSummary(ctx context.Context, args []string, getenv func(string) string
 			if g.key == "sandboxes" {
 				name = l.Key
 			}
-			fmt.Fprintf(tw, "%s\t%.4f %s\t%.2f\t%.2f\t%d\n", name, l.Cost, l.Currency, l.VCPUSeconds/3600, l.CPUSeconds/3600, l.EgressBytes)
+			fmt.Fprintf(tw, "%s\t%.4f %s\t%.2f\t%.2f\t%d\n", name, cost(l.Cost), l.Currency, l.VCPUSeconds/3600, l.CPUSeconds/3600, l.EgressBytes)
 		}
 		errs = append(errs, tw.Flush())
 	}
 	return errors.Join(errs...)
+}
+
+// cost is an exact decimal of the API as a float, for printing.
+func cost(n json.Number) float64 {
+	f, _ := n.Float64()
+	return f
 }

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -36,27 +37,23 @@ func workflowCmd(ctx context.Context, args []string, getenv func(string) string,
 	}
 	switch args[0] {
 	case "ls", "list":
-		var out struct {
-			Workflows []struct {
-				Name       string              `json:"name"`
-				Version    int                 `json:"version"`
-				Author     string              `json:"author"`
-				CreatedAt  time.Time           `json:"created_at"`
-				Definition workflow.Definition `json:"definition"`
-			} `json:"workflows"`
-		}
+		var out api.WorkflowList
 		if err := c.json(ctx, "GET", "/api/v1/workflows", nil, &out); err != nil {
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tVERSION\tTRIGGERS\tSTEPS\tSAVED\tBY")
 		for _, w := range out.Workflows {
+			var def workflow.Definition
+			if err := json.Unmarshal(w.Definition, &def); err != nil {
+				return fmt.Errorf("workflow %s: decode its definition: %w", w.Name, err)
+			}
 			var trig []string
-			for _, t := range w.Definition.Triggers {
+			for _, t := range def.Triggers {
 				trig = append(trig, t.Event)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", w.Name, w.Version, strings.Join(trig, ","), len(w.Definition.Steps),
-				w.CreatedAt.Format(time.RFC3339), w.Author)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", w.Name, w.Version, strings.Join(trig, ","), len(def.Steps),
+				stamp(w.CreatedAt), w.Author)
 		}
 		return tw.Flush()
 	case "show", "get":
@@ -64,9 +61,7 @@ func workflowCmd(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return err
 		}
-		var out struct {
-			Source string `json:"source"`
-		}
+		var out api.Workflow
 		if err := c.json(ctx, "GET", "/api/v1/workflows/"+url.PathEscape(name), nil, &out); err != nil {
 			return err
 		}
@@ -130,10 +125,7 @@ func workflowApply(ctx context.Context, c *apiClient, file string, stdout io.Wri
 		return err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Name    string `json:"name"`
-		Version int    `json:"version"`
-	}
+	var out api.Workflow
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return fmt.Errorf("apply %s: decode the answer: %w", file, err)
 	}
@@ -141,23 +133,17 @@ func workflowApply(ctx context.Context, c *apiClient, file string, stdout io.Wri
 	return nil
 }
 
-// runView is what the CLI shows of a run.
-type runView struct {
-	ID          string    `json:"id"`
-	Workflow    string    `json:"workflow"`
-	Number      int       `json:"number"`
-	State       string    `json:"state"`
-	StateReason string    `json:"state_reason"`
-	Trigger     string    `json:"trigger"`
-	Repository  string    `json:"repository"`
-	Ref         string    `json:"ref"`
-	PRNumber    int       `json:"pr_number"`
-	DurationMS  int64     `json:"duration_ms"`
-	Cost        float64   `json:"cost"`
-	CreatedAt   time.Time `json:"created_at"`
+// stamp shows an API time to the second.
+func stamp(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.Format(time.RFC3339)
 }
 
-func (r runView) ended() bool {
+// runEnded says whether r is over.
+func runEnded(r api.Run) bool {
 	switch r.State {
 	case "succeeded", "failed", "cancelled", "timed_out", "skipped":
 		return true
@@ -178,8 +164,8 @@ func workflowRun(ctx context.Context, c *apiClient, args []string, stdout, stder
 		fmt.Fprintln(stderr, "usage: stockade workflow run NAME [--ref REF] [--sha SHA] [--wait]")
 		return exitError(2)
 	}
-	var r runView
-	if err := c.json(ctx, "POST", "/api/v1/workflows/"+url.PathEscape(fs.Arg(0))+"/runs", map[string]string{"ref": *ref, "sha": *sha}, &r); err != nil {
+	var r api.Run
+	if err := c.json(ctx, "POST", "/api/v1/workflows/"+url.PathEscape(fs.Arg(0))+"/runs", api.StartRun{Ref: *ref, SHA: *sha}, &r); err != nil {
 		return err
 	}
 	if !*wait {
@@ -224,11 +210,11 @@ func isRunBoolFlag(a string) bool {
 func followRun(ctx context.Context, c *apiClient, id string, stdout, stderr io.Writer) error {
 	streamed := false
 	for {
-		var r runView
+		var r api.Run
 		if err := c.json(ctx, "GET", "/api/v1/runs/"+url.PathEscape(id), nil, &r); err != nil {
 			return err
 		}
-		if r.ended() {
+		if runEnded(r) {
 			if !streamed {
 				log, err := runLog(ctx, c, id)
 				if err != nil {
@@ -247,7 +233,7 @@ func followRun(ctx context.Context, c *apiClient, id string, stdout, stderr io.W
 			if err != nil {
 				return err
 			}
-			if resp.Header.Get("X-Stockade-Log") == "live" {
+			if resp.Header.Get(api.LogSourceHeader) == "live" {
 				_, err = io.Copy(stdout, resp.Body)
 				streamed = err == nil
 			}
@@ -301,9 +287,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		if *state != "" {
 			q.Set("state", *state)
 		}
-		var out struct {
-			Runs []runView `json:"runs"`
-		}
+		var out api.RunList
 		if err := c.json(ctx, "GET", "/api/v1/runs?"+q.Encode(), nil, &out); err != nil {
 			return err
 		}
@@ -311,7 +295,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		fmt.Fprintln(tw, "ID\tWORKFLOW\t#\tSTATE\tTRIGGER\tREPOSITORY\tDURATION\tCOST\tCREATED\tREASON")
 		for _, r := range out.Runs {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.4f\t%s\t%s\n", r.ID, r.Workflow, r.Number, r.State, r.Trigger, r.Repository,
-				(time.Duration(r.DurationMS) * time.Millisecond).Round(time.Second), r.Cost, r.CreatedAt.Format(time.RFC3339), r.StateReason)
+				(time.Duration(r.DurationMS) * time.Millisecond).Round(time.Second), r.Cost, stamp(r.CreatedAt), r.StateReason)
 		}
 		return tw.Flush()
 	case "show", "get":
@@ -348,7 +332,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		var errs []error
 		for _, id := range args[1:] {
-			var r runView
+			var r api.Run
 			if err := c.json(ctx, "POST", "/api/v1/runs/"+url.PathEscape(id)+"/"+args[0], nil, &r); err != nil {
 				errs = append(errs, fmt.Errorf("%s %s: %w", args[0], id, err))
 				continue
