@@ -50,7 +50,8 @@ func (h *Handlers) Healthz(c echo.Context) error {
 
 // Readyz says whether the server can serve: its database answers, its
 // identity provider is discovered and, when it runs VMs, a libvirt host is
-// reachable. A 503 names each check that failed ("libvirt": why).
+// reachable and the guest image's templates loaded. A 503 names each check
+// that failed ("libvirt": why).
 func (h *Handlers) Readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
@@ -68,6 +69,9 @@ func (h *Handlers) Readyz(c echo.Context) error {
 	}
 	if h.vms != nil {
 		check("libvirt", h.vms.Available())
+	}
+	if h.sbx != nil { // a broken guest image: no sandbox can be created
+		check("templates", h.sbx.TemplatesAvailable())
 	}
 	if len(failed) > 0 {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": strings.Join(failed, "; "), "checks": checks})
