@@ -63,8 +63,9 @@ func createForm(t *testing.T, page string) (url.Values, map[string]map[string]st
 
 // TestPageCreateTakesPolicyDefaults: a sandbox created from the page with
 // no size given (the form sent as shown, or with its sizes left empty)
-// gets the tenant policy's default memory and lifetime, and the form shows
-// those defaults and the policy's bounds. Real VM (the shared warm one),
+// gets the tenant policy's default memory and lifetime, as one the API
+// creates without sizes does, and the form shows those defaults and the
+// policy's bounds. Real VM (the shared warm one),
 // real page through the web app.
 func TestPageCreateTakesPolicyDefaults(t *testing.T) {
 	e := need(t)
@@ -105,18 +106,30 @@ func TestPageCreateTakesPolicyDefaults(t *testing.T) {
 		}
 	}
 
+	api := w.WithToken(w.Token(t, e.a, tenants.RoleDeveloper))
 	for _, tt := range []struct {
 		name string
-		form url.Values
+		form url.Values // nil: through the API, with an empty body
 	}{
 		{"the form as shown", shown},
 		{"sizes left empty", url.Values{"template": {shown.Get("template")}, "vcpus": {"1"}, "memory_mib": {""}, "timeout_minutes": {""}}},
+		{"API without sizes", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, body, hdr := dora.Post(t, "/sandboxes", tt.form)
-			id, ok := strings.CutPrefix(hdr.Get("Location"), "/sandboxes/")
-			if s != http.StatusSeeOther || !ok {
-				t.Fatalf("Got(POST /sandboxes %v) = %d %s %.500s; want 303 to the sandbox", tt.form, s, hdr.Get("Location"), body)
+			var id string
+			if tt.form == nil {
+				var out struct{ ID string }
+				if s, body := api.JSON(t, http.MethodPost, "/api/v1/sandboxes", map[string]any{}, &out); s != http.StatusCreated || out.ID == "" {
+					t.Fatalf("Got(POST /api/v1/sandboxes {}) = %d %.500s; want 201", s, body)
+				}
+				id = out.ID
+			} else {
+				s, body, hdr := dora.Post(t, "/sandboxes", tt.form)
+				loc, ok := strings.CutPrefix(hdr.Get("Location"), "/sandboxes/")
+				if s != http.StatusSeeOther || !ok {
+					t.Fatalf("Got(POST /sandboxes %v) = %d %s %.500s; want 303 to the sandbox", tt.form, s, hdr.Get("Location"), body)
+				}
+				id = loc
 			}
 			defer func() {
 				if _, err := svc.Destroy(ctx, actor, e.a.ID, id); err != nil {
@@ -128,7 +141,7 @@ func TestPageCreateTakesPolicyDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			if sb.State != sandbox.StateRunning || sb.MemoryMiB != 96 || sb.TimeoutSeconds != 1800 || sb.PolicyVersion != v.Version {
-				t.Errorf("Got(sandbox from the page) = %s, %d MiB, %d s, policy v%d; want running with the policy's 96 MiB and 1800 s (v%d)",
+				t.Errorf("Got(sandbox) = %s, %d MiB, %d s, policy v%d; want running with the policy's 96 MiB and 1800 s (v%d)",
 					sb.State, sb.MemoryMiB, sb.TimeoutSeconds, sb.PolicyVersion, v.Version)
 			}
 		})
