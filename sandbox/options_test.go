@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/web/webtest"
 )
 
 // writeImage writes a data dir whose image manifest lists the templates
@@ -237,4 +239,22 @@ func TestBrokenImage(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("readiness and page", func(t *testing.T) {
+		svc := sandbox.New(db, vms, sandbox.Config{DataDir: garbled, Logger: log})
+		t.Cleanup(func() { svc.Close() })
+		w := webtest.New(t, webtest.Options{DB: db, VMs: vms, Sandboxes: svc})
+		var ready struct {
+			Checks map[string]string `json:"checks"`
+		}
+		if s, body := w.Anonymous().JSON(t, http.MethodGet, "/readyz", nil, &ready); s != http.StatusServiceUnavailable ||
+			!strings.Contains(ready.Checks["templates"], "sandbox templates: load image") {
+			t.Errorf("Got(GET /readyz with a broken image) = %d %s; want 503 naming the templates", s, body)
+		}
+		w.Member(t, tn, "dev@broken.test", tenants.RoleDeveloper)
+		s, page := w.Login(t, "dev@broken.test").GetPage(t, "/sandboxes")
+		if s != http.StatusOK || !strings.Contains(page, `id="sandbox-unavailable"`) || !strings.Contains(page, "sandbox templates: load image") {
+			t.Errorf("Got(GET /sandboxes with a broken image) = %d; want the page saying the image is broken", s)
+		}
+	})
 }
