@@ -45,8 +45,9 @@ func (h *Handlers) Healthz(c echo.Context) error {
 }
 
 // Readyz says whether the server can serve: its database answers, its
-// identity provider is discovered and, when its VM pools run, a libvirt
-// host is reachable. A 503 names each check that failed ("libvirt": why).
+// identity provider is discovered and, when it runs VMs, a libvirt host is
+// reachable and the guest image's templates loaded. A 503 names each check
+// that failed ("libvirt": why).
 func (h *Handlers) Readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
@@ -63,6 +64,8 @@ func (h *Handlers) Readyz(c echo.Context) error {
 	if h.vms.Started() == nil {
 		check("libvirt", h.vms.Available())
 	}
+	// A broken guest image: no sandbox can be created.
+	check("templates", h.sbx.TemplatesAvailable())
 	if len(failed) > 0 {
 		return c.JSON(http.StatusServiceUnavailable, api.Status{Status: "unavailable", Error: strings.Join(failed, "; "), Checks: checks})
 	}

@@ -294,12 +294,13 @@ func (h *Handlers) running(c echo.Context, tenantID string) ([]policy.Running, e
 	return out, nil
 }
 
-func (h *Handlers) preview(c echo.Context, tenantID string, from, to policy.Doc) (*views.PolicyPreview, error) {
+// preview shows what saving p would change.
+func (h *Handlers) preview(c echo.Context, tenantID string, p policy.Proposal) (*views.PolicyPreview, error) {
 	run, err := h.running(c, tenantID)
 	if err != nil {
 		return nil, err
 	}
-	return &views.PolicyPreview{Changes: changesView(policy.Diff(from, to)), Notes: policy.Preview(from, to, run)}, nil
+	return &views.PolicyPreview{Changes: changesView(p.Changes), Notes: p.Notes(run)}, nil
 }
 
 // policyView builds the page around the current version; form, when set,
@@ -415,13 +416,12 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		}
 	}
 	status := http.StatusOK
-	doc, perr := ps.Validator().Parse(raw)
-	parsed := perr == nil
-	if perr == nil && base != cur.Version {
-		perr = fmt.Errorf("%w: version %d was saved (by %s) since this form was loaded; reload to edit it", tenants.ErrConflict, cur.Version, cur.Author())
-	}
+	// The store checks the document once and says what it changes; a
+	// stale base_version is its conflict.
+	p, perr := ps.Propose(ctx, cl.Tenant.ID, policy.Edit{Raw: raw, Reason: reason, Base: &base})
+	proposed := perr == nil
 	if perr == nil && c.FormValue("op") == "save" {
-		saved, err := ps.Save(ctx, cl.Actor(c), cl.Tenant.ID, policy.Edit{Doc: doc, Reason: reason, Base: &base})
+		saved, err := ps.Commit(ctx, cl.Actor(c), cl.Tenant.ID, p)
 		if err == nil {
 			return redirect(c, fmt.Sprintf("/policy?saved=%d#%s", saved.Version, key))
 		}
@@ -429,7 +429,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 	}
 	switch {
 	case perr == nil:
-		if sec.Preview, err = h.preview(c, cl.Tenant.ID, cur.Doc, doc); err != nil {
+		if sec.Preview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
 			return err
 		}
 	case errors.Is(perr, tenants.ErrConflict):
@@ -455,8 +455,8 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		}
 		// A document that fails gets no preview: its errors say what to fix
 		// first. One that only lacks a reason keeps its preview and Save.
-		if _, ok := onlyReason(fes); ok && parsed {
-			if sec.Preview, err = h.preview(c, cl.Tenant.ID, cur.Doc, doc); err != nil {
+		if _, ok := onlyReason(fes); ok && proposed {
+			if sec.Preview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
 				return err
 			}
 		}
@@ -497,19 +497,16 @@ func (h *Handlers) SavePolicyRaw(c echo.Context) error {
 	v.Raw = raw
 	base, _ := strconv.Atoi(c.FormValue("base_version"))
 	status := http.StatusOK
-	doc, perr := ps.Validator().Parse([]byte(raw))
-	if perr == nil && base != cur.Version {
-		perr = fmt.Errorf("%w: version %d was saved since this editor was loaded; reload to edit it", tenants.ErrConflict, cur.Version)
-	}
+	p, perr := ps.Propose(ctx, cl.Tenant.ID, policy.Edit{Raw: []byte(raw), Reason: c.FormValue("reason"), Base: &base})
 	if perr == nil && c.FormValue("op") == "save" {
-		saved, err := ps.Save(ctx, cl.Actor(c), cl.Tenant.ID, policy.Edit{Doc: doc, Reason: c.FormValue("reason"), Base: &base})
+		saved, err := ps.Commit(ctx, cl.Actor(c), cl.Tenant.ID, p)
 		if err == nil {
 			return redirect(c, fmt.Sprintf("/policy?saved=%d#raw", saved.Version))
 		}
 		perr = err
 	}
 	if perr == nil {
-		if v.RawPreview, err = h.preview(c, cl.Tenant.ID, cur.Doc, doc); err != nil {
+		if v.RawPreview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
 			return err
 		}
 	} else if errors.Is(perr, tenants.ErrConflict) {
@@ -635,16 +632,16 @@ func (h *Handlers) APIPolicySchema(c echo.Context) error {
 // failing path is listed.
 type policyIn = api.PolicyEdit
 
-func (h *Handlers) bindPolicy(c echo.Context, ps *policy.Store) (policyIn, policy.Doc, error) {
+// bindPolicy reads the body; the store judges the document.
+func bindPolicy(c echo.Context) (policyIn, error) {
 	var in policyIn
 	if err := decodeJSON(c, &in); err != nil {
-		return in, policy.Doc{}, err
+		return in, err
 	}
 	if len(in.Policy) == 0 || string(in.Policy) == "null" {
-		return in, policy.Doc{}, tenants.Invalid("policy", "required", "the whole policy document is required (GET /api/v1/policy gives the current one)")
+		return in, tenants.Invalid("policy", "required", "the whole policy document is required (GET /api/v1/policy gives the current one)")
 	}
-	doc, err := ps.Validator().Parse(in.Policy)
-	return in, doc, err
+	return in, nil
 }
 
 // APIPutPolicy saves a new version of the tenant's policy: 422 with every
@@ -656,25 +653,16 @@ func (h *Handlers) APIPutPolicy(c echo.Context) error {
 		return err
 	}
 	cl := CallerOf(c)
-	in, doc, err := h.bindPolicy(c, ps)
+	in, err := bindPolicy(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	prev, err := ps.Current(ctx, cl.Tenant.ID)
-	if err != nil {
-		return err
-	}
-	v, err := ps.Save(ctx, cl.Actor(c), cl.Tenant.ID, policy.Edit{Doc: doc, Reason: in.Reason, Base: in.BaseVersion})
+	v, err := ps.Save(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, policy.Edit{Raw: in.Policy, Reason: in.Reason, Base: in.BaseVersion})
 	if err != nil {
 		return err
 	}
 	out := policyJSON(v, true)
-	// The changes against the version it replaced; a save racing this one
-	// would have failed on the version number.
-	if v.Version == prev.Version+1 {
-		out.Changes = policy.Diff(prev.Doc, v.Doc)
-	}
+	out.Changes = v.Changes // against the version it replaced, found in the save's transaction
 	return c.JSON(http.StatusOK, out)
 }
 
@@ -693,11 +681,13 @@ func (h *Handlers) APIPreviewPolicy(c echo.Context) error {
 		return err
 	}
 	cl := CallerOf(c)
-	_, doc, err := h.bindPolicy(c, ps)
+	in, err := bindPolicy(c)
 	if err != nil {
 		return err
 	}
-	cur, err := ps.Current(c.Request().Context(), cl.Tenant.ID)
+	// base_version is not checked here: a preview says what saving would
+	// change against the version in force, whichever it is.
+	p, err := ps.Propose(c.Request().Context(), cl.Tenant.ID, policy.Edit{Raw: in.Policy})
 	if err != nil {
 		return err
 	}
@@ -705,11 +695,7 @@ func (h *Handlers) APIPreviewPolicy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	changes := policy.Diff(cur.Doc, doc)
-	if changes == nil {
-		changes = []policy.Change{}
-	}
-	return c.JSON(http.StatusOK, PolicyPreviewJSON{BaseVersion: cur.Version, Changes: changes, Notes: policy.Preview(cur.Doc, doc, run)})
+	return c.JSON(http.StatusOK, PolicyPreviewJSON{BaseVersion: p.Current.Version, Changes: p.Changes, Notes: p.Notes(run)})
 }
 
 // APIPolicyVersions lists every version, newest first, without documents.

@@ -201,4 +201,32 @@ func TestPolicyPages(t *testing.T) {
 	if s != http.StatusOK || !strings.Contains(page, "/resources/max_memory_mib") || !strings.Contains(page, "smaller sandboxes") {
 		t.Errorf("Got(GET /policy/versions/1) = %d; want the diff and the reason", s)
 	}
+
+	// A form or editor loaded before version 1 is a conflict, previewed
+	// or saved: the store says so, and nothing is written.
+	defaults, _ := json.Marshal(docMap(t, func(map[string]any) {}))
+	before = env.Counts(t)
+	for _, op := range []string{"preview", "save"} {
+		form.Set("op", op)
+		form.Set("/resources/max_pids", "128")
+		if s, page, _ := ann.Post(t, "/policy", form); s != http.StatusConflict || !strings.Contains(page, "since version 0 was loaded") {
+			t.Errorf("Got(POST section %s on version 0 after version 1) = %d; want 409 saying the version changed", op, s)
+		}
+		raw := url.Values{"base_version": {"0"}, "op": {op}, "reason": {"stale"}, "doc": {string(defaults)}}
+		if s, page, _ := ann.Post(t, "/policy/raw", raw); s != http.StatusConflict || !strings.Contains(page, "since version 0 was loaded") {
+			t.Errorf("Got(POST raw %s on version 0 after version 1) = %d; want 409 saying the version changed", op, s)
+		}
+	}
+	env.Unchanged(t, before)
+	// The raw editor on the current version previews the changes back to
+	// the defaults, then saves them with the reason.
+	raw := url.Values{"base_version": {"1"}, "op": {"preview"}, "doc": {string(defaults)}}
+	if s, page, _ := ann.Post(t, "/policy/raw", raw); s != http.StatusOK || !strings.Contains(page, "/resources/max_disk_mib") {
+		t.Errorf("Got(POST raw preview back to the defaults) = %d; want 200 listing /resources/max_disk_mib", s)
+	}
+	raw.Set("op", "save")
+	raw.Set("reason", "back to the defaults")
+	if s, _, hdr := ann.Post(t, "/policy/raw", raw); s != http.StatusSeeOther || !strings.HasPrefix(hdr.Get("Location"), "/policy?saved=2") {
+		t.Errorf("Got(POST raw save) = %d %s; want 303 to /policy?saved=2", s, hdr.Get("Location"))
+	}
 }

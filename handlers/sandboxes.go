@@ -504,35 +504,34 @@ func (h *Handlers) sandboxesView(c echo.Context, form *views.SandboxForm) (views
 		v.Unavailable = err.Error()
 		return v, nil
 	}
-	cfg := svc.Config()
-	v.Form = views.SandboxForm{VCPUs: "1", MemoryMiB: strconv.Itoa(cfg.DefaultMemoryMiB),
-		TimeoutMinutes: strconv.Itoa(cfg.DefaultTimeoutSeconds / 60)}
-	for _, t := range svc.Templates() {
-		v.Templates = append(v.Templates, views.Choice{Value: t.Name, Label: t.Name})
-		if t.Name == cfg.DefaultTemplate || v.Form.Template == "" {
-			v.Form.Template = t.Name
-		}
+	// The service's figures, the ones its Create decides from: the tenant
+	// policy's defaults and bounds within the size of the tenant's VMs.
+	o, err := svc.CreateOptions(ctx, cl.Tenant.ID)
+	if err != nil {
+		return views.SandboxesView{}, err
 	}
-	if len(v.Templates) == 0 {
-		v.Unavailable = "no sandbox templates are built: run `stockade image build`"
+	d := o.Defaults
+	v.Form = views.SandboxForm{Template: d.Template, VCPUs: strconv.Itoa(d.VCPUs), MemoryMiB: strconv.Itoa(d.MemoryMiB)}
+	if d.TimeoutSeconds%60 == 0 {
+		v.Form.TimeoutMinutes = strconv.Itoa(d.TimeoutSeconds / 60)
+	} // else left empty: the form counts minutes, and empty is the exact default
+	for _, t := range o.Templates {
+		v.Templates = append(v.Templates, views.Choice{Value: t.Name, Label: t.Name})
+	}
+	v.VMVCPUs, v.MaxMemoryMiB, v.MaxTimeoutMinutes = o.MaxVCPUs, o.MaxMemoryMiB, o.MaxTimeoutSeconds/60
+	v.DefaultMemoryMiB, v.DefaultTimeout = d.MemoryMiB, time.Duration(d.TimeoutSeconds)*time.Second
+	if o.Unavailable != nil {
+		v.Unavailable = o.Unavailable.Error()
 	}
 	if h.vms != nil {
 		if err := h.vms.Available(); err != nil {
 			v.Unavailable = err.Error()
 		}
-		p, err := h.vms.Pool(ctx, cl.Tenant.ID)
-		if err != nil {
-			return views.SandboxesView{}, err
-		}
-		v.VMVCPUs, v.MaxMemoryMiB = p.VCPUs, max(p.MemoryMiB-cfg.GuestReserveMiB, 0)
-		v.Form.MemoryMiB = strconv.Itoa(min(cfg.DefaultMemoryMiB, v.MaxMemoryMiB))
 		q, err := h.vms.Quota(ctx, cl.Tenant.ID)
 		if err != nil {
 			return views.SandboxesView{}, err
 		}
 		v.Quota = views.SandboxQuotaView{MaxSandboxes: q.MaxSandboxes, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB}
-	} else {
-		v.Unavailable = "this server runs without VM pools"
 	}
 	for _, r := range table.Rows {
 		if r.Active() {

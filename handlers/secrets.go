@@ -59,7 +59,7 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 	form := injectForm(c)
 	form.Name, form.Hosts, form.TTL = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("hosts")), c.FormValue("ttl")
 	sec, err := func() (secrets.Secret, error) {
-		ttl, err := ParseTTL(form.TTL)
+		ttl, err := tenants.ParseTTL(form.TTL)
 		if err != nil {
 			return secrets.Secret{}, err
 		}
@@ -202,7 +202,7 @@ func (h *Handlers) APICreateSecret(c echo.Context) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	ttl, err := ParseTTL(in.TTL)
+	ttl, err := tenants.ParseTTL(in.TTL)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,7 @@ package handlers
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -17,26 +15,6 @@ import (
 var ttlChoices = []views.Choice{
 	{Value: "24h", Label: "1 day"}, {Value: "7d", Label: "7 days"}, {Value: "30d", Label: "30 days"},
 	{Value: "90d", Label: "90 days"}, {Value: "365d", Label: "1 year"},
-}
-
-// ParseTTL reads a token lifetime: a Go duration ("36h") or whole days ("30d").
-func ParseTTL(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, nil
-	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err != nil || n <= 0 {
-			return 0, tenants.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	dur, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, tenants.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
-	}
-	return dur, nil
 }
 
 func (h *Handlers) tokensView(c echo.Context, form views.TokenForm) (views.TokensView, error) {
@@ -71,7 +49,7 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 	cl := CallerOf(c)
 	form := views.TokenForm{Name: strings.TrimSpace(c.FormValue("name")), Role: c.FormValue("role"), TTL: c.FormValue("ttl")}
 	secret, tok, err := func() (string, tenants.APIToken, error) {
-		ttl, err := ParseTTL(form.TTL)
+		ttl, err := tenants.ParseTTL(form.TTL)
 		if err != nil {
 			return "", tenants.APIToken{}, err
 		}
@@ -140,7 +118,7 @@ func (h *Handlers) APICreateToken(c echo.Context) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	ttl, err := ParseTTL(in.TTL)
+	ttl, err := tenants.ParseTTL(in.TTL)
 	if err != nil {
 		return err
 	}

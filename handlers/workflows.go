@@ -224,10 +224,6 @@ func (r RunJSON) MarshalJSON() ([]byte, error) {
 // APIStartRun starts a run of workflow :name by hand (the workflow must
 // have a manual trigger). The optional JSON body gives {ref, sha}.
 func (h *Handlers) APIStartRun(c echo.Context) error {
-	ws, err := h.workflowStore()
-	if err != nil {
-		return err
-	}
 	eng, err := h.runEngine()
 	if err != nil {
 		return err
@@ -238,42 +234,12 @@ func (h *Handlers) APIStartRun(c echo.Context) error {
 			return err
 		}
 	}
-	if len(in.Ref) > 255 || strings.ContainsAny(in.Ref, "\x00\n\r") {
-		return tenants.Invalid("ref", "ref", "must be a git ref of at most 255 characters")
-	}
-	if in.SHA != "" && !isHex(in.SHA, 7, 64) {
-		return tenants.Invalid("sha", "sha", "must be a commit id: 7-64 hexadecimal digits")
-	}
-	ctx := c.Request().Context()
 	cl := CallerOf(c)
-	v, err := ws.Current(ctx, cl.Tenant.ID, c.Param("name"))
+	r, err := eng.StartManual(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name"), runs.Manual{Ref: in.Ref, SHA: in.SHA})
 	if err != nil {
-		return err
-	}
-	if !v.Def.HasManual() {
-		return tenants.Invalid("name", "manual", fmt.Sprintf("workflow %s has no manual trigger: add '- event: manual' to its triggers", v.Name))
-	}
-	r, err := eng.Store().Create(ctx, cl.Actor(c), cl.Tenant.ID, runs.NewRun{Version: v,
-		Trigger: runs.Trigger{Kind: runs.TriggerManual, Ref: in.Ref, SHA: strings.ToLower(in.SHA), Sender: cl.Actor(c).Name}})
-	if err != nil {
-		return err
-	}
-	if err := eng.Start(r); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusCreated, h.runJSON(r, nil))
-}
-
-func isHex(s string, minLen, maxLen int) bool {
-	if len(s) < minLen || len(s) > maxLen {
-		return false
-	}
-	for _, r := range s {
-		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
-			return false
-		}
-	}
-	return true
 }
 
 // APIRuns lists the tenant's runs, newest first: ?workflow=, ?state=,

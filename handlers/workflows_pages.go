@@ -310,37 +310,25 @@ func (h *Handlers) SaveWorkflow(c echo.Context) error {
 }
 
 // StartWorkflowRun runs workflow :name by hand at the optional ref and
-// opens the run: POST /workflows/:name/runs.
+// opens the run: POST /workflows/:name/runs. What the engine refuses (a bad
+// ref, no manual trigger) comes back as a message on the workflow's page.
 func (h *Handlers) StartWorkflowRun(c echo.Context) error {
-	ws, err := h.workflowStore()
-	if err != nil {
-		return err
-	}
 	eng, err := h.runEngine()
 	if err != nil {
 		return err
 	}
-	ctx, cl := c.Request().Context(), CallerOf(c)
-	v, err := ws.Current(ctx, cl.Tenant.ID, c.Param("name"))
-	if err != nil {
-		return err
-	}
-	back := "/workflows/" + url.PathEscape(v.Name)
-	ref := strings.TrimSpace(c.FormValue("ref"))
-	if len(ref) > 255 || strings.ContainsAny(ref, "\x00\n\r") {
-		h.flash(c, views.FlashError, "Not started: the ref must be a git ref of at most 255 characters.")
-		return redirect(c, back)
-	}
-	if !v.Def.HasManual() {
-		h.flash(c, views.FlashError, "Not started: workflow "+v.Name+" has no manual trigger.")
-		return redirect(c, back)
-	}
-	r, err := eng.Store().Create(ctx, cl.Actor(c), cl.Tenant.ID, runs.NewRun{Version: v,
-		Trigger: runs.Trigger{Kind: runs.TriggerManual, Ref: ref, Sender: cl.Actor(c).Name}})
-	if err != nil {
-		return err
-	}
-	if err := eng.Start(r); err != nil {
+	cl := CallerOf(c)
+	r, err := eng.StartManual(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name"), runs.Manual{Ref: c.FormValue("ref")})
+	var fe *tenants.FieldError
+	switch {
+	case errors.As(err, &fe):
+		detail := fe.Detail
+		if fe.Field != "name" {
+			detail = "the " + fe.Field + " " + detail
+		}
+		h.flash(c, views.FlashError, "Not started: "+detail+".")
+		return redirect(c, "/workflows/"+url.PathEscape(c.Param("name")))
+	case err != nil:
 		return err
 	}
 	return redirect(c, "/runs/"+r.ID)

@@ -24,7 +24,6 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
-	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
@@ -190,6 +189,11 @@ type Service struct {
 	once     sync.Once
 
 	usage *usage.Store // the meters the sampler moves
+
+	// templates are the image's, loaded once at New; templatesErr says
+	// why they could not be (a broken manifest), nil when none is built.
+	templates    []image.Template
+	templatesErr error
 }
 
 // NewService returns a Service keeping sandboxes in store and their meters
@@ -209,6 +213,9 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 	}
 	s.store.outbox = cfg.Outbox
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.templates, s.templatesErr = loadTemplates(cfg.DataDir); s.templatesErr != nil {
+		s.log.Error("sandboxes cannot be created", "err", s.templatesErr)
+	}
 	return s, nil
 }
 
@@ -310,15 +317,6 @@ func lockOf(mu *sync.Mutex, m map[string]*sync.Mutex, key string) *sync.Mutex {
 func (s *Service) tenantLock(tenantID string) *sync.Mutex { return lockOf(&s.mu, s.tenantMu, tenantID) }
 func (s *Service) bootLock(tenantID string) *sync.Mutex   { return lockOf(&s.mu, s.bootMu, tenantID) }
 
-// Templates returns the templates sandboxes can start from.
-func (s *Service) Templates() []image.Template {
-	m, err := image.Load(s.cfg.DataDir)
-	if err != nil {
-		return nil
-	}
-	return m.Templates
-}
-
 // Create validates spec (a *tenants.FieldError naming the field), records
 // the sandbox after checking the tenant quota in the same transaction (a
 // *tenants.QuotaError naming the quota; nothing is written), places it on
@@ -334,23 +332,22 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if err := s.unavailable("create sandbox"); err != nil {
 		return Sandbox{}, err
 	}
+	if s.templatesErr != nil {
+		return Sandbox{}, fmt.Errorf("create sandbox: %w", s.templatesErr)
+	}
 	begin := time.Now()
-	pool, err := s.vms.Pool(ctx, tenantID)
+	// The same figures as CreateOptions: what the form offers is what a
+	// create gets.
+	b, err := s.basis(ctx, tenantID)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	pool, pol := b.pool, b.pol
+	lim, err := spec.resolve(b.cfg, s.templates, pool)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	cfg, pol := s.cfg, policy.Version{}
-	if s.cfg.Policies != nil {
-		if pol, err = s.cfg.Policies.Current(ctx, tenantID); err != nil {
-			return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
-		}
-		cfg = cfg.withPolicy(pol.Doc)
-	}
-	lim, err := spec.resolve(cfg, s.Templates(), pool)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	if s.cfg.Policies != nil {
+	if b.hasPolicy {
 		if err := lim.checkPolicy(pol); err != nil {
 			return Sandbox{}, err
 		}

@@ -64,13 +64,7 @@ type limits struct {
 // the tenant's VMs and the bounds of cfg, and fills the defaults. Every
 // failure is a *tenants.FieldError naming the field.
 func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (limits, error) {
-	out := limits{Spec: sp}
-	if out.Template == "" {
-		out.Template = cfg.DefaultTemplate
-		if _, ok := findTemplate(tpls, out.Template); !ok && len(tpls) > 0 {
-			out.Template = tpls[0].Name
-		}
-	}
+	out := limits{Spec: sp.withDefaults(cfg, tpls, pool, true)}
 	tpl, ok := findTemplate(tpls, out.Template)
 	if !ok {
 		names := make([]string, 0, len(tpls))
@@ -86,15 +80,6 @@ func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (lim
 	out.TemplateVersion = tpl.Version
 
 	maxMem := pool.MemoryMiB - cfg.GuestReserveMiB
-	if out.VCPUs == 0 {
-		out.VCPUs = 1
-	}
-	if out.MemoryMiB == 0 {
-		out.MemoryMiB = min(cfg.DefaultMemoryMiB, maxMem)
-	}
-	if out.TimeoutSeconds == 0 {
-		out.TimeoutSeconds = cfg.DefaultTimeoutSeconds
-	}
 	switch {
 	case out.VCPUs < 1:
 		return limits{}, tenants.Invalid("vcpus", "range", "must be at least 1")
@@ -127,6 +112,32 @@ func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (lim
 		}
 	}
 	return out, nil
+}
+
+// withDefaults fills what sp leaves zero: cfg's template (or the first
+// built when that one is not), one vCPU, cfg's memory (within the tenant's
+// VMs when their size is known) and cfg's lifetime. Create and the create
+// form's defaults (CreateOptions) both come from here.
+func (sp Spec) withDefaults(cfg Config, tpls []image.Template, pool vmpool.Pool, sized bool) Spec {
+	if sp.Template == "" {
+		sp.Template = cfg.DefaultTemplate
+		if _, ok := findTemplate(tpls, sp.Template); !ok && len(tpls) > 0 {
+			sp.Template = tpls[0].Name
+		}
+	}
+	if sp.VCPUs == 0 {
+		sp.VCPUs = 1
+	}
+	if sp.MemoryMiB == 0 {
+		sp.MemoryMiB = cfg.DefaultMemoryMiB
+		if sized {
+			sp.MemoryMiB = min(sp.MemoryMiB, pool.MemoryMiB-cfg.GuestReserveMiB)
+		}
+	}
+	if sp.TimeoutSeconds == 0 {
+		sp.TimeoutSeconds = cfg.DefaultTimeoutSeconds
+	}
+	return sp
 }
 
 // checkEnv checks environment variables given as a map under field.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -29,6 +30,29 @@ const (
 	MinTokenTTL     = time.Hour
 	MaxTokenTTL     = 8760 * time.Hour
 )
+
+// ParseTTL reads a lifetime as people and the CLI write it (tokens,
+// secrets): a Go duration ("36h") or whole days ("30d"); "" is 0 (the
+// default). A malformed one is a *FieldError on "ttl". Whether the
+// lifetime is allowed is for the store that keeps it to say.
+func ParseTTL(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n <= 0 {
+			return 0, Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+	}
+	return dur, nil
+}
 
 // tokenEncoding is lowercase base32 without padding: case-insensitive safe,
 // no characters that need quoting in a shell or header.

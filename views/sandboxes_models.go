@@ -17,10 +17,16 @@ type SandboxesView struct {
 	Unavailable string
 	Form        SandboxForm
 	Templates   []Choice
-	// VMVCPUs and MaxMemoryMiB bound one sandbox: the size of the tenant's
-	// VMs (less what the guest keeps).
+	// VMVCPUs, MaxMemoryMiB and MaxTimeoutMinutes bound one sandbox: the
+	// tenant policy's limits within the size of the tenant's VMs (less what
+	// the guest keeps).
 	VMVCPUs, MaxMemoryMiB int
-	Quota                 SandboxQuotaView
+	MaxTimeoutMinutes     int
+	// DefaultMemoryMiB and DefaultTimeout are what a field left empty
+	// gets: the tenant policy's defaults.
+	DefaultMemoryMiB int
+	DefaultTimeout   time.Duration
+	Quota            SandboxQuotaView
 	// QuotaLines are the tenant's quota lines; those at 80 % or more show
 	// as warnings above the create form.
 	QuotaLines []QuotaLineView
@@ -33,6 +39,25 @@ type SandboxForm struct {
 	MemoryMiB      string
 	TimeoutMinutes string
 	Errors         map[string]string // keyed by field name or FormError
+}
+
+// memoryHint says the memory field's bounds and default.
+func (v SandboxesView) memoryHint() string {
+	return fmt.Sprintf("16 to %d; empty: the default, %d; its disk and workspace live in it", v.MaxMemoryMiB, v.DefaultMemoryMiB)
+}
+
+// lifetimeHint says the lifetime field's bound and default.
+func (v SandboxesView) lifetimeHint() string {
+	return fmt.Sprintf("1 to %d; empty: the default, %s; destroyed when it passes", v.maxMinutes(), showDuration(v.DefaultTimeout))
+}
+
+// maxMinutes is the lifetime field's bound: a week when nothing lower
+// bounds it.
+func (v SandboxesView) maxMinutes() int {
+	if v.MaxTimeoutMinutes <= 0 {
+		return 7 * 24 * 60
+	}
+	return v.MaxTimeoutMinutes
 }
 
 // SandboxQuotaView is the tenant's quota next to what its active sandboxes use.

@@ -141,13 +141,13 @@ func Sandboxes(p Page, v SandboxesView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				templ_7745c5c3_Err = formField(field{Form: "sandbox", Name: "memory_mib", Label: "Memory (MiB)", Type: "number", Value: v.Form.MemoryMiB,
-					Required: true, Errors: v.Form.Errors, Hint: "16 to " + strconv.Itoa(v.MaxMemoryMiB) + "; its disk and workspace live in it",
+					Optional: true, Placeholder: strconv.Itoa(v.DefaultMemoryMiB), Errors: v.Form.Errors, Hint: v.memoryHint(),
 					Attrs: templ.Attributes{"min": "16", "max": strconv.Itoa(v.MaxMemoryMiB)}}).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				templ_7745c5c3_Err = formField(field{Form: "sandbox", Name: "timeout_minutes", Label: "Lifetime (minutes)", Type: "number", Value: v.Form.TimeoutMinutes,
-					Required: true, Errors: v.Form.Errors, Hint: "destroyed when it passes", Attrs: templ.Attributes{"min": "1", "max": "10080"}}).Render(ctx, templ_7745c5c3_Buffer)
+					Optional: true, Errors: v.Form.Errors, Hint: v.lifetimeHint(), Attrs: templ.Attributes{"min": "1", "max": strconv.Itoa(v.maxMinutes())}}).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

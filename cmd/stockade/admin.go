@@ -8,7 +8,6 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
@@ -159,7 +158,7 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return fmt.Errorf("tenant %q: %w", *slug, err)
 	}
-	d, err := handlers.ParseTTL(*ttl)
+	d, err := tenants.ParseTTL(*ttl)
 	if err != nil {
 		return err
 	}

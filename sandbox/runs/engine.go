@@ -272,6 +272,59 @@ func (e *Engine) Rerun(ctx context.Context, actor audit.Actor, tenantID, id stri
 	return r, e.Start(r)
 }
 
+// Manual is where a run started by hand runs: both optional.
+type Manual struct {
+	// Ref is a git ref (a branch, a tag); at most 255 characters.
+	Ref string
+	// SHA is a commit id, 7-64 hexadecimal digits.
+	SHA string
+}
+
+// maxRef bounds Manual.Ref.
+const maxRef = 255
+
+// StartManual starts a run of the tenant's workflow name by hand, as actor
+// (the page's Run now and POST /api/v1/workflows/:name/runs): the ref and
+// SHA are checked (a *tenants.FieldError naming ref or sha), the
+// workflow's current version must have a manual trigger (a FieldError on
+// name, rule manual), and the run is recorded, audited
+// (workflow_run.created, trusted: the caller may write runs) and started
+// in one go. Nothing is written when a check fails.
+func (e *Engine) StartManual(ctx context.Context, actor audit.Actor, tenantID, name string, m Manual) (Run, error) {
+	m.Ref = strings.TrimSpace(m.Ref)
+	if len(m.Ref) > maxRef || strings.ContainsAny(m.Ref, "\x00\n\r") {
+		return Run{}, tenants.Invalid("ref", "ref", fmt.Sprintf("must be a git ref of at most %d characters", maxRef))
+	}
+	if m.SHA != "" && !isHex(m.SHA, 7, 64) {
+		return Run{}, tenants.Invalid("sha", "sha", "must be a commit id: 7-64 hexadecimal digits")
+	}
+	v, err := e.wf.Current(ctx, tenantID, name)
+	if err != nil {
+		return Run{}, err
+	}
+	if !v.Def.HasManual() {
+		return Run{}, tenants.Invalid("name", "manual", fmt.Sprintf("workflow %s has no manual trigger: add '- event: manual' to its triggers", v.Name))
+	}
+	r, err := e.store.Create(ctx, actor, tenantID, NewRun{Version: v,
+		Trigger: Trigger{Kind: TriggerManual, Ref: m.Ref, SHA: strings.ToLower(m.SHA), Sender: actor.Name}})
+	if err != nil {
+		return Run{}, err
+	}
+	return r, e.Start(r)
+}
+
+func isHex(s string, minLen, maxLen int) bool {
+	if len(s) < minLen || len(s) > maxLen {
+		return false
+	}
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Close cancels every executing run (each destroys its sandbox) and waits
 // for them and their notifications, within ctx.
 func (e *Engine) Close(ctx context.Context) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -19,15 +18,7 @@ func TestRerunUsesCurrentVersion(t *testing.T) {
 	ctx := context.Background()
 	for _, e := range envs(t) {
 		t.Run(e.name, func(t *testing.T) {
-			// No sandboxes: the runs it starts fail at once, saying so.
-			eng := NewEngine(e.s, e.wf, nil, Config{})
-			t.Cleanup(func() {
-				cctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				if err := eng.Close(cctx); err != nil {
-					t.Errorf("Close() = %v", err)
-				}
-			})
+			eng := sandboxlessEngine(t, e)
 			create := func(trust, reason string) Run {
 				t.Helper()
 				r, err := e.s.Create(ctx, admin, e.a.ID, NewRun{Version: e.v, Trigger: Trigger{Kind: "pull_request", Repository: "acme/app",

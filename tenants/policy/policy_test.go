@@ -160,15 +160,21 @@ func newTenant(t *testing.T, db dbtest.DB, slug string) string {
 	return tn.ID
 }
 
+// newStore is a store on db with two tenants.
+func newStore(t *testing.T, db dbtest.DB, slugA, slugB string) (s *policy.Store, ta, tb string) {
+	t.Helper()
+	s, err := policy.NewStore(db.DB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, newTenant(t, db, slugA), newTenant(t, db, slugB)
+}
+
 func TestStore(t *testing.T) {
 	for _, db := range dbtest.Databases(t) {
 		t.Run(db.Name, func(t *testing.T) {
 			ctx := context.Background()
-			s, err := policy.NewStore(db.DB, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ta, tb := newTenant(t, db, "pol-a"), newTenant(t, db, "pol-b")
+			s, ta, tb := newStore(t, db, "pol-a", "pol-b")
 
 			cur, err := s.Current(ctx, ta)
 			if err != nil || cur.Version != 0 || !reflect.DeepEqual(cur.Doc, policy.Defaults()) {

@@ -30,6 +30,10 @@ type Version struct {
 	// for an edit.
 	RolledBackFrom *int
 	CreatedAt      time.Time
+	// Changes are the settings this version changed against the one it
+	// replaced, as Save, Commit and Rollback found them in the
+	// transaction that stored it; nil in what Current, Get and List read.
+	Changes []Change
 }
 
 // row is a Version as stored.
@@ -142,6 +146,10 @@ func (s *Store) List(ctx context.Context, tenantID string) ([]Version, error) {
 
 // Edit is a change of policy.
 type Edit struct {
+	// Raw is the document as JSON: the schema judges it once, naming every
+	// failing path. When Raw is nil, Doc is checked instead.
+	Raw json.RawMessage
+	// Doc is a document built in Go; used when Raw is nil.
 	Doc    Doc
 	Reason string
 	// Base, when set, is the version the edit was made on: if another
@@ -152,11 +160,86 @@ type Edit struct {
 
 const maxReason = 500
 
-// Save checks e.Doc against the schema (Errors naming every failing path;
-// nothing is saved) and stores it as the tenant's next version, audited in
-// the same transaction.
+// check validates the edit's document once: Raw as JSON, else Doc.
+func (s *Store) check(e Edit) (Doc, error) {
+	if e.Raw != nil {
+		return s.v.Parse(e.Raw)
+	}
+	return s.v.Check(e.Doc)
+}
+
+// conflict refuses an edit made on base when cur is in force since.
+func conflict(cur Version, base *int) error {
+	if base == nil || *base == cur.Version {
+		return nil
+	}
+	return fmt.Errorf("%w: the policy was changed to version %d (by %s) since version %d was loaded; reload and edit again",
+		tenants.ErrConflict, cur.Version, cur.Author(), *base)
+}
+
+// Proposal is an edit checked against the schema and the tenant's
+// current version: what saving it would change. Only Propose makes one;
+// Commit saves it without checking the document again.
+type Proposal struct {
+	// Current is the version in force when the edit was checked.
+	Current Version
+	// Doc is the checked document.
+	Doc Doc
+	// Changes are the settings Doc changes against Current, sorted by
+	// path; empty (not nil) when it changes nothing.
+	Changes []Change
+
+	tenantID, reason string
+	base             *int
+}
+
+// Notes says, one sentence each, what saving the proposal changes for the
+// running sandboxes and for new ones.
+func (p Proposal) Notes(running []Running) []string { return Preview(p.Current.Doc, p.Doc, running) }
+
+// Propose checks e's document against the schema (Errors naming every
+// failing path) and against the tenant's current version (a stale Base is
+// tenants.ErrConflict), and says what saving it would change. Nothing is
+// saved, and the reason is not checked yet: a preview needs none.
+func (s *Store) Propose(ctx context.Context, tenantID string, e Edit) (Proposal, error) {
+	doc, err := s.check(e)
+	if err != nil {
+		return Proposal{}, err
+	}
+	cur, err := s.Current(ctx, tenantID)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if err := conflict(cur, e.Base); err != nil {
+		return Proposal{}, err
+	}
+	changes := Diff(cur.Doc, doc)
+	if changes == nil {
+		changes = []Change{}
+	}
+	return Proposal{Current: cur, Doc: doc, Changes: changes, tenantID: tenantID, reason: e.Reason, base: e.Base}, nil
+}
+
+// Commit stores a proposal of the tenant as its next version, audited in
+// the same transaction, exactly as Save would. The version's Changes are
+// those against the version it replaced, found in that transaction (a
+// version saved since the proposal with no Base is diffed against too).
+func (s *Store) Commit(ctx context.Context, actor audit.Actor, tenantID string, p Proposal) (Version, error) {
+	if p.tenantID == "" {
+		return Version{}, errors.New("commit policy: the proposal was not made by Propose")
+	}
+	if p.tenantID != tenantID {
+		return Version{}, fmt.Errorf("commit policy: %w: the proposal is another tenant's", tenants.ErrNotFound)
+	}
+	return s.append(ctx, actor, tenantID, p.Doc, p.reason, p.base, nil)
+}
+
+// Save checks e's document against the schema once (Errors naming every
+// failing path; nothing is saved) and stores it as the tenant's next
+// version, audited in the same transaction. The version's Changes say what
+// it changed.
 func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, e Edit) (Version, error) {
-	doc, err := s.v.Check(e.Doc)
+	doc, err := s.check(e)
 	if err != nil {
 		return Version{}, err
 	}
@@ -196,9 +279,8 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 		if err != nil {
 			return err
 		}
-		if base != nil && *base != cur.Version {
-			return fmt.Errorf("%w: the policy was changed to version %d (by %s) since version %d was loaded; reload and edit again",
-				tenants.ErrConflict, cur.Version, cur.AuthorName, *base)
+		if err := conflict(cur, base); err != nil {
+			return err
 		}
 		changes := Diff(cur.Doc, doc)
 		// An edit that changes nothing is refused; a rollback to what is
@@ -226,8 +308,11 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 		if err := audit.Write(tx, e); err != nil {
 			return err
 		}
-		out, err = r.version()
-		return err
+		if out, err = r.version(); err != nil {
+			return err
+		}
+		out.Changes = changes
+		return nil
 	})
 	if err != nil {
 		var fe *tenants.FieldError
