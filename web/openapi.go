@@ -482,7 +482,7 @@ func schemas() obj {
 		"Member": object([]string{"id", "email", "role", "active"}, obj{"id": str(""), "email": str(""), "role": ref("Role"),
 			"active": boolean("signed in since the invitation"), "invited_by": str(""), "created_at": timeField("")}),
 		"Token": object([]string{"id", "name", "prefix", "role"}, obj{"id": str(""), "name": str(""), "prefix": str("visible start of the secret"),
-			"role": ref("Role"), "created_at": timeField(""), "expires_at": timeField(""), "last_used_at": timeField(""), "revoked": boolean(""),
+			"role": ref("Role"), "created_at": timeField(""), "expires_at": timeField(""), "last_used_at": obj{"type": []string{"string", "null"}, "format": "date-time", "description": "null: never used"}, "revoked": boolean(""),
 			"token": str("the secret: only in the answer to its creation")}),
 		"Workflow": object([]string{"name", "version", "source", "definition"}, obj{"name": str(""), "version": integer("1 and up"),
 			"source": str("the YAML as saved"), "definition": obj{"type": "object", "description": "the validated definition: triggers, repositories, sandbox, timeout_seconds, steps, artifacts, notify"},

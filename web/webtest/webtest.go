@@ -186,7 +186,9 @@ func New(t testing.TB, o Options) *Env {
 		cancel()
 		t.Fatalf("web.NewApp: %v", err)
 	}
-	srv.Config.Handler = app.Handler()
+	// Every answer the suite sees is checked against the served OpenAPI
+	// document (openapi.go).
+	srv.Config.Handler = OpenAPIChecked(t, app.Handler())
 	srv.Start()
 	t.Cleanup(func() { cancel(); srv.Close() })
 	// Before the server closes: live terminals end, their connections close.
