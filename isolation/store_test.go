@@ -12,6 +12,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox"
@@ -32,6 +34,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
@@ -56,13 +59,16 @@ type stores struct {
 	sandbox  *sandbox.Store
 	terms    *terminal.Store
 	vms      *vmpool.Store
+	// compliance is a service, but it keeps the tenant's checklist and
+	// probe runs: its methods are accounted for like a store's.
+	compliance *compliance.Service
 }
 
 // all lists every store the suite accounts for: each exported method of
 // each one needs an isolation case or, when it takes no tenant, an entry
 // in global saying why.
 func (s *stores) all() []any {
-	return []any{s.tenants, s.audit, s.policy, s.secrets, s.usage, s.workflow, s.hooks, s.egress, s.runs, s.sandbox, s.terms, s.vms}
+	return []any{s.tenants, s.audit, s.policy, s.secrets, s.usage, s.workflow, s.hooks, s.egress, s.runs, s.sandbox, s.terms, s.vms, s.compliance}
 }
 
 func newStores(t *testing.T, db *gorm.DB) *stores {
@@ -79,7 +85,12 @@ func newStores(t *testing.T, db *gorm.DB) *stores {
 	if err != nil {
 		t.Fatalf("workflow.NewStore: %v", err)
 	}
-	return &stores{db: db, tenants: tenants.NewStore(db, nil), audit: audit.NewLog(db, nil), policy: pol, secrets: sec,
+	ts := tenants.NewStore(db, nil)
+	comp, err := compliance.New(db, compliance.Config{Policies: pol, Secrets: sec, Tenants: ts, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("compliance.New: %v", err)
+	}
+	return &stores{db: db, compliance: comp, tenants: ts, audit: audit.NewLog(db, nil), policy: pol, secrets: sec,
 		usage: usage.NewStore(db, nil), workflow: wf, hooks: integrations.NewStore(db, integrations.Config{}), egress: egress.NewStore(db),
 		runs: runs.NewStore(db, nil), sandbox: sandbox.NewStore(db, nil), terms: terminal.NewStore(db, nil), vms: vmpool.NewStore(db, nil)}
 }
@@ -122,6 +133,9 @@ var global = map[string]string{
 	"vmpool.Store.Pools":                         "the reconciler's list over every tenant",
 	"vmpool.Store.AllVMs":                        "the reconciler's list over every tenant",
 	"vmpool.Store.Hosts":                         "libvirt hosts are the platform's (platform operators)",
+	"compliance.Service.Config":                  "the service's configuration",
+	"compliance.Service.Start":                   "starts the evaluation and probe loops over every tenant",
+	"compliance.Service.Close":                   "stops the loops",
 }
 
 // TestStoreIsolation calls every tenant-scoped store method as tenant B on
@@ -319,6 +333,7 @@ type tenantFixture struct {
 	idemKey    string
 	execID     string
 	termID     string
+	probeID    string
 	vmID       string
 	egressID   string
 	policyVer  int
@@ -409,6 +424,13 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 		StartedAt: now, EndedAt: &now, ExitCode: &code, Reason: "exited", Stdout: "out of " + slug}).Error; err != nil {
 		t.Fatalf("record exec: %v", err)
 	}
+	x.probeID = uuid.Must(uuid.NewV7()).String()
+	if err := f.db.Exec(`INSERT INTO probe_runs (id, tenant_id, sandbox_id, state, actor_kind, actor_id, actor_name, started_at, ended_at, checks, output, error)
+		VALUES (?, ?, ?, 'completed', 'system', 'compliance', 'compliance checks', ?, ?, '[]', ?, '')`,
+		x.probeID, tid, x.sandbox.ID, now.Add(-time.Minute), now, "probe output of "+slug).Error; err != nil {
+		t.Fatalf("record probe run: %v", err)
+	}
+	must(f.compliance.Evaluate(ctx, tid))(t, "evaluate compliance")
 	x.termID = terminaltest.Record(t, f.db, t.TempDir(), tid, x.sandbox.ID, x.userEmail).ID
 
 	// Hosts are the platform's: one row for the VM to name.
@@ -432,7 +454,7 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 			GiBSecond: 0.000004, EgressGB: 0.07}))(t, "set price").ID
 	}
 	x.markers = []string{tid, x.userID, x.userEmail, x.pending.ID, x.tokenID, x.idem.ID, x.secretID, x.workflow.Name, x.runID,
-		x.delivery.DeliveryID, x.endpointID, x.hookDeliv, x.sandbox.ID, x.idemKey, x.execID, x.termID, x.vmID, x.egressID}
+		x.delivery.DeliveryID, x.endpointID, x.hookDeliv, x.sandbox.ID, x.idemKey, x.execID, x.termID, x.vmID, x.egressID, x.probeID}
 	if x.priceID != "" {
 		x.markers = append(x.markers, x.priceID)
 	}
@@ -1031,6 +1053,43 @@ func cases(f *fixtures) []storeCase {
 		vms, err := f.vms.VMs(ctx, bID())
 		noErr(t, "VMs", err)
 		f.noneOfA(t, "VMs", vms)
+	})
+
+	// compliance.Service
+	add("compliance.Service.Items", func(t *testing.T) {
+		items, err := f.compliance.Items(ctx, bID())
+		noErr(t, "Items", err)
+		f.noneOfA(t, "Items", items)
+	})
+	add("compliance.Service.Evaluate", func(t *testing.T) {
+		items, err := f.compliance.Evaluate(ctx, bID())
+		noErr(t, "Evaluate", err)
+		f.noneOfA(t, "Evaluate", items)
+	})
+	add("compliance.Service.RunProbe", func(t *testing.T) {
+		// No sandboxes here: the probe of B cannot run, and touches nothing of A.
+		if run, err := f.compliance.RunProbe(ctx, b.actor, bID()); err == nil {
+			f.noneOfA(t, "RunProbe", run)
+		}
+	})
+	add("compliance.Service.Incident", func(t *testing.T) {
+		inc, err := f.compliance.Incident(ctx, bID())
+		noErr(t, "Incident", err)
+		f.noneOfA(t, "Incident", inc)
+	})
+	add("compliance.Service.History", func(t *testing.T) {
+		h, err := f.compliance.History(ctx, bID(), 100)
+		noErr(t, "History", err)
+		f.noneOfA(t, "History", h)
+	})
+	add("compliance.Service.ProbeRuns", func(t *testing.T) {
+		rs, err := f.compliance.ProbeRuns(ctx, bID(), 100)
+		noErr(t, "ProbeRuns", err)
+		f.noneOfA(t, "ProbeRuns", rs)
+	})
+	add("compliance.Service.ProbeRun", func(t *testing.T) {
+		_, err := f.compliance.ProbeRun(ctx, bID(), a.probeID)
+		notFound(t, "ProbeRun", err)
 	})
 	return out
 }
