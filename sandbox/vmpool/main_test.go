@@ -163,7 +163,7 @@ func newWeb(tb testing.TB, db *gorm.DB, svc *vmpool.Service, operators ...string
 		cancel()
 		tb.Fatalf("web.NewApp = %v", err)
 	}
-	srv.Config.Handler = app.Handler()
+	srv.Config.Handler = webtest.OpenAPIChecked(tb, app.Handler())
 	srv.Start()
 	tb.Cleanup(func() { cancel(); srv.Close() })
 	if err := app.ConnectDevIdP(ctx); err != nil {
