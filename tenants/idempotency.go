@@ -116,9 +116,10 @@ func (s *Store) BeginIdempotent(ctx context.Context, req IdemRequest) (k IdemKey
 }
 
 // TakeOverIdempotent makes this server (owner) the runner of a pending key
-// a stopped server left; false when someone else took it first.
+// a stopped server left; false when someone else took it first (or the
+// key is not of k's tenant).
 func (s *Store) TakeOverIdempotent(ctx context.Context, k IdemKey, owner string) (bool, error) {
-	res := s.db.WithContext(ctx).Model(&IdemKey{}).Where("id = ? AND state = ? AND owner = ?", k.ID, IdemPending, k.Owner).
+	res := s.db.WithContext(ctx).Model(&IdemKey{}).Where("id = ? AND tenant_id = ? AND state = ? AND owner = ?", k.ID, k.TenantID, IdemPending, k.Owner).
 		Update("owner", owner)
 	if res.Error != nil {
 		return false, fmt.Errorf("take over idempotency key: %w", res.Error)

@@ -58,7 +58,7 @@ func checkReadOnly(t *testing.T, role tenants.Role) {
 			for _, c := range cs {
 				t.Run(c.name, func(t *testing.T) {
 					path, _ := f.fill(t, r.Path)
-					form, in := f.input(r, c)
+					form, in := f.input(r, c, path)
 					before := env.Counts(t)
 					status, body, _ := call(t, c, r, path, form, in)
 					if status != http.StatusForbidden && status != http.StatusUnauthorized {

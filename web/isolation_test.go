@@ -27,11 +27,11 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-// TestTenantIsolation: a caller acting in tenant A never reaches tenant B.
+// TestIsolationRoutes: a caller acting in tenant A never reaches tenant B.
 // Every route with an object id, asked for B's object, answers not found
 // and leaves it alone; every list and page of A shows nothing of B. Built
 // from the route table, on SQLite and PostgreSQL.
-func TestTenantIsolation(t *testing.T) {
+func TestIsolationRoutes(t *testing.T) {
 	for _, d := range dbtest.Databases(t) {
 		t.Run(d.Name, func(t *testing.T) { testIsolation(t, d.DB) })
 	}
@@ -46,7 +46,9 @@ type isoTenant struct {
 }
 
 func testIsolation(t *testing.T, db *gorm.DB) {
-	env := webtest.New(t, webtest.Options{DB: db})
+	env := webtest.New(t, webtest.Options{DB: db, Operators: []string{"operator@platform.test"}})
+	opCaller := &caller{name: "operator", kind: "operator", operator: true, email: "operator@platform.test"}
+	opCaller.client = env.Login(t, opCaller.email)
 	setup := func(slug, name string) *isoTenant {
 		tn := env.TenantNamed(t, slug, name)
 		env.Member(t, tn, "admin@"+slug+".test", tenants.RoleAdmin)
@@ -143,91 +145,16 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 	routes := env.App.RouteTable()
 	// VM routes need booted VMs, which this harness does not run: their
 	// tenant isolation table runs on real VMs in sandbox/vmpool
-	// (TestVMs/TenantIsolation). Every other route must be covered here.
+	// (TestVMs/TenantIsolation). Every other route must be covered here,
+	// so a new VM route must be added to vmObjectRoutes by hand.
 	coveredElsewhere := func(path string) bool {
 		return strings.HasPrefix(path, "/vms/:id") || strings.HasPrefix(path, "/api/v1/vms") || path == "/api/v1/vm-pool"
 	}
-	t.Run("objects", func(t *testing.T) {
-		n := 0
-		for _, r := range routes {
-			if !strings.Contains(r.Path, ":id") || coveredElsewhere(r.Path) {
-				continue
-			}
-			if r.Perm == tenants.PermOperator && (strings.HasPrefix(r.Path, "/api/v1/tenants/:id") || strings.HasPrefix(r.Path, "/operator/tenants/:id")) {
-				continue // platform operators act on any tenant by design: the :id is the tenant
-			}
-			n++
-			if !r.Perm.TenantScoped() {
-				t.Errorf("route %s %s has an :id but no tenant permission: extend this test", r.Method, r.Path)
-				continue
-			}
-			if _, ok := fa.object(t, r.Path); !ok {
-				t.Run(r.Method+" "+r.Path, func(t *testing.T) {
-					// This test cannot make the object. If the route does not
-					// even answer 404 for an id that exists nowhere, the service
-					// behind it is not running in this harness (the VM pools,
-					// say) and there is nothing to isolate here; otherwise the
-					// fixture is simply missing.
-					path, _ := fa.fill(t, r.Path)
-					form, in := fa.input(r, self)
-					s, body, hdr := call(t, &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant, client: a.admin}, r, path, form, in)
-					if s != http.StatusNotFound {
-						t.Errorf("no fixture for %s, and it does not answer 404 for a missing id (%d %s %.120s): wire its service into webtest.Options and add the kind to fixtures.object, or list it in coveredElsewhere",
-							r.Path, s, hdr.Get("Location"), body)
-						return
-					}
-					t.Errorf("this test cannot make the object of %s; add the kind to fixtures.object", r.Path)
-				})
-				continue
-			}
-			for _, ac := range actors {
-				if ac.api && !r.API {
-					continue
-				}
-				c := &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant, client: ac.client}
-				t.Run(r.Method+" "+r.Path+"/"+ac.name, func(t *testing.T) {
-					t.Run("own tenant", func(t *testing.T) {
-						id, _ := fa.object(t, r.Path)
-						form, in := fa.input(r, self)
-						status, body, _ := call(t, c, r, strings.Replace(r.Path, ":id", id, 1), form, in)
-						if status == http.StatusServiceUnavailable {
-							// Found in A, then the service that would act on it
-							// (a sandbox's VM agent) does not run in this harness:
-							// the other-tenant check below still means something,
-							// since a missing tenant check would answer 503 too.
-							t.Logf("503 from the handler: %.200s", body)
-							return
-						}
-						if status >= 400 {
-							t.Errorf("Got(status) = %d; want success on A's own object: %.300s", status, body)
-						}
-					})
-					t.Run("other tenant", func(t *testing.T) {
-						id, _ := fb.object(t, r.Path)
-						snap := snapshot(t, env, r.Path, id)
-						before := env.Counts(t)
-						form, in := fa.input(r, self)
-						status, body, hdr := call(t, c, r, strings.Replace(r.Path, ":id", id, 1), form, in)
-						if status != http.StatusNotFound {
-							t.Errorf("Got(status) = %d; want 404 for B's object: %.300s", status, body)
-						} else if r.API {
-							if p := webtest.Problem(t, hdr, body); p.Status != http.StatusNotFound {
-								t.Errorf("Got(problem status) = %d; want 404", p.Status)
-							}
-						}
-						env.Unchanged(t, before)
-						if after := snapshot(t, env, r.Path, id); !reflect.DeepEqual(after, snap) {
-							t.Errorf("Got(B's object after) = %+v; want unchanged %+v", after, snap)
-						}
-					})
-				})
-			}
-		}
-		if n == 0 {
-			t.Fatal("Got(routes with :id) = 0; want some")
-		}
-	})
-
+	vmObjectRoutes := map[string]bool{"POST /vms/:id/stop": true, "POST /vms/:id/destroy": true, "POST /vms/:id/recycle": true,
+		"GET /api/v1/vms/:id": true, "DELETE /api/v1/vms/:id": true, "POST /api/v1/vms/:id/stop": true, "POST /api/v1/vms/:id/recycle": true}
+	// upserts answer a name of another tenant by creating the caller's own
+	// object of that name: not a 404, and B's is left alone.
+	upserts := map[string]int{"PUT /api/v1/workflows/:name": http.StatusOK}
 	t.Run("lists and pages", func(t *testing.T) {
 		for _, r := range routes {
 			if r.Method != http.MethodGet || strings.Contains(r.Path, ":") || r.Perm == tenants.PermOperator || r.Perm == tenants.PermPublic || coveredElsewhere(r.Path) {
@@ -255,6 +182,126 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 					}
 				})
 			}
+		}
+	})
+
+	t.Run("objects", func(t *testing.T) {
+		n := 0
+		for _, r := range routes {
+			key := r.Method + " " + r.Path
+			if !strings.Contains(r.Path, ":") || vmObjectRoutes[key] {
+				continue
+			}
+			n++
+			if r.Perm == tenants.PermOperator {
+				continue // "operator routes" below
+			}
+			if !r.Perm.TenantScoped() {
+				t.Errorf("route %s has a path parameter but no tenant permission: extend this test", key)
+				continue
+			}
+			if _, ok := fa.objectFor(t, r.Path); !ok {
+				t.Errorf("route %s has no isolation case: add the kind of its parameters to fixtures.objectFor", key)
+				continue
+			}
+			for _, ac := range actors {
+				if ac.api && !r.API {
+					continue
+				}
+				c := &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant, client: ac.client}
+				t.Run(key+"/"+ac.name, func(t *testing.T) {
+					t.Run("own tenant", func(t *testing.T) {
+						o, _ := fa.objectFor(t, r.Path)
+						form, in := fa.input(r, self, o.path)
+						status, body, _ := call(t, c, r, o.path, form, in)
+						// Found: a success, or what this harness answers
+						// without the service behind the route.
+						if want, why := harnessStatus(r); want != 0 {
+							if status != want {
+								t.Errorf("Got(status) = %d; want %d on A's own object (%s): %.300s", status, want, why, body)
+							}
+						} else if status >= 400 {
+							t.Errorf("Got(status) = %d; want success on A's own object: %.300s", status, body)
+						}
+					})
+					t.Run("other tenant", func(t *testing.T) {
+						o, _ := fb.objectFor(t, r.Path)
+						snap := snapshot(t, env, b.tenant.ID, r.Path, o.params)
+						before := env.Counts(t)
+						form, in := fa.input(r, self, o.path)
+						status, body, hdr := call(t, c, r, o.path, form, in)
+						if want, ok := upserts[key]; ok {
+							fb.wf = "" // A has one of that name now: B's next is another
+							if status != want {
+								t.Errorf("Got(status) = %d; want %d (A's own object of that name): %.300s", status, want, body)
+							}
+						} else {
+							if status != http.StatusNotFound {
+								t.Errorf("Got(status) = %d; want 404 for B's object: %.300s", status, body)
+							} else if r.API {
+								if p := webtest.Problem(t, hdr, body); p.Status != http.StatusNotFound {
+									t.Errorf("Got(problem status) = %d; want 404", p.Status)
+								}
+							}
+							env.Unchanged(t, before)
+						}
+						if after := snapshot(t, env, b.tenant.ID, r.Path, o.params); !reflect.DeepEqual(after, snap) {
+							t.Errorf("Got(B's object after) = %+v; want unchanged %+v", after, snap)
+						}
+					})
+				})
+			}
+		}
+		if n < 40 {
+			t.Fatalf("Got(routes with path parameters) = %d; want the whole table's (40 or more)", n)
+		}
+	})
+
+	// Platform operators act on any tenant by design: there the path's :id
+	// is the tenant. Isolation means a tenant's members (admin of A and B
+	// included) never reach these routes, and an operator acting on one
+	// tenant changes no other.
+	t.Run("operator routes", func(t *testing.T) {
+		n := 0
+		for _, r := range routes {
+			if r.Perm != tenants.PermOperator || !strings.Contains(r.Path, ":") {
+				continue
+			}
+			n++
+			key := r.Method + " " + r.Path
+			if !strings.Contains(r.Path, "/tenants/:id") {
+				t.Errorf("operator route %s has a parameter other than the tenant: extend this test", key)
+				continue
+			}
+			t.Run(key, func(t *testing.T) {
+				for _, ac := range actors {
+					if ac.api && !r.API {
+						continue
+					}
+					c := &caller{kind: "session", role: tenants.RoleAdmin, tenant: &a.tenant, client: ac.client}
+					path := strings.Replace(r.Path, ":id", b.tenant.ID, 1)
+					form, in := fa.input(r, self, path)
+					before := env.Counts(t)
+					if status, body, _ := call(t, c, r, path, form, in); status != http.StatusForbidden {
+						t.Errorf("Got(%s on B as %s) = %d; want 403 (operators only): %.300s", key, ac.name, status, body)
+					}
+					env.Unchanged(t, before)
+				}
+				// An operator acting on a fresh tenant leaves A and B alone.
+				target, _ := fa.object(t, r.Path) // a fresh tenant (frozen for unfreeze)
+				path := strings.Replace(r.Path, ":id", target, 1)
+				snapA, snapB := tenantSnapshot(t, env, a.tenant.ID), tenantSnapshot(t, env, b.tenant.ID)
+				form, in := fa.input(r, opCaller, path)
+				if status, body, _ := call(t, opCaller, r, path, form, in); status >= 400 {
+					t.Errorf("Got(%s as operator) = %d; want success: %.300s", key, status, body)
+				}
+				if !reflect.DeepEqual(tenantSnapshot(t, env, a.tenant.ID), snapA) || !reflect.DeepEqual(tenantSnapshot(t, env, b.tenant.ID), snapB) {
+					t.Errorf("Got(A or B after %s on another tenant) changed; want them left alone", key)
+				}
+			})
+		}
+		if n == 0 {
+			t.Fatal("Got(operator routes with a tenant) = 0; want some")
 		}
 	})
 
@@ -313,10 +360,27 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 	})
 }
 
-// snapshot reads the object behind a route's :id.
-func snapshot(t *testing.T, env *webtest.Env, path, id string) any {
+// snapshot reads the objects of tenant behind a route's parameters.
+func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[string]string) any {
 	t.Helper()
+	id := params[":id"]
+	rows := func(table, where string, args ...any) []map[string]any {
+		var out []map[string]any
+		if err := env.DB.Table(table).Where(where, args...).Order("1").Find(&out).Error; err != nil {
+			t.Fatalf("read %s: %v", table, err)
+		}
+		return out
+	}
 	switch {
+	case strings.Contains(path, "/artifacts/"):
+		return runSnapshot(t, env, params[":run"])
+	case strings.Contains(path, "/policy/versions/"):
+		return rows("policies", "tenant_id = ?", tenantID)
+	case strings.Contains(path, "/secrets/"):
+		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
+	case strings.Contains(path, "/workflows/"):
+		return struct{ Workflow, Runs []map[string]any }{rows("workflows", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
+			rows("workflow_runs", "tenant_id = ? AND workflow = ?", tenantID, params[":name"])}
 	case strings.Contains(path, "/members/"):
 		return env.Membership(t, id)
 	case strings.Contains(path, "/tokens/"):
@@ -326,13 +390,10 @@ func snapshot(t *testing.T, env *webtest.Env, path, id string) any {
 		if err := env.DB.Take(&sb, "id = ?", id).Error; err != nil {
 			t.Fatalf("read sandbox %s: %v", id, err)
 		}
-		var events, execs int64
-		env.DB.Model(&sandbox.Event{}).Where("sandbox_id = ?", id).Count(&events)
-		env.DB.Model(&sandbox.ExecRecord{}).Where("sandbox_id = ?", id).Count(&execs)
 		return struct {
 			Sandbox       sandbox.Sandbox
-			Events, Execs int64
-		}{sb, events, execs}
+			Events, Execs []map[string]any
+		}{sb, rows("sandbox_events", "sandbox_id = ?", id), rows("sandbox_execs", "sandbox_id = ?", id)}
 	case strings.Contains(path, "/terminals/"):
 		var s terminal.Session
 		if err := env.DB.Take(&s, "id = ?", id).Error; err != nil {
@@ -361,6 +422,20 @@ func snapshot(t *testing.T, env *webtest.Env, path, id string) any {
 	}
 	t.Fatalf("no snapshot for %s", path)
 	return nil
+}
+
+// tenantSnapshot reads what an operator route may change of a tenant: its
+// row (freeze), its quota and its sandboxes.
+func tenantSnapshot(t *testing.T, env *webtest.Env, tenantID string) any {
+	t.Helper()
+	read := func(table, where string) []map[string]any {
+		var out []map[string]any
+		if err := env.DB.Table(table).Where(where, tenantID).Order("1").Find(&out).Error; err != nil {
+			t.Fatalf("read %s: %v", table, err)
+		}
+		return out
+	}
+	return [][]map[string]any{read("tenants", "id = ?"), read("tenant_quotas", "tenant_id = ?"), read("sandboxes", "tenant_id = ?")}
 }
 
 func containsAny(s string, subs []string) bool {

@@ -7,18 +7,27 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/integrations"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -53,6 +62,8 @@ type fixtures struct {
 	env    *webtest.Env
 	tenant tenants.Tenant
 	n      int
+	wf     string // a workflow of the tenant, reused (a tenant has at most 100)
+	vmHost bool   // the host row VM fixtures name exists
 }
 
 func (f *fixtures) next() int { f.n++; return f.n }
@@ -86,9 +97,21 @@ func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
 			t.Fatalf("create webhook endpoint: %v", err)
 		}
 		return ep.ID, true
+	case strings.Contains(path, "/tenants/:id"):
+		// Platform operator routes: the object is a tenant, fresh (frozen
+		// for the unfreeze routes).
+		tn := f.env.Tenant(t, fmt.Sprintf("object-tenant-%d", f.next()))
+		if strings.HasSuffix(path, "/unfreeze") {
+			if _, err := f.env.Store.FreezeTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID, "fixture"); err != nil {
+				t.Fatalf("freeze tenant: %v", err)
+			}
+		}
+		return tn.ID, true
+	case strings.Contains(path, "/vms/:id"):
+		return f.vm(t), true
 	case strings.Contains(path, "/runs/:id"):
 		n := f.next()
-		return recordRun(t, f.env, f.tenant.ID, fmt.Sprintf("object-%d", n), fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug)), true
+		return recordRun(t, f.env, f.tenant.ID, "runs-fixture", fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug)), true
 	}
 	return "", false
 }
@@ -96,22 +119,178 @@ func (f *fixtures) object(t *testing.T, path string) (id string, ok bool) {
 // paramRE matches a path parameter of a route template.
 var paramRE = regexp.MustCompile(`:[A-Za-z_]+`)
 
-// fill replaces the path parameters of a route template: :id with a real
-// object of f.tenant where this test knows the kind, anything else with a
-// well-formed id that exists nowhere (authorization comes before lookup).
+// routeObject is a real object of a tenant behind a route's parameters.
+type routeObject struct {
+	path   string            // the route path, its parameters filled
+	params map[string]string // ":id" -> the value
+}
+
+// objectFor makes, fresh, the objects of f.tenant that the parameters of
+// route path name; ok is false for a kind this test does not know yet.
+func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool) {
+	t.Helper()
+	o.params = map[string]string{}
+	switch {
+	case strings.Contains(path, "/sandboxes/:id/execs/:exec_id"):
+		sb, exec := f.exec(t)
+		o.params[":id"], o.params[":exec_id"] = sb, exec
+	case strings.HasPrefix(path, "/runs/:run/artifacts/:index"):
+		o.params[":run"], o.params[":index"] = f.runWithArtifact(t), "0"
+	case strings.Contains(path, "/policy/versions/:version"):
+		o.params[":version"] = strconv.Itoa(f.policyVersion(t))
+	case strings.Contains(path, "/secrets/:name"):
+		o.params[":name"] = f.secret(t)
+	case strings.Contains(path, "/workflows/:name"):
+		o.params[":name"] = f.workflow(t)
+	case strings.Contains(path, ":id"):
+		id, ok := f.object(t, path)
+		if !ok {
+			return o, false
+		}
+		o.params[":id"] = id
+	}
+	for _, p := range paramRE.FindAllString(path, -1) {
+		if _, ok := o.params[p]; !ok {
+			return o, false
+		}
+	}
+	o.path = paramRE.ReplaceAllStringFunc(path, func(p string) string { return o.params[p] })
+	return o, true
+}
+
+// exec records a running sandbox of f.tenant with a command still running
+// in it (as the server knows it; no VM here).
+func (f *fixtures) exec(t *testing.T) (sandboxID, execID string) {
+	t.Helper()
+	n := f.next()
+	by := fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug)
+	sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, by)
+	rec := sandbox.ExecRecord{ID: uuid.Must(uuid.NewV7()).String(), SandboxID: sb.ID, TenantID: f.tenant.ID, ArgvJSON: `["sleep","600"]`,
+		Actor: by, StartedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := f.env.DB.Create(&rec).Error; err != nil {
+		t.Fatalf("record command: %v", err)
+	}
+	return sb.ID, rec.ID
+}
+
+// runWithArtifact records an ended run of f.tenant with one kept artifact.
+func (f *fixtures) runWithArtifact(t *testing.T) string {
+	t.Helper()
+	n := f.next()
+	id := recordRun(t, f.env, f.tenant.ID, "artifact-fixture", fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug))
+	body := fmt.Sprintf("report %d of %s\n", n, f.tenant.Slug)
+	arts, _ := json.Marshal([]runs.Artifact{{Path: "out/report.txt", Size: int64(len(body))}})
+	now := time.Now().UTC()
+	if err := f.env.DB.Model(&runs.Run{}).Where("id = ?", id).
+		Updates(map[string]any{"state": runs.StateSucceeded, "artifacts": string(arts), "started_at": now, "ended_at": now}).Error; err != nil {
+		t.Fatalf("record artifact of run %s: %v", id, err)
+	}
+	r, _, err := f.env.Runs.Store().Get(context.Background(), f.tenant.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.env.Runs.ArtifactPath(r, 0, "out/report.txt")
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// policyVersion saves policy versions in f.tenant until its newest is a
+// version number no other tenant has, and returns it.
+func (f *fixtures) policyVersion(t *testing.T) int {
+	t.Helper()
+	var others int
+	if err := f.env.DB.Raw("SELECT COALESCE(MAX(version), 0) FROM policies WHERE tenant_id <> ?", f.tenant.ID).Scan(&others).Error; err != nil {
+		t.Fatal(err)
+	}
+	for {
+		cur, err := f.env.Policies.Current(context.Background(), f.tenant.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Version > others {
+			return cur.Version
+		}
+		doc := cur.Doc
+		doc.Resources.MaxPids = 200 + f.next()
+		if _, err := f.env.Policies.Save(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID,
+			policy.Edit{Doc: doc, Reason: "fixture"}); err != nil {
+			t.Fatalf("save policy version: %v", err)
+		}
+	}
+}
+
+// uniqueName is a name no other tenant's fixture has, carrying nothing of
+// the tenant (its lists are searched for the other tenant's names).
+func uniqueName() string { return strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")[20:] }
+
+// secret makes a live secret of f.tenant and returns its name.
+func (f *fixtures) secret(t *testing.T) string {
+	t.Helper()
+	name := "OBJECT_" + strings.ToUpper(uniqueName())
+	if _, err := f.env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID,
+		secrets.NewSecret{Name: name, Value: "value of " + name, Hosts: []string{"api." + f.tenant.Slug + ".test"}}); err != nil {
+		t.Fatalf("create secret %s: %v", name, err)
+	}
+	return name
+}
+
+// workflow returns a manual workflow of f.tenant, saved anew when the last
+// one was deleted.
+func (f *fixtures) workflow(t *testing.T) string {
+	t.Helper()
+	if f.wf != "" {
+		if _, err := f.env.Workflows.Current(context.Background(), f.tenant.ID, f.wf); err == nil {
+			return f.wf
+		}
+	}
+	name := "object-" + uniqueName()
+	src := fmt.Sprintf("name: %s\ntriggers:\n  - event: manual\nsteps:\n  - name: test\n    run: \"true\"\n", name)
+	if _, err := f.env.Workflows.Save(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID, []byte(src), nil); err != nil {
+		t.Fatalf("save workflow %s: %v", name, err)
+	}
+	f.wf = name
+	return name
+}
+
+// vm records a booting VM of f.tenant's pool (no libvirt behind it).
+func (f *fixtures) vm(t *testing.T) string {
+	t.Helper()
+	ctx, sys := context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}
+	vms := vmpool.NewStore(f.env.DB, nil)
+	if !f.vmHost {
+		if err := f.env.DB.FirstOrCreate(&vmpool.Host{URI: "test:///fixture", Health: vmpool.HealthOK, CPUs: 4}).Error; err != nil {
+			t.Fatalf("record host: %v", err)
+		}
+		if _, err := f.env.Store.SetQuota(ctx, sys, f.tenant.ID, tenants.Quota{MaxVMs: 100, MaxVCPUs: 100, MaxMemoryMiB: 100 * 1024,
+			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000}); err != nil {
+			t.Fatalf("set quota: %v", err)
+		}
+		if _, err := vms.SetPool(ctx, sys, f.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 256, MaxVMs: 100}); err != nil {
+			t.Fatalf("set pool: %v", err)
+		}
+		f.vmHost = true
+	}
+	vm, err := vms.CreateVM(ctx, sys, f.tenant.ID, vmpool.NewVM{HostURI: "test:///fixture", ImageVersion: "fixture"})
+	if err != nil {
+		t.Fatalf("record vm: %v", err)
+	}
+	return vm.ID
+}
+
+// fill replaces the path parameters of a route template with real objects
+// of f.tenant where this test knows the kind, else with a well-formed id
+// that exists nowhere (authorization comes before lookup).
 func (f *fixtures) fill(t *testing.T, path string) (filled string, real bool) {
 	t.Helper()
-	real = true
-	filled = paramRE.ReplaceAllStringFunc(path, func(p string) string {
-		if p == ":id" {
-			if id, ok := f.object(t, path); ok {
-				return id
-			}
-		}
-		real = false
-		return missingID
-	})
-	return filled, real
+	if o, ok := f.objectFor(t, path); ok {
+		return o.path, true
+	}
+	return paramRE.ReplaceAllString(path, missingID), !strings.Contains(path, ":")
 }
 
 // missingID is a well-formed id of no object.
@@ -120,7 +299,7 @@ const missingID = "01900000-0000-7000-8000-000000000000"
 // input is a valid body for the routes that take one, so an allowed call
 // does its real work; routes without an entry get an empty body, which is
 // enough to test authorization.
-func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any) {
+func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, jsonBody any) {
 	n := f.next()
 	switch r.Method + " " + r.Path {
 	case "POST /tenant/switch":
@@ -193,14 +372,17 @@ func (f *fixtures) input(r web.Route, c *caller) (form url.Values, jsonBody any)
 	case "POST /api/v1/prices":
 		return nil, map[string]any{"currency": "USD", "vcpu_second": 0.00002, "gib_second": 0.000005, "cpu_second": 0, "egress_gb": 0.05}
 	case "PUT /api/v1/workflows/:name":
-		// :name is filled with missingID, a valid workflow name: the PUT
-		// creates it (a new description each time, so never "unchanged").
-		return nil, map[string]any{"name": missingID, "description": fmt.Sprintf("role table %d", n),
+		// The document names the workflow of the path: a new version of
+		// it (a new description each time, so never "unchanged").
+		return nil, map[string]any{"name": path[strings.LastIndexByte(path, '/')+1:], "description": fmt.Sprintf("role table %d", n),
 			"triggers": []map[string]string{{"event": "manual"}}, "steps": []map[string]string{{"name": "s", "run": "true"}}}
 	case "POST /workflows":
 		// The editor's form: a new workflow, so an allowed call saves it.
 		return url.Values{"name": {""}, "base_version": {"0"}, "source": {fmt.Sprintf(
 			"name: form-workflow-%d\ntriggers:\n  - event: manual\nsteps:\n  - name: s\n    run: \"true\"\n", n)}}, nil
+	case "POST /operator/tenants/:id/quota":
+		return url.Values{tenants.QuotaMaxSandboxes: {"16"}, tenants.QuotaMaxVCPUs: {"8"}, tenants.QuotaMaxMemoryMiB: {"8192"},
+			tenants.QuotaMaxVMs: {"4"}, tenants.QuotaMaxCPUHoursMonthly: {"1000"}}, nil
 	case "PUT /api/v1/tenants/:id/quota":
 		return nil, map[string]int{"max_vms": 4, "max_vcpus": 8, "max_memory_mib": 8192, "max_sandboxes": 16, "max_cpu_hours_monthly": 1000}
 	}
@@ -221,7 +403,28 @@ func handlerStatus(r web.Route, c *caller) (int, string) {
 	return 0, ""
 }
 
-// call sends r as c with path's :id replaced.
+// harnessStatus is the answer an allowed call of r gets in this harness
+// when the route cannot succeed here, and why; 0 when it must succeed.
+// Only these routes may answer an allowed caller with a failure.
+func harnessStatus(r web.Route) (int, string) {
+	switch r.Method + " " + r.Path {
+	case "POST /sandboxes", "POST /api/v1/sandboxes":
+		return http.StatusServiceUnavailable, "a sandbox starts in a tenant VM: this harness runs no VM pools"
+	case "DELETE /api/v1/sandboxes/:id", "POST /api/v1/sandboxes/:id/exec", "GET /api/v1/sandboxes/:id/execs/:exec_id/stream",
+		"GET /api/v1/sandboxes/:id/files", "PUT /api/v1/sandboxes/:id/files", "GET /api/v1/sandboxes/:id/terminal":
+		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools"
+	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
+		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
+	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":
+		return http.StatusConflict, "the fixture VM is booting: only a running VM stops or recycles (sandbox/vmpool tests them on real VMs)"
+	}
+	return 0, ""
+}
+
+// handlerAnswers reports whether handlerStatus has its own answer for c.
+func handlerAnswers(r web.Route, c *caller) bool { s, _ := handlerStatus(r, c); return s != 0 }
+
+// call sends r as c to path (its parameters filled).
 func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in any) (int, string, http.Header) {
 	t.Helper()
 	cl := c.client
@@ -280,10 +483,10 @@ func wsHandshake(t *testing.T, cl *webtest.Client, path string) (int, string, ht
 	return resp.StatusCode, string(b), resp.Header
 }
 
-// TestRoleTable checks every route of the route table against every kind
+// TestRolesTable checks every route of the route table against every kind
 // of caller: allowed exactly when the route's permission and tenants.Can
 // say so, and denied the way the route's kind (page or API) denies.
-func TestRoleTable(t *testing.T) {
+func TestRolesTable(t *testing.T) {
 	env := webtest.New(t, webtest.Options{Operators: []string{"operator@platform.test"}})
 	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
 	f := &fixtures{env: env, tenant: acme}
@@ -317,9 +520,9 @@ func TestRoleTable(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					path, real := f.fill(t, r.Path)
 					if !real {
-						t.Logf("no fixture for the parameters of %s: checking authorization only (an allowed call may be 404)", r.Path)
+						t.Errorf("no fixture for the parameters of %s: add the kind to fixtures.objectFor", r.Path)
 					}
-					form, in := f.input(r, c)
+					form, in := f.input(r, c, path)
 					status, body, hdr := call(t, c, r, path, form, in)
 					checkAccess(t, r, c, real, status, body, hdr)
 					if c.kind == "session" || c.kind == "operator" {
@@ -337,10 +540,12 @@ func TestRoleTable(t *testing.T) {
 func checkAccess(t *testing.T, r web.Route, c *caller, real bool, status int, body string, hdr http.Header) {
 	t.Helper()
 	allowed := c.allowed(r)
-	if status == http.StatusServiceUnavailable && allowed {
-		// Authorized, then the handler found its service (e.g. the VM pools)
-		// not running in this harness.
-		t.Logf("503 from the handler: %.200s", body)
+	if want, why := harnessStatus(r); allowed && want != 0 && !handlerAnswers(r, c) {
+		// Authorized, then the handler cannot do its work in this harness:
+		// exactly the answer this route gives then.
+		if status != want {
+			t.Errorf("Got(status) = %d; want %d (%s): %.300s", status, want, why, body)
+		}
 		return
 	}
 	if status >= 500 {

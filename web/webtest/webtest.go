@@ -129,7 +129,9 @@ func New(t testing.TB, o Options) *Env {
 	// Before the database closes: runs still executing end, live
 	// terminals end and their connections close.
 	t.Cleanup(a.Close)
-	srv.Config.Handler = a.Handler()
+	// Every answer the suite sees is checked against the served OpenAPI
+	// document (openapi.go).
+	srv.Config.Handler = OpenAPIChecked(t, a.Handler())
 	srv.Start()
 	t.Cleanup(func() { cancel(); srv.Close() })
 	if err := a.ConnectDevIdP(ctx); err != nil {
