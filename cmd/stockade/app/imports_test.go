@@ -70,10 +70,6 @@ var importRules = []importRule{
 			}
 			return under(imp, "web")
 		},
-		pending: map[string]string{
-			"web/errors.go -> sandbox":        `helper "errors" (issue 15 item 2): the error mapper spells errors through the leaf error package`,
-			"web/errors.go -> sandbox/vmpool": `helper "errors" (issue 15 item 2): the error mapper spells errors through the leaf error package`,
-		},
 	},
 	{
 		name:    "handlers import no web package",
@@ -86,10 +82,6 @@ var importRules = []importRule{
 		name:    "the CLI imports no handlers package but the wire types",
 		applies: func(p string) bool { return p == "cmd/stockade" },
 		allowed: func(_, imp string) bool { return !under(imp, "handlers") || under(imp, "handlers/api") },
-		pending: map[string]string{
-			"cmd/stockade/admin.go -> handlers":   `helper "domain" (issue 15 item 3): ParseTTL leaves handlers`,
-			"cmd/stockade/sandbox.go -> handlers": `helper "api" (issue 15 item 4): IdempotencyHeader moves to handlers/api`,
-		},
 	},
 	{
 		// The composition root imports everything, so nothing else may
