@@ -49,10 +49,6 @@ type importRule struct {
 	applies func(pkg string) bool
 	// allowed says whether pkg may import imp (both module-relative).
 	allowed func(pkg, imp string) bool
-	// pending are violations another change of issue 15 removes, by
-	// "file -> import" (module-relative): with only these left the rule
-	// is skipped, naming who removes them.
-	pending map[string]string
 }
 
 var importRules = []importRule{
@@ -143,8 +139,7 @@ func TestImportDirection(t *testing.T) {
 	}
 	for _, r := range importRules {
 		t.Run(r.name, func(t *testing.T) {
-			var bad, pending []string
-			seen := map[string]bool{}
+			var bad []string
 			for _, p := range pkgs {
 				rel, ok := ours(p.ImportPath)
 				if !ok || !r.applies(rel) {
@@ -156,28 +151,13 @@ func TestImportDirection(t *testing.T) {
 						continue
 					}
 					for _, f := range importingFiles(t, p, imp) {
-						v := f + " -> " + irel
-						seen[v] = true
-						if why, ok := r.pending[v]; ok {
-							pending = append(pending, v+": "+why)
-						} else {
-							bad = append(bad, v)
-						}
+						bad = append(bad, f+" -> "+irel)
 					}
-				}
-			}
-			for v := range r.pending {
-				if !seen[v] {
-					t.Logf("pending %q no longer happens: remove it from the rule", v)
 				}
 			}
 			sort.Strings(bad)
 			for _, v := range bad {
 				t.Errorf("Got(import) %s; want none: %s", v, r.name)
-			}
-			if len(bad) == 0 && len(pending) > 0 {
-				sort.Strings(pending)
-				t.Skipf("only violations another change of issue 15 removes:\n%s", strings.Join(pending, "\n"))
 			}
 		})
 	}
