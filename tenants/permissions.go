@@ -18,13 +18,13 @@ const (
 	PermMembersWrite Permission = "members.write" // invite, change roles, remove
 	PermTokensRead   Permission = "tokens.read"   // list API tokens
 	PermTokensWrite  Permission = "tokens.write"  // create, revoke API tokens
+	PermAuditRead    Permission = "audit.read"    // audit log and its exports
+	PermVMsRead      Permission = "vms.read"      // the tenant's VMs and pool settings
+	PermVMsWrite     Permission = "vms.write"     // start, stop, destroy, recycle VMs; pool settings
 	// PermTokensOwn: create API tokens of a role one's own covers, list and
 	// revoke one's own (every role: the CLI and agents need one). Reading or
 	// revoking another member's token needs tokens.read / tokens.write.
 	PermTokensOwn Permission = "tokens.own"
-	PermAuditRead    Permission = "audit.read"    // audit log and its exports
-	PermVMsRead      Permission = "vms.read"      // the tenant's VMs and pool settings
-	PermVMsWrite     Permission = "vms.write"     // start, stop, destroy, recycle VMs; pool settings
 	// PermSandboxesRead: the tenant's sandboxes, their timelines and the
 	// commands run in them (with their output).
 	PermSandboxesRead Permission = "sandboxes.read"
