@@ -269,3 +269,36 @@ func TestPersonalTokensBrowser(t *testing.T) {
 		t.Errorf("Got(console problems) = %v; want none", p)
 	}
 }
+
+// TestTokenCannotMintAboveItsRole: every role may make tokens now, so a
+// token may make only tokens its own acting role covers, whoever made it:
+// an admin's developer token and an operator-made developer token both
+// get a field error naming role for an admin or manager token, and
+// nothing is written.
+func TestTokenCannotMintAboveItsRole(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "admin@acme.test", tenants.RoleAdmin)
+	admin := env.Login(t, "admin@acme.test")
+	var devOfAdmin api.Token
+	if s, body := admin.JSON(t, http.MethodPost, "/api/v1/tokens", map[string]string{"name": "admin-dev", "role": "developer", "ttl": "24h"}, &devOfAdmin); s != http.StatusCreated {
+		t.Fatalf("Got(admin makes a developer token) = %d %s; want 201", s, body)
+	}
+	opSecret, _ := env.NewToken(t, acme, "operator-dev", tenants.RoleDeveloper)
+	before := env.Counts(t)
+	for _, tc := range []struct {
+		name, secret, role string
+	}{
+		{"admin's developer token", devOfAdmin.Token, "admin"},
+		{"admin's developer token", devOfAdmin.Token, "manager"},
+		{"operator's developer token", opSecret, "admin"},
+		{"operator's developer token", opSecret, "auditor"},
+	} {
+		var p api.Problem
+		s, body := env.WithToken(tc.secret).JSON(t, http.MethodPost, "/api/v1/tokens", map[string]string{"name": "up", "role": tc.role, "ttl": "24h"}, &p)
+		if s != http.StatusUnprocessableEntity || len(p.Errors) != 1 || p.Errors[0].Field != "role" {
+			t.Errorf("Got(%s makes a %s token) = %d %s; want 422 naming role", tc.name, tc.role, s, body)
+		}
+	}
+	env.Unchanged(t, before)
+}
