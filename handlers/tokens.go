@@ -1,7 +1,9 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -17,34 +19,120 @@ var ttlChoices = []views.Choice{
 	{Value: "90d", Label: "90 days"}, {Value: "365d", Label: "1 year"},
 }
 
+// tokenOwner is the person whose tokens the caller's own are: the signed-in
+// user, or the member who made the calling token ("" for a token no member
+// made, which owns none).
+func tokenOwner(cl *Caller) string {
+	switch {
+	case cl.User != nil:
+		return cl.User.ID
+	case cl.Token != nil && cl.Token.CreatedByUserID != nil:
+		return *cl.Token.CreatedByUserID
+	}
+	return ""
+}
+
+// listTokens is the tokens the caller may see: every token of the tenant
+// with tokens.read, else their own (tokens.own).
+func (h *Handlers) listTokens(c echo.Context) (ts []tenants.APIToken, all bool, err error) {
+	cl := CallerOf(c)
+	ctx := c.Request().Context()
+	if tenants.Can(cl.Role, tenants.PermTokensRead) {
+		ts, err = h.store.ListTokens(ctx, cl.Tenant.ID)
+		return ts, true, err
+	}
+	owner := tokenOwner(cl)
+	if owner == "" {
+		return nil, false, nil
+	}
+	ts, err = h.store.ListTokensOf(ctx, cl.Tenant.ID, owner)
+	return ts, false, err
+}
+
+// revokeToken revokes a token the caller may revoke: any of the tenant's
+// with tokens.write, else only their own; another member's is not found.
+func (h *Handlers) revokeToken(c echo.Context) error {
+	cl := CallerOf(c)
+	ctx, id := c.Request().Context(), c.Param("id")
+	if tenants.Can(cl.Role, tenants.PermTokensWrite) {
+		return h.store.RevokeToken(ctx, cl.Actor(c), cl.Tenant.ID, id)
+	}
+	owner := tokenOwner(cl)
+	if owner == "" {
+		return fmt.Errorf("revoke token %s: %w", id, tenants.ErrNotFound)
+	}
+	return h.store.RevokeTokenOf(ctx, cl.Actor(c), cl.Tenant.ID, owner, id)
+}
+
+// tokenForm is the create form's defaults: 30 days, developer when the
+// caller may make one, else their own role.
+func tokenForm(cl *Caller) views.TokenForm {
+	role := tenants.RoleDeveloper
+	if !slices.Contains(tenants.RolesCoveredBy(cl.Role), role) {
+		role = cl.Role
+	}
+	return views.TokenForm{Role: string(role), TTL: "30d"}
+}
+
 func (h *Handlers) tokensView(c echo.Context, form views.TokenForm) (views.TokensView, error) {
 	cl := CallerOf(c)
-	ts, err := h.store.ListTokens(c.Request().Context(), cl.Tenant.ID)
+	ts, all, err := h.listTokens(c)
 	if err != nil {
 		return views.TokensView{}, err
 	}
+	owner, anyRevoke := tokenOwner(cl), tenants.Can(cl.Role, tenants.PermTokensWrite)
+	var roles []string
+	for _, r := range tenants.RolesCoveredBy(cl.Role) {
+		roles = append(roles, string(r))
+	}
+	v := views.TokensView{CanEdit: true, All: all, Role: string(cl.Role), Roles: roles, Form: form, TTLChoices: ttlChoices}
+	names := map[string]string{}
+	if all {
+		ms, err := h.store.ListMembers(c.Request().Context(), cl.Tenant.ID)
+		if err != nil {
+			return views.TokensView{}, err
+		}
+		for _, m := range ms {
+			if m.UserID != nil {
+				names[*m.UserID] = m.Email
+			}
+		}
+	}
 	now := h.clock()
-	v := views.TokensView{CanEdit: tenants.Can(cl.Role, tenants.PermTokensWrite), Roles: roleNames(), Form: form, TTLChoices: ttlChoices}
 	for _, t := range ts {
-		v.Rows = append(v.Rows, views.TokenRow{
+		mine := owner != "" && t.CreatedByUserID != nil && *t.CreatedByUserID == owner
+		row := views.TokenRow{
 			ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role), CreatedAt: t.CreatedAt,
 			ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, Revoked: t.RevokedAt != nil, Expired: !t.ExpiresAt.After(now),
-		})
+			Mine: mine, CanRevoke: mine || anyRevoke,
+		}
+		switch {
+		case mine:
+			row.CreatedBy = "you"
+		case t.CreatedByUserID == nil:
+			row.CreatedBy = "an operator"
+		case names[*t.CreatedByUserID] != "":
+			row.CreatedBy = names[*t.CreatedByUserID]
+		default:
+			row.CreatedBy = "a former member"
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	return v, nil
 }
 
-// Tokens lists the tenant's API tokens.
+// Tokens lists the caller's API tokens, or all of the tenant's for those
+// who may read them (tokens.read).
 func (h *Handlers) Tokens(c echo.Context) error {
-	v, err := h.tokensView(c, views.TokenForm{Role: string(tenants.RoleDeveloper), TTL: "30d"})
+	v, err := h.tokensView(c, tokenForm(CallerOf(c)))
 	if err != nil {
 		return err
 	}
 	return render(c, http.StatusOK, views.Tokens(h.page(c, "API tokens", "tokens"), v))
 }
 
-// CreateToken makes a token and shows its secret once, in this response
-// only: never in a redirect, a flash or a log.
+// CreateToken makes a token, of a role the caller's covers, and shows its
+// secret once, in this response only: never in a redirect, a flash or a log.
 func (h *Handlers) CreateToken(c echo.Context) error {
 	cl := CallerOf(c)
 	form := views.TokenForm{Name: strings.TrimSpace(c.FormValue("name")), Role: c.FormValue("role"), TTL: c.FormValue("ttl")}
@@ -62,7 +150,7 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 			return err
 		}
 	} else {
-		form = views.TokenForm{Role: string(tenants.RoleDeveloper), TTL: "30d"}
+		form = tokenForm(cl)
 	}
 	v, err := h.tokensView(c, form)
 	if err != nil {
@@ -77,8 +165,7 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 
 // RevokeToken revokes a token from the tokens page.
 func (h *Handlers) RevokeToken(c echo.Context) error {
-	cl := CallerOf(c)
-	if err := h.store.RevokeToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+	if err := h.revokeToken(c); err != nil {
 		return err
 	}
 	h.flash(c, "success", "Token revoked. It stops working immediately.")
@@ -98,9 +185,10 @@ func tokenJSON(t tenants.APIToken) TokenJSON {
 	return out
 }
 
-// APITokens lists tokens.
+// APITokens lists the caller's tokens, or all of the tenant's with
+// tokens.read.
 func (h *Handlers) APITokens(c echo.Context) error {
-	ts, err := h.store.ListTokens(c.Request().Context(), CallerOf(c).Tenant.ID)
+	ts, _, err := h.listTokens(c)
 	if err != nil {
 		return err
 	}
@@ -133,10 +221,10 @@ func (h *Handlers) APICreateToken(c echo.Context) error {
 	return c.JSON(http.StatusCreated, out)
 }
 
-// APIRevokeToken revokes a token.
+// APIRevokeToken revokes a token: the caller's own, or any with
+// tokens.write.
 func (h *Handlers) APIRevokeToken(c echo.Context) error {
-	cl := CallerOf(c)
-	if err := h.store.RevokeToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
+	if err := h.revokeToken(c); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

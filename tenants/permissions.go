@@ -21,6 +21,10 @@ const (
 	PermAuditRead    Permission = "audit.read"    // audit log and its exports
 	PermVMsRead      Permission = "vms.read"      // the tenant's VMs and pool settings
 	PermVMsWrite     Permission = "vms.write"     // start, stop, destroy, recycle VMs; pool settings
+	// PermTokensOwn: create API tokens of a role one's own covers, list and
+	// revoke one's own (every role: the CLI and agents need one). Reading or
+	// revoking another member's token needs tokens.read / tokens.write.
+	PermTokensOwn Permission = "tokens.own"
 	// PermSandboxesRead: the tenant's sandboxes, their timelines and the
 	// commands run in them (with their output).
 	PermSandboxesRead Permission = "sandboxes.read"
@@ -73,20 +77,20 @@ const (
 // grants is the role -> permission matrix. Tenant-scoped permissions only;
 // the platform ones are decided by the caller's kind, not a role.
 var grants = map[Role][]Permission{
-	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
+	RoleAdmin: {PermTenantView, PermMembersRead, PermMembersWrite, PermTokensOwn, PermTokensRead, PermTokensWrite, PermAuditRead, PermVMsRead, PermVMsWrite,
 		PermSandboxesRead, PermSandboxesWrite, PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermPolicyWrite,
 		PermSecretsRead, PermSecretsWrite, PermComplianceRead, PermComplianceRun, PermUsageRead, PermUsageExport,
 		PermWorkflowsRead, PermWorkflowsWrite, PermRunsWrite, PermIntegrationsRead, PermIntegrationsWrite},
 	// Managers read the whole tenant and change nothing (ARCHITECTURE: "read
 	// all of the tenant, usage, compliance"): no VM controls either.
-	RoleManager: {PermTenantView, PermMembersRead, PermTokensRead, PermAuditRead, PermVMsRead, PermSandboxesRead,
+	RoleManager: {PermTenantView, PermMembersRead, PermTokensOwn, PermTokensRead, PermAuditRead, PermVMsRead, PermSandboxesRead,
 		PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermComplianceRead, PermUsageRead, PermWorkflowsRead, PermIntegrationsRead},
-	RoleDeveloper: {PermTenantView, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
+	RoleDeveloper: {PermTenantView, PermTokensOwn, PermVMsRead, PermSandboxesRead, PermSandboxesWrite, // sees the VMs their sandboxes run in
 		PermTerminalsDrive, PermTerminalsWatch, PermPolicyRead, PermSecretsRead, PermWorkflowsRead, PermRunsWrite},
 	// Auditors read what ran in sandboxes (commands and output) but start nothing.
-	RoleAuditor: {PermTenantView, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch, PermPolicyRead, PermSecretsRead,
+	RoleAuditor: {PermTenantView, PermTokensOwn, PermMembersRead, PermAuditRead, PermSandboxesRead, PermTerminalsWatch, PermPolicyRead, PermSecretsRead,
 		PermComplianceRead, PermWorkflowsRead},
-	RoleBilling: {PermTenantView, PermPolicyRead, PermUsageRead, PermUsageExport},
+	RoleBilling: {PermTenantView, PermTokensOwn, PermPolicyRead, PermUsageRead, PermUsageExport},
 }
 
 // Can reports whether role grants p. Platform permissions (public, signed
@@ -108,6 +112,22 @@ func covers(a, b Role) bool {
 		}
 	}
 	return true
+}
+
+// RolesCoveredBy lists the roles, in Roles order, that role grants every
+// permission of: the roles of the tokens its holder may make. An invalid
+// role covers none.
+func RolesCoveredBy(role Role) []Role {
+	var out []Role
+	if !role.Valid() {
+		return nil
+	}
+	for _, r := range Roles {
+		if covers(role, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // CapRole is the role a token of role tok acts with when the person who

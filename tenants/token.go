@@ -133,20 +133,23 @@ func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID str
 
 // tokenCreator is the person behind a new token of role made by actor in
 // the tenant: a user actor must be an active member whose role covers the
-// token's; a token actor passes on its own person (checked the same way);
-// system actors (admin commands) have none.
+// token's; a token actor passes on its own person and may make tokens its
+// own acting role covers (its role capped by its person's); system actors
+// (admin commands) have none and no cap. A role above the cap is a field
+// error naming role.
 func tokenCreator(tx *gorm.DB, actor audit.Actor, tenantID string, role Role) (*string, error) {
 	var userID string
+	var parent *APIToken
 	switch actor.Kind {
 	case audit.ActorUser:
 		userID = actor.ID
 	case audit.ActorToken:
-		var parent APIToken
-		if err := tx.Take(&parent, "id = ? AND tenant_id = ?", actor.ID, tenantID).Error; err != nil {
+		parent = &APIToken{}
+		if err := tx.Take(parent, "id = ? AND tenant_id = ?", actor.ID, tenantID).Error; err != nil {
 			return nil, fmt.Errorf("creating token: %w", notFound(err))
 		}
 		if parent.CreatedByUserID == nil {
-			return nil, nil
+			return nil, capTokenRole(role, parent.Role, "this token's")
 		}
 		userID = *parent.CreatedByUserID
 	default:
@@ -160,10 +163,32 @@ func tokenCreator(tx *gorm.DB, actor audit.Actor, tenantID string, role Role) (*
 	if err != nil {
 		return nil, err
 	}
-	if got, ok := CapRole(role, m.Role); !ok || got != role {
-		return nil, fmt.Errorf("%w: a %s may not make a token with the %s role", ErrForbidden, m.Role, role)
+	limit, whose := m.Role, "your"
+	if parent != nil {
+		capped, ok := CapRole(parent.Role, m.Role)
+		if !ok {
+			return nil, fmt.Errorf("%w: this token may not act for its member", ErrForbidden)
+		}
+		limit, whose = capped, "this token's"
+	}
+	if err := capTokenRole(role, limit, whose); err != nil {
+		return nil, err
 	}
 	return &userID, nil
+}
+
+// capTokenRole refuses a token role that limit does not cover, as a field
+// error naming role and the roles that are allowed.
+func capTokenRole(role, limit Role, whose string) error {
+	if covers(limit, role) && limit.Valid() {
+		return nil
+	}
+	allowed := make([]string, 0, len(Roles))
+	for _, r := range RolesCoveredBy(limit) {
+		allowed = append(allowed, string(r))
+	}
+	return Invalid("role", "role_above_yours", fmt.Sprintf("may be at most %s role (%s): one of %s",
+		whose, limit, strings.Join(allowed, ", ")))
 }
 
 // tokensOf returns the live tokens of the user in the tenant, inside tx.
@@ -242,12 +267,38 @@ func (s *Store) ListTokens(ctx context.Context, tenantID string) ([]APIToken, er
 	return out, nil
 }
 
+// ListTokensOf returns the tokens the user made in the tenant (directly or
+// through another of their tokens), newest first, revoked and expired ones
+// included.
+func (s *Store) ListTokensOf(ctx context.Context, tenantID, userID string) ([]APIToken, error) {
+	var out []APIToken
+	if err := s.db.WithContext(ctx).Where("tenant_id = ? AND created_by_user_id = ?", tenantID, userID).Order("id DESC").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list tokens of user %s in tenant %s: %w", userID, tenantID, err)
+	}
+	return out, nil
+}
+
 // RevokeToken revokes a token of the tenant. Revoking a revoked token does
 // nothing.
 func (s *Store) RevokeToken(ctx context.Context, actor audit.Actor, tenantID, tokenID string) error {
+	return s.revokeToken(ctx, actor, tenantID, tokenID, nil)
+}
+
+// RevokeTokenOf revokes a token the user made in the tenant; another
+// member's token (or one no member made) is ErrNotFound.
+func (s *Store) RevokeTokenOf(ctx context.Context, actor audit.Actor, tenantID, userID, tokenID string) error {
+	return s.revokeToken(ctx, actor, tenantID, tokenID, &userID)
+}
+
+// revokeToken revokes the tenant's token, made by *owner when owner is set.
+func (s *Store) revokeToken(ctx context.Context, actor audit.Actor, tenantID, tokenID string, owner *string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {
+		q := tx.Where("id = ? AND tenant_id = ?", tokenID, tenantID)
+		if owner != nil {
+			q = q.Where("created_by_user_id = ?", *owner)
+		}
 		var tok APIToken
-		if err := tx.Take(&tok, "id = ? AND tenant_id = ?", tokenID, tenantID).Error; err != nil {
+		if err := q.Take(&tok).Error; err != nil {
 			return notFound(err)
 		}
 		if tok.RevokedAt != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -353,6 +354,76 @@ func TestCapRole(t *testing.T) {
 	} {
 		if got, ok := tenants.CapRole(tc.tok, tc.member); got != tc.want || ok != tc.ok {
 			t.Errorf("Got(CapRole(%s, %s)) = %s, %v; want %s, %v", tc.tok, tc.member, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestOwnTokens: a member lists and revokes only the tokens they made;
+// another member's, an operator's or another tenant's token is not found
+// to them and stays live; a role their own does not cover is a field error
+// naming role.
+func TestOwnTokens(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		other := e.tenant(t, "other")
+		dev, _ := e.member(t, acme, "dev", tenants.RoleDeveloper)
+		bob, _ := e.member(t, acme, "bob", tenants.RoleDeveloper)
+		devActor := audit.Actor{Kind: audit.ActorUser, ID: dev.ID, Name: dev.Email}
+		bobActor := audit.Actor{Kind: audit.ActorUser, ID: bob.ID, Name: bob.Email}
+		mk := func(actor audit.Actor, tenantID, name string) tenants.APIToken {
+			t.Helper()
+			_, tok, err := e.store.CreateToken(ctx, actor, tenantID, tenants.NewToken{Name: name, Role: tenants.RoleDeveloper})
+			if err != nil {
+				t.Fatalf("CreateToken(%s) = %v", name, err)
+			}
+			return tok
+		}
+		mine := mk(devActor, acme.ID, "dev-1")
+		mk(devActor, acme.ID, "dev-2")
+		bobs := mk(bobActor, acme.ID, "bob-1")
+		ops := mk(audit.Actor{Kind: audit.ActorSystem, ID: "cli"}, acme.ID, "operator")
+		elsewhere := mk(e.adminOf(t, other), other.ID, "other-1")
+
+		got, err := e.store.ListTokensOf(ctx, acme.ID, dev.ID)
+		if err != nil || len(got) != 2 || got[0].Name != "dev-2" || got[1].Name != "dev-1" {
+			t.Errorf("Got(ListTokensOf dev) = %+v, %v; want dev-2, dev-1", got, err)
+		}
+		for _, tok := range []tenants.APIToken{bobs, ops, elsewhere} {
+			before := dbtest.Count(t, e.db)
+			if err := e.store.RevokeTokenOf(ctx, devActor, acme.ID, dev.ID, tok.ID); !errors.Is(err, tenants.ErrNotFound) {
+				t.Errorf("Got(dev revokes %s) = %v; want ErrNotFound", tok.Name, err)
+			}
+			unchanged(t, e.db, before)
+		}
+		if err := e.store.RevokeTokenOf(ctx, devActor, acme.ID, dev.ID, mine.ID); err != nil {
+			t.Errorf("Got(dev revokes their own) = %v; want nil", err)
+		}
+		if got, _ := e.store.ListTokensOf(ctx, acme.ID, dev.ID); len(got) != 2 || got[1].RevokedAt == nil {
+			t.Errorf("Got(dev's tokens after the revoke) = %+v; want dev-1 revoked", got)
+		}
+		for _, role := range []tenants.Role{tenants.RoleAdmin, tenants.RoleManager, tenants.RoleAuditor, tenants.RoleBilling} {
+			before := dbtest.Count(t, e.db)
+			_, _, err := e.store.CreateToken(ctx, devActor, acme.ID, tenants.NewToken{Name: "up", Role: role})
+			wantField(t, err, "role", "role_above_yours")
+			unchanged(t, e.db, before)
+		}
+	})
+}
+
+func TestRolesCoveredBy(t *testing.T) {
+	for _, tc := range []struct {
+		role tenants.Role
+		want []tenants.Role
+	}{
+		{tenants.RoleAdmin, tenants.Roles},
+		{tenants.RoleManager, []tenants.Role{tenants.RoleManager, tenants.RoleAuditor}},
+		{tenants.RoleDeveloper, []tenants.Role{tenants.RoleDeveloper}},
+		{tenants.RoleAuditor, []tenants.Role{tenants.RoleAuditor}},
+		{tenants.RoleBilling, []tenants.Role{tenants.RoleBilling}},
+		{"superuser", nil},
+	} {
+		if got := tenants.RolesCoveredBy(tc.role); !slices.Equal(got, tc.want) {
+			t.Errorf("Got(RolesCoveredBy(%s)) = %v; want %v", tc.role, got, tc.want)
 		}
 	}
 }

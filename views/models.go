@@ -144,7 +144,12 @@ type InviteForm struct {
 type TokensView struct {
 	Rows    []TokenRow
 	CanEdit bool
-	Roles   []string
+	// All: Rows are every token of the tenant (tokens.read), not only the
+	// caller's own.
+	All bool
+	// Role is the caller's role; Roles the token roles it may choose.
+	Role  string
+	Roles []string
 	// NewSecret is set only on the response that created a token: it is shown once.
 	NewSecret     string
 	NewSecretName string
@@ -163,6 +168,10 @@ type TokenRow struct {
 	LastUsedAt *time.Time
 	Revoked    bool
 	Expired    bool
+	// CreatedBy names who made it ("you", an email, "an operator").
+	CreatedBy string
+	Mine      bool
+	CanRevoke bool
 }
 
 // TokenForm is the create-token form's values and field errors.

@@ -86,7 +86,7 @@ func samplePages() []samplePage {
 	}
 	tokenRows := []TokenRow{
 		{ID: "t1", Name: "ci-runner", Prefix: "stk_7Hq2", Role: "developer", CreatedAt: sampleTime("2026-11-30T06:12:44Z"),
-			ExpiresAt: sampleTime("2026-12-30T06:12:44Z"), LastUsedAt: sampleLastUsed()},
+			ExpiresAt: sampleTime("2026-12-30T06:12:44Z"), LastUsedAt: sampleLastUsed(), CanRevoke: true},
 		{ID: "t2", Name: "eval-harness", Prefix: "stk_Zp0c", Role: "developer", CreatedAt: sampleTime("2026-10-02T08:00:00Z"),
 			ExpiresAt: sampleTime("2026-11-01T08:00:00Z"), Expired: true},
 		{ID: "t3", Name: "old-laptop", Prefix: "stk_b81K", Role: "admin", CreatedAt: sampleTime("2026-09-15T10:00:00Z"),

@@ -295,7 +295,7 @@ func TestFieldErrors(t *testing.T) {
 func TestEditControlsFollowCanEdit(t *testing.T) {
 	p := samplePageModel("Members", NavMembers)
 	rows := []MemberRow{{ID: "m9", Email: "x@acme.test", Role: "developer", Active: true}}
-	tokens := []TokenRow{{ID: "t9", Name: "bot", Prefix: "stk_a", Role: "developer"}}
+	tokens := []TokenRow{{ID: "t9", Name: "bot", Prefix: "stk_a", Role: "developer", CanRevoke: true}}
 	tests := []struct {
 		name      string
 		view      templ.Component

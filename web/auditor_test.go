@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,14 +19,18 @@ import (
 // managers "read all of the tenant", auditors are "read-only"). Every route
 // that is not a GET is refused to them, signed in or with a token, and
 // writes nothing at all; no page they may open offers them a form or
-// button that changes anything. The only exceptions are the signed-in
-// routes that act on the caller's own session (logout, switching tenant),
+// button that changes anything. The only exceptions are the routes that
+// act on the caller's own session (logout, switching tenant) or own API
+// tokens (tokens.own: make one capped at their role, revoke their own),
 // which every person may use.
 func TestReadOnlyRolesChangeNothing(t *testing.T) {
 	for _, role := range []tenants.Role{tenants.RoleAuditor, tenants.RoleManager} {
 		t.Run(string(role), func(t *testing.T) { checkReadOnly(t, role) })
 	}
 }
+
+// ownTokenRE matches the id in a page's revoke action of a token.
+var ownTokenRE = regexp.MustCompile(`^/settings/tokens/[0-9a-f-]+/`)
 
 func checkReadOnly(t *testing.T, role tenants.Role) {
 	env := webtest.New(t, webtest.Options{})
@@ -38,15 +43,15 @@ func checkReadOnly(t *testing.T, role tenants.Role) {
 	token := &caller{name: "token " + string(role), kind: "token", role: role, tenant: &acme,
 		client: env.WithToken(env.Token(t, acme, role))}
 
-	own := map[string]bool{} // the caller's own session: logout, tenant switch
+	own := map[string]bool{} // the caller's own session (logout, tenant switch) and tokens
 	changing, pages := 0, 0
 	for _, r := range env.App.RouteTable() {
 		if r.Method == http.MethodGet {
 			continue
 		}
-		if r.Perm == tenants.PermSignedIn {
-			t.Logf("%s %s: the caller's own session (allowed to everyone signed in)", r.Method, r.Path)
-			own[r.Path] = true
+		if r.Perm == tenants.PermSignedIn || r.Perm == tenants.PermTokensOwn {
+			t.Logf("%s %s: the caller's own session or tokens (allowed to every person)", r.Method, r.Path)
+			own[paramRE.ReplaceAllString(r.Path, ":id")] = true
 			continue
 		}
 		changing++
@@ -85,7 +90,7 @@ func checkReadOnly(t *testing.T, role tenants.Role) {
 		}
 		pages++
 		for _, a := range webtest.ParseHTML(t, body).Actions() {
-			if u, err := url.Parse(a); err == nil && own[u.Path] {
+			if u, err := url.Parse(a); err == nil && (own[u.Path] || own[ownTokenRE.ReplaceAllString(u.Path, "/settings/tokens/:id/")]) {
 				continue
 			}
 			t.Errorf("Got(GET %s as %s) offers %q; want no way to change anything", r.Path, role, a)

@@ -313,7 +313,7 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	case "POST /settings/members/:id/role":
 		return url.Values{"role": {"manager"}}, nil
 	case "POST /settings/tokens":
-		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {"developer"}, "ttl": {"30d"}}, nil
+		return url.Values{"name": {fmt.Sprintf("form-token-%d", n)}, "role": {tokenRole(c)}, "ttl": {"30d"}}, nil
 	case "POST /settings/secrets":
 		return url.Values{"name": {fmt.Sprintf("FORM_SECRET_%d", n)}, "value": {"v"}, "hosts": {"api.example.com"}, "ttl": {"7d"}, "inject": {"authorization"}}, nil
 	case "POST /settings/secrets/:name/inject":
@@ -364,7 +364,7 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	case "PATCH /api/v1/members/:id":
 		return nil, map[string]string{"role": "billing"}
 	case "POST /api/v1/tokens":
-		return nil, map[string]string{"name": fmt.Sprintf("api-token-%d", n), "role": "developer", "ttl": "24h"}
+		return nil, map[string]string{"name": fmt.Sprintf("api-token-%d", n), "role": tokenRole(c), "ttl": "24h"}
 	case "POST /api/v1/tenants":
 		return nil, map[string]string{"slug": fmt.Sprintf("api-tenant-%d", n)}
 	case "POST /operator/prices":
@@ -389,6 +389,14 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	return nil, nil
 }
 
+// tokenRole is a token role c may make: its own (tokens are capped at it).
+func tokenRole(c *caller) string {
+	if c.role == "" {
+		return string(tenants.RoleDeveloper)
+	}
+	return string(c.role)
+}
+
 // handlerStatus is the status an allowed call gets from the handler itself
 // when that is not a success, with the reason.
 func handlerStatus(r web.Route, c *caller) (int, string) {
@@ -397,6 +405,8 @@ func handlerStatus(r web.Route, c *caller) (int, string) {
 		return http.StatusUnauthorized, "no login in flight: the relying party refuses the callback"
 	case r.Path == "/tenant/switch" && c.tenant == nil:
 		return http.StatusNotFound, "the caller is a member of no tenant"
+	case strings.Contains(r.Path, "/tokens/:id") && !tenants.Can(c.role, tenants.PermTokensWrite):
+		return http.StatusNotFound, "the fixture token is not the caller's: without tokens.write another's token is not found"
 	case terminalSocket(r) && !tenants.Can(c.role, tenants.PermTerminalsDrive):
 		return http.StatusForbidden, "the role may watch (?watch=1), not open a terminal: that needs terminals.drive"
 	}
