@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -57,6 +58,7 @@ type testEnv struct {
 	mu      sync.Mutex // guards vms, svc, web across a restart
 	vms     *vmpool.Service
 	svc     *sandbox.Service
+	terms   *terminal.Service
 	web     *webtest.Env
 	stopWeb func()
 
@@ -216,6 +218,15 @@ func (e *testEnv) start() error {
 		vms.Close()
 		return err
 	}
+	// Terminals as serve runs them: the only server, so terminals a
+	// stopped one left are taken up (recordings next to the database).
+	terms := newTerminals(e.db, svc, e.dir, e.log)
+	if err := terms.Start(sctx); err != nil {
+		svc.Close()
+		vms.Close()
+		return err
+	}
+	svc.OnEnd(terms.EndSandbox)
 	store := tenants.NewStore(e.db, nil)
 	al := audit.NewLog(e.db, nil)
 	srv := httptest.NewUnstartedServer(nil)
@@ -223,11 +234,12 @@ func (e *testEnv) start() error {
 	wctx, wcancel := context.WithCancel(ctx)
 	app, err := web.NewApp(wctx, web.AppConfig{
 		PublicURL: publicURL, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Usage: usage.NewStore(e.db, nil),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Terminals: terms, Usage: usage.NewStore(e.db, nil),
 		StreamWriteTimeout: 2 * time.Second, // TestStalledStreamClientTimesOut
 	}, store, al)
 	if err != nil {
 		wcancel()
+		terms.Close()
 		svc.Close()
 		vms.Close()
 		return err
@@ -237,6 +249,7 @@ func (e *testEnv) start() error {
 	if err := app.ConnectDevIdP(wctx); err != nil {
 		wcancel()
 		srv.Close()
+		terms.Close()
 		svc.Close()
 		vms.Close()
 		return err
@@ -248,7 +261,7 @@ func (e *testEnv) start() error {
 		}
 	}
 	e.mu.Lock()
-	e.vms, e.svc = vms, svc
+	e.vms, e.svc, e.terms = vms, svc, terms
 	e.web = &webtest.Env{URL: publicURL, DB: e.db, Store: store, Audit: al, App: app}
 	e.stopWeb = func() { wcancel(); srv.Close() }
 	e.mu.Unlock()
@@ -262,6 +275,10 @@ func (e *testEnv) stop() {
 	if e.stopWeb != nil {
 		e.stopWeb()
 		e.stopWeb = nil
+	}
+	if e.terms != nil {
+		e.terms.Close()
+		e.terms = nil
 	}
 	if e.svc != nil {
 		e.svc.Close()
@@ -325,6 +342,13 @@ func (e *testEnv) service() *sandbox.Service {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.svc
+}
+
+// newTerminals is the terminal service of a (test) control plane on db:
+// the installation's only server, recordings in dir.
+func newTerminals(db *gorm.DB, svc *sandbox.Service, dir string, log *slog.Logger) *terminal.Service {
+	return terminal.New(db, terminal.SandboxPTYs{Service: svc}, terminal.Config{DataDir: dir, Logger: log,
+		CheckInterval: 200 * time.Millisecond, Env: []string{"TERM=xterm-256color", "PS1=$ "}, Exclusive: true})
 }
 
 func (e *testEnv) pools() *vmpool.Service {
