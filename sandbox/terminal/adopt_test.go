@@ -25,7 +25,9 @@ func (p *pipePTY) Read(b []byte) (int, error)  { return p.r.Read(b) }
 func (p *pipePTY) Write(b []byte) (int, error) { return len(b), nil }
 func (p *pipePTY) Resize(uint16, uint16) error { return nil }
 func (p *pipePTY) Close() error                { p.w.Close(); return nil }
-func (p *pipePTY) Wait() (Exit, error)         { return Exit{Code: 0, Reason: "exited", Duration: time.Second}, nil }
+func (p *pipePTY) Wait() (Exit, error) {
+	return Exit{Code: 0, Reason: "exited", Duration: time.Second}, nil
+}
 
 func TestRingAt(t *testing.T) {
 	tests := []struct {
