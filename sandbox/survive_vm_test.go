@@ -339,6 +339,15 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	offset := int64(got.Len())
+	// A live session whose terminal the agent does not have (its process
+	// went while no server watched): the new server closes it, at the time
+	// it was last seen alive, with the reason.
+	seen := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	gone := terminal.Session{ID: "0190aaaa-0000-7000-8000-000000000002", TenantID: e.a.ID, SandboxID: sb.ID, OpenedBy: tok.ID,
+		OpenedByKind: audit.ActorToken, ArgvJSON: `["sh"]`, Cols: 80, Rows: 24, StartedAt: seen.Add(-time.Minute), SeenAt: seen, RetentionDays: 1}
+	if err := e.db.Create(&gone).Error; err != nil {
+		t.Fatal(err)
+	}
 
 	if err := e.start(); err != nil {
 		t.Fatalf("restart the services: %v", err)
@@ -403,6 +412,13 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 
 	// The terminal: the same session, as its page reconnects to it.
 	surviveTerminal(t, e, sb.ID, termID, secret)
+	var g terminal.Session
+	waitUntil(t, "the session whose terminal is gone closed", time.Minute, func() bool {
+		return e.db.First(&g, "id = ?", gone.ID).Error == nil && g.EndedAt != nil
+	})
+	if !strings.Contains(g.EndReason, "process was gone") || !g.EndedAt.Equal(seen) {
+		t.Errorf("Got(session whose terminal is gone) = end %v, reason %q; want closed at %v (last seen), its process gone", g.EndedAt, g.EndReason, seen)
+	}
 }
 
 // surviveTerminal checks that the terminal session termID, which a killed
