@@ -121,7 +121,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	terms := terminal.New(db, terminal.SandboxPTYs{Service: sbx}, terminal.Config{DataDir: cfg.DataDir, Logger: log,
 		RecordInput: cfg.RecordInput, RetentionDays: cfg.RetentionDays,
 		MaxRecordingBytes: mib(cfg.RecordingMaxMiB), MaxTenantRecordingBytes: mib(cfg.RecordingTenantMaxMiB),
-		Exclusive: true}) // the installation lease: terminals a crashed server left end at once
+		Exclusive: true, AdoptWindow: cfg.ExecGrace}) // the installation lease: terminals a stopped server left are taken up
 	if err := terms.Start(ctx); err != nil {
 		return err
 	}
