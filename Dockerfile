@@ -16,7 +16,7 @@ FROM debian:bookworm-slim
 # libvirt0 for the control plane; the rest builds guest images
 # (`stockade image build`) from Debian packages at runtime.
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      libvirt0 ca-certificates busybox-static crun debootstrap e2fsprogs cpio xz-utils \
+      libvirt0 ca-certificates busybox-static crun debootstrap e2fsprogs xfsprogs cpio xz-utils \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/stockade /out/stockade-agent /usr/local/bin/
 RUN useradd --system --home /var/lib/stockade --create-home stockade

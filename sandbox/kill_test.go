@@ -54,7 +54,7 @@ func runChild() int {
 	}
 	fmt.Println("READY")
 	if id := os.Getenv(childExecEnv); id != "" {
-		return runExecChild(svc, id) // survive_vm_test.go
+		return runExecChild(db, svc, id) // survive_vm_test.go
 	}
 	sb, err := svc.Create(ctx, audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}, os.Getenv(childTenantEnv),
 		sandbox.Spec{MemoryMiB: 64, IdempotencyKey: os.Getenv(childKeyEnv)})

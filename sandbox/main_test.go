@@ -23,6 +23,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -56,6 +57,7 @@ type testEnv struct {
 	mu      sync.Mutex // guards vms, svc, web across a restart
 	vms     *vmpool.Service
 	svc     *sandbox.Service
+	terms   *terminal.Service
 	web     *webtest.Env
 	stopWeb func()
 
@@ -215,16 +217,27 @@ func (e *testEnv) start() error {
 		vms.Close()
 		return err
 	}
+	// Terminals as serve runs them: the only server, so terminals a
+	// stopped one left are taken up (recordings next to the database).
+	terms := newTerminals(e.db, svc, e.dir, e.log)
+	if err := terms.Start(sctx); err != nil {
+		svc.Close()
+		vms.Close()
+		return err
+	}
+	svc.OnEnd(terms.EndSandbox)
 	srv := httptest.NewUnstartedServer(nil)
 	publicURL := "http://" + srv.Listener.Addr().String()
 	wctx, wcancel := context.WithCancel(ctx)
-	// The app as serve builds it, on these running pools and sandboxes.
+	// The app as serve builds it, on these running pools, sandboxes and
+	// terminals.
 	a, err := app.New(wctx, app.Config{
 		PublicURL: publicURL, DataDir: e.dataDir, RootKey: []byte("0123456789abcdef0123456789abcdef"), Version: "test",
 		StreamWriteTimeout: 2 * time.Second, // TestStalledStreamClientTimesOut
-	}, app.Options{DB: e.db, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc})
+	}, app.Options{DB: e.db, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: vms, Sandboxes: svc, Terminals: terms})
 	if err != nil {
 		wcancel()
+		terms.Close()
 		svc.Close()
 		vms.Close()
 		return err
@@ -235,6 +248,7 @@ func (e *testEnv) start() error {
 		wcancel()
 		srv.Close()
 		a.Close()
+		terms.Close()
 		svc.Close()
 		vms.Close()
 		return err
@@ -246,7 +260,7 @@ func (e *testEnv) start() error {
 		}
 	}
 	e.mu.Lock()
-	e.vms, e.svc = vms, svc
+	e.vms, e.svc, e.terms = vms, svc, terms
 	e.web = &webtest.Env{URL: publicURL, DB: e.db, Store: a.Store, Audit: a.Audit, App: a}
 	e.stopWeb = func() { wcancel(); srv.Close(); a.Close() }
 	e.mu.Unlock()
@@ -260,6 +274,10 @@ func (e *testEnv) stop() {
 	if e.stopWeb != nil {
 		e.stopWeb()
 		e.stopWeb = nil
+	}
+	if e.terms != nil {
+		e.terms.Close()
+		e.terms = nil
 	}
 	if e.svc != nil {
 		e.svc.Close()
@@ -323,6 +341,13 @@ func (e *testEnv) service() *sandbox.Service {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.svc
+}
+
+// newTerminals is the terminal service of a (test) control plane on db:
+// the installation's only server, recordings in dir.
+func newTerminals(db *gorm.DB, svc *sandbox.Service, dir string, log *slog.Logger) *terminal.Service {
+	return terminal.New(db, terminal.SandboxPTYs{Service: svc}, terminal.Config{DataDir: dir, Logger: log,
+		CheckInterval: 200 * time.Millisecond, Env: []string{"TERM=xterm-256color", "PS1=$ "}, Exclusive: true})
 }
 
 func (e *testEnv) pools() *vmpool.Service {

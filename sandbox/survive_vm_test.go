@@ -3,10 +3,12 @@ package sandbox_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,9 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+	"gorm.io/gorm"
+
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
+	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -176,8 +184,12 @@ func TestWorkSurvivesAgentSessionLoss(t *testing.T) {
 }
 
 // childExecEnv makes the child control plane (runChild) stream a command
-// in that sandbox instead of creating one.
-const childExecEnv = "SANDBOX_TEST_CHILD_EXEC"
+// in that sandbox instead of creating one; with childTermEnv (an API token
+// id) it first opens a terminal there as that token, and types into it.
+const (
+	childExecEnv = "SANDBOX_TEST_CHILD_EXEC"
+	childTermEnv = "SANDBOX_TEST_CHILD_TERMINAL"
+)
 
 // survivorScript prints 60 lines, then waits for /workspace/go and says
 // done: it cannot end before the test let it.
@@ -186,12 +198,19 @@ const survivorScript = `i=0; while [ $i -lt 60 ]; do echo line$i; i=$((i+1)); sl
 
 // runExecChild streams survivorScript in sandbox id, printing STARTED
 // <exec id> and each output chunk as OUT <quoted>, until it is killed.
-func runExecChild(svc *sandbox.Service, id string) int {
+// With childTermEnv it first opens a terminal (openChildTerminal).
+func runExecChild(db *gorm.DB, svc *sandbox.Service, id string) int {
 	var mu sync.Mutex
 	say := func(format string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Printf(format+"\n", a...)
+	}
+	if tok := os.Getenv(childTermEnv); tok != "" {
+		if err := openChildTerminal(db, svc, id, tok, say); err != nil {
+			fmt.Fprintln(os.Stderr, "child terminal:", err)
+			return 3
+		}
 	}
 	actor := audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}
 	_, err := svc.Exec(ctx, actor, os.Getenv(childTenantEnv), id, sandbox.ExecRequest{Cmd: []string{"sh", "-c", survivorScript},
@@ -201,16 +220,56 @@ func runExecChild(svc *sandbox.Service, id string) int {
 	select {} // until killed
 }
 
+// openChildTerminal opens a terminal in sandbox id as the token tokenID,
+// the way the WebSocket route does, runs a command in it and prints TERM
+// <session id> once its output is on the screen.
+func openChildTerminal(db *gorm.DB, svc *sandbox.Service, id, tokenID string, say func(string, ...any)) error {
+	terms := newTerminals(db, svc, os.Getenv(childDirEnv), testLogger())
+	if err := terms.Start(ctx); err != nil {
+		return err
+	}
+	tenant := os.Getenv(childTenantEnv)
+	actor := audit.Actor{Kind: audit.ActorToken, ID: tokenID, Name: "survivor"}
+	sess, err := terms.Open(ctx, actor, tenant, id, terminal.OpenRequest{Argv: []string{"sh"}})
+	if err != nil {
+		return err
+	}
+	c, err := terms.Join(ctx, actor, tenant, id, sess.ID, terminal.JoinRequest{Drive: true, CanDrive: true, Offset: 0})
+	if err != nil {
+		return err
+	}
+	var screen lockedBuffer
+	go func() {
+		for m := range c.Out() {
+			screen.Write(m.Data)
+			c.Sent(m)
+		}
+	}()
+	if err := c.Input([]byte("echo before-$((6*7))\n")); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(screen.String(), "before-42"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the terminal showed %q within 2 min; want before-42", screen.String())
+		}
+	}
+	say("TERM %s", sess.ID)
+	return nil
+}
+
 type writerFunc func([]byte)
 
 func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
 
 // TestCommandSurvivesServerKill (real VMs): the control plane streaming a
-// command is killed with SIGKILL (a child process: no Close, no goodbye);
-// a new server starts on the same database and VMs, and the client resumes
-// from the offset it had: the command still runs, and the output it gets
-// continues exactly where it stopped, every line once. The record stays
-// open while the command lives, then gets its real end.
+// command and holding a terminal is killed with SIGKILL (a child process:
+// no Close, no goodbye); a new server starts on the same database and VMs,
+// and the client resumes from the offset it had: the command still runs,
+// and the output it gets continues exactly where it stopped, every line
+// once. The record stays open while the command lives, then gets its real
+// end. The terminal is taken up by the new server: its WebSocket connects
+// to the same session, shows the screen from before the kill, and what is
+// typed runs; its recording goes on in the same file.
 func TestCommandSurvivesServerKill(t *testing.T) {
 	e := need(t)
 	dev := audit.Actor{Kind: audit.ActorSystem, ID: "test", Name: "survive test"}
@@ -219,6 +278,10 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 		t.Fatalf("Create = %v", err)
 	}
 	defer func() { e.service().Destroy(ctx, dev, e.a.ID, sb.ID) }()
+	secret, tok, err := tenants.NewStore(e.db, nil).CreateToken(ctx, dev, e.a.ID, tenants.NewToken{Name: "survivor", Role: tenants.RoleDeveloper})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	e.stop()
 	restarted := false
@@ -229,7 +292,7 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 	}()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+e.dbPath(), childTenantEnv+"="+e.a.ID, childDataEnv+"="+e.dataDir,
-		childTypeEnv+"="+e.domainType, childExecEnv+"="+sb.ID)
+		childTypeEnv+"="+e.domainType, childExecEnv+"="+sb.ID, childTermEnv+"="+tok.ID)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -247,9 +310,9 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var execID string
+	var execID, termID string
 	var got strings.Builder
-	for timeout := time.After(4 * time.Minute); !strings.Contains(got.String(), "line20\n"); {
+	for timeout := time.After(4 * time.Minute); !strings.Contains(got.String(), "line20\n") || termID == ""; {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -258,6 +321,8 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 			switch {
 			case strings.HasPrefix(l, "STARTED "):
 				execID = strings.TrimPrefix(l, "STARTED ")
+			case strings.HasPrefix(l, "TERM "):
+				termID = strings.TrimPrefix(l, "TERM ")
 			case strings.HasPrefix(l, "OUT "):
 				s, err := strconv.Unquote(strings.TrimPrefix(l, "OUT "))
 				if err != nil {
@@ -274,6 +339,15 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	offset := int64(got.Len())
+	// A live session whose terminal the agent does not have (its process
+	// went while no server watched): the new server closes it, at the time
+	// it was last seen alive, with the reason.
+	seen := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+	gone := terminal.Session{ID: "0190aaaa-0000-7000-8000-000000000002", TenantID: e.a.ID, SandboxID: sb.ID, OpenedBy: tok.ID,
+		OpenedByKind: audit.ActorToken, ArgvJSON: `["sh"]`, Cols: 80, Rows: 24, StartedAt: seen.Add(-time.Minute), SeenAt: seen, RetentionDays: 1}
+	if err := e.db.Create(&gone).Error; err != nil {
+		t.Fatal(err)
+	}
 
 	if err := e.start(); err != nil {
 		t.Fatalf("restart the services: %v", err)
@@ -334,6 +408,84 @@ func TestCommandSurvivesServerKill(t *testing.T) {
 	}
 	if err := e.db.First(&rec, "id = ?", execID).Error; err != nil || rec.EndedAt == nil || rec.Reason != "exited" || rec.ExitCode == nil || *rec.ExitCode != 0 {
 		t.Errorf("Got(record after the end) = %+v, %v; want ended, exited 0", rec, err)
+	}
+
+	// The terminal: the same session, as its page reconnects to it.
+	surviveTerminal(t, e, sb.ID, termID, secret)
+	var g terminal.Session
+	waitUntil(t, "the session whose terminal is gone closed", time.Minute, func() bool {
+		return e.db.First(&g, "id = ?", gone.ID).Error == nil && g.EndedAt != nil
+	})
+	if !strings.Contains(g.EndReason, "process was gone") || !g.EndedAt.Equal(seen) {
+		t.Errorf("Got(session whose terminal is gone) = end %v, reason %q; want closed at %v (last seen), its process gone", g.EndedAt, g.EndReason, seen)
+	}
+}
+
+// surviveTerminal checks that the terminal session termID, which a killed
+// server held, was taken up by the new one: the opener's token connects to
+// it again and drives, the screen from before the kill is there, a command
+// typed now runs, and the recording holds both.
+func surviveTerminal(t *testing.T, e *testEnv, sandboxID, termID, secret string) {
+	t.Helper()
+	u, err := terminal.SocketURL(e.webEnv().URL, sandboxID, url.Values{"session": {termID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws *websocket.Conn
+	waitUntil(t, "the terminal taken up by the new server", 2*time.Minute, func() bool {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		c, err := terminal.Dial(dctx, u, http.Header{"Authorization": {"Bearer " + secret}}, nil)
+		if err != nil && strings.Contains(err.Error(), "ended") {
+			t.Fatalf("Got(connect to the terminal after the restart) = %v; want the session live", err)
+		}
+		ws = c
+		return err == nil
+	})
+	conn := terminaltest.NewConn(ws, nil)
+	defer ws.Close()
+	if h := conn.Hello(t); h.Role != terminal.RoleDriver || h.Session != termID {
+		t.Fatalf("Got(hello after the restart) = %+v; want session %s, driving", h, termID)
+	}
+	conn.WaitOutput(t, "before-42", time.Minute) // the screen from before the kill
+	conn.Type(t, "echo after-$((6*7))\n")
+	conn.WaitOutput(t, "after-42", time.Minute)
+
+	e.mu.Lock()
+	terms := e.terms
+	e.mu.Unlock()
+	if err := terms.End(e.a.ID, termID, "test done"); err != nil {
+		t.Fatal(err)
+	}
+	var sess terminal.Session
+	waitUntil(t, "the session recorded ended", time.Minute, func() bool {
+		sess, err = terms.Session(ctx, e.a.ID, termID)
+		return err == nil && !sess.Live()
+	})
+	if sess.EndReason != "test done" || sess.BytesOut < int64(len(conn.Output())) {
+		t.Errorf("Got(session after the end) = reason %q, %d bytes out; want test done, at least the %d bytes seen", sess.EndReason, sess.BytesOut, len(conn.Output()))
+	}
+	f, _, err := terms.OpenRecording(ctx, e.a.ID, termID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cast, err := terminal.ReadCast(f)
+	if err != nil {
+		t.Fatalf("ReadCast(recording across the restart) = %v", err)
+	}
+	out := string(cast.Output())
+	if !strings.Contains(out, "before-42") || !strings.Contains(out, "after-42") || strings.Count(out, "before-42") != 1 {
+		t.Errorf("Got(recording) = %q; want before-42 once, then after-42", out)
+	}
+	markers := 0
+	for _, ev := range cast.Events {
+		if ev.Kind == terminal.CastMarker && strings.Contains(ev.Data, "server restarted") {
+			markers++
+		}
+	}
+	if markers != 1 {
+		t.Errorf("Got(restart markers in the recording) = %d; want 1", markers)
 	}
 }
 

@@ -3,7 +3,7 @@
 # missing. Idempotent; quiet when everything is there.
 set -eu
 PKGS="gcc pkg-config libvirt-dev libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
-busybox-static crun tini postgresql debootstrap e2fsprogs squashfs-tools cpio xz-utils
+busybox-static crun tini postgresql debootstrap e2fsprogs xfsprogs squashfs-tools cpio xz-utils
 chromium chromium-driver fonts-dejavu-core ca-certificates git"
 missing=""
 for p in $PKGS; do

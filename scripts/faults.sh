@@ -268,12 +268,13 @@ if wants workspace-full; then
 	if ! s=$(create "$STOCKADE_TOKEN"); then
 		result FAIL workspace-full "could not create a sandbox"
 	else
-		# dd must fail (ENOSPC) having written something: the disk was full.
-		code=$(execq "$STOCKADE_TOKEN" "$s" '["sh","-c","dd if=/dev/zero of=/workspace/fill bs=1M 2>/dev/null && exit 3; test -s /workspace/fill"]')
+		# dd must fail with ENOSPC having written something: the disk was
+		# full (4: it failed otherwise, e.g. EDQUOT "Disk quota exceeded").
+		code=$(execq "$STOCKADE_TOKEN" "$s" '["sh","-c","dd if=/dev/zero of=/workspace/fill bs=1M 2>/tmp/dd.err && exit 3; grep -q \"No space left on device\" /tmp/dd.err || exit 4; test -s /workspace/fill"]')
 		after=$(execq "$STOCKADE_TOKEN" "$s" '["sh","-c","rm -f /workspace/fill && echo ok >/workspace/ok && cat /workspace/ok"]')
 		st=$(field "$STOCKADE_TOKEN" "$s" state)
 		if [ "$code" != 0 ] || [ "$after" != 0 ] || [ "$st" != running ]; then
-			result FAIL workspace-full "fill answered $code (0: dd hit a full disk), the next command $after, sandbox $st"
+			result FAIL workspace-full "fill answered $code (0: dd hit a full disk with ENOSPC), the next command $after, sandbox $st"
 		else
 			result PASS workspace-full "filled /workspace, freed it, and the sandbox still works"
 		fi

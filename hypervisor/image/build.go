@@ -16,15 +16,15 @@ import (
 // channelModules are loaded, in this order, before the agent opens its
 // channel; laterModules load while it already serves. Dependencies (jbd2,
 // mbcache, crc16, ...) come before the modules that need them.
-// crc32c_generic is ext4's soft dependency (metadata checksums); quota_v2
-// holds the scratch disk's project quotas (the kernel would request it, but
-// the guest has no modprobe).
+// crc32c_generic is the soft dependency of ext4 (the templates) and xfs
+// (the scratch disk, with its project quotas) for metadata checksums: the
+// kernel would request it, but the guest has no modprobe.
 func channelModules() []string {
 	return []string{"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci", "virtio_console"}
 }
 
 func laterModules() []string {
-	return []string{"virtio_blk", "virtio_balloon", "crc32c_generic", "quota_v2", "ext4", "overlay"}
+	return []string{"virtio_blk", "virtio_balloon", "crc32c_generic", "ext4", "xfs", "overlay"}
 }
 
 // guestSpec is a resolved guest: where its parts come from and its version.

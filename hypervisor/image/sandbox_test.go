@@ -160,8 +160,9 @@ func run(ctx context.Context, c *agentproto.Client, req agentproto.ExecRequest) 
 }
 
 // quotaFull is how a write past a sandbox's disk or workspace size fails:
-// EDQUOT, from the project quota on the VM's scratch disk.
-const quotaFull = "Disk quota exceeded"
+// ENOSPC (errno 28), from the XFS project quota on the VM's scratch disk,
+// as on a full disk of the sandbox's own (ext4's quota said EDQUOT).
+const quotaFull = "No space left on device"
 
 // between reports whether the number s is in [lo, hi].
 func between(s string, lo, hi int) bool {
@@ -445,7 +446,7 @@ func TestSandboxes(t *testing.T) {
 		out, _, _, _ := run(ctx, c, sh("sb-a", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'; "+
 			"dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1 | grep -c '"+quotaFull+"'"))
 		if out != "1\n1\n" {
-			t.Errorf("Got(filling a's disk and workspace) = %q; want EDQUOT twice", out)
+			t.Errorf("Got(filling a's disk and workspace) = %q; want ENOSPC twice", out)
 		}
 		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "more"}, bytes.NewReader(make([]byte, 1<<20))); !errors.Is(err, agentproto.ErrExhausted) {
 			t.Errorf("Got(WriteFile() into a full workspace) = %v; want ErrExhausted", err)
@@ -463,7 +464,7 @@ func TestSandboxes(t *testing.T) {
 
 	// The writable layer and /workspace are on the VM's scratch disk, not
 	// in memory: a sandbox fills both far past its memory limit, the writer
-	// gets EDQUOT at the sandbox's sizes, and the sandbox, its files and its
+	// gets ENOSPC at the sandbox's sizes, and the sandbox, its files and its
 	// neighbour live on. (On tmpfs the fill was charged to the sandbox's
 	// memory and OOM-killed it.)
 	t.Run("disk full beyond memory", func(t *testing.T) {
@@ -482,7 +483,7 @@ func TestSandboxes(t *testing.T) {
 		lines := strings.Fields(out)
 		if err != nil || st.Reason != "exited" || len(lines) != 4 || lines[0] != "1" || lines[2] != "1" ||
 			!between(lines[1], 100, 128) || !between(lines[3], 70, 96) {
-			t.Errorf("Got(filling d's workspace and root) = %q, %+v, %v; want EDQUOT for each at ~128 and ~96 MiB", out, st, err)
+			t.Errorf("Got(filling d's workspace and root) = %q, %+v, %v; want ENOSPC for each at ~128 and ~96 MiB", out, st, err)
 		}
 		out, _, st, err = run(ctx, c, sh("sb-d", "cat /workspace/keep.txt /home/sandbox/keep.txt"))
 		if out != "kept\nkept\n" || st.Code != 0 {

@@ -22,11 +22,11 @@ package agent
 //	crun/      crun's state (--root)
 //	init.pid, init.log
 //
-// Scratch disk (scratch.go): the host attaches one sparse ext4 disk with
-// project quotas to every VM (label ScratchLabel); the agent mounts it at
-// /run/stockade/scratch with quotas enforced. Each sandbox's two folders are
+// Scratch disk (scratch.go): the host attaches one sparse XFS disk to every
+// VM (label ScratchLabel); the agent mounts it at /run/stockade/scratch
+// with project quotas enforced. Each sandbox's two folders are
 // quota projects of their own (blocks and inodes, as the tmpfs's were), so
-// a full one fails the writer with EDQUOT and costs no guest memory: before,
+// a full one fails the writer with ENOSPC and costs no guest memory: before,
 // both were tmpfs charged to the sandbox's memory.max, and filling
 // /workspace OOM-killed the sandbox. statfs of a project folder (and of the
 // overlay, through its upper dir) reports the project's limit. The seccomp
@@ -34,10 +34,8 @@ package agent
 // could otherwise move it out of its project or stop a folder passing the
 // project on. Destroy removes the folders and lifts their quotas; a trim
 // within a minute (batched: one FITRIM walks every group that freed blocks)
-// shrinks the host's sparse file again. The disk is mounted noinit_itable:
-// its inode tables read as zeros already, and lazily zeroing them would
-// write a GiB per 64 GiB on the emulated CPU. A VM without the disk (an
-// older host) falls back to the tmpfs.
+// shrinks the host's sparse file again. A VM without the disk (an older
+// host) falls back to the tmpfs.
 //
 // The container's process is this binary, bound read-only at
 // /.stockade/init and run as `sandbox-init --listen-fd 3`: crun hands over

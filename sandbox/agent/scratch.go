@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,18 +15,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The VM's scratch disk (see doc.go). The host attaches one sparse ext4
-// disk with project quotas per VM; the agent mounts it with quotas enforced
-// and gives every sandbox two folders on it, each its own quota project: the
-// writable layer (DiskMiB) and /workspace (WorkspaceMiB). A full one fails
-// the writer's write (EDQUOT; ENOSPC when the whole disk is full) and costs
-// no guest memory, so filling it stops neither the sandbox nor its
-// neighbours. statfs of a project folder reports the project's limit, so
-// df inside the sandbox shows its own sizes.
+// The VM's scratch disk (see doc.go). The host attaches one sparse XFS
+// disk per VM; the agent mounts it with project quotas enforced and gives
+// every sandbox two folders on it, each its own quota project: the writable
+// layer (DiskMiB) and /workspace (WorkspaceMiB). A full one fails the
+// writer's write with ENOSPC, "No space left on device" (XFS reports a
+// project over its limit as a full disk; ext4 would say EDQUOT, "Disk quota
+// exceeded"), and costs no guest memory, so filling it stops neither the
+// sandbox nor its neighbours. statfs of a project folder reports the
+// project's limit, so df inside the sandbox shows its own sizes, and a
+// write that fills them fails the way it would on a disk of that size.
 const (
-	// ScratchLabel is the ext4 label of the scratch disk; it must match
+	// ScratchLabel is the XFS label of the scratch disk; it must match
 	// hypervisor/image.ScratchLabel.
-	ScratchLabel = "stockade.scratch"
+	ScratchLabel = "stk.scratch"
 
 	// Kernel interfaces x/sys/unix does not spell (linux/fs.h, quota.h).
 	fsIocFSGetXattr    = 0x801c581f
@@ -37,10 +41,12 @@ const (
 	qifBLimits         = 1
 	qifILimits         = 4
 	quotaBlockBytes    = 1024
-	// noinit_itable: the disk is a fresh sparse file whose inode tables
-	// read as zeros already; the kernel's lazy zeroing of them would write
-	// a GiB per 64 GiB of disk, on the emulated CPU and into the host file.
-	scratchMountOptions = "prjquota,noinit_itable"
+	// prjquota: account and enforce project quotas.
+	scratchMountOptions = "prjquota"
+	// XFS superblock fields (the superblock starts at byte 0).
+	xfsMagic       = "XFSB"
+	xfsLabelOffset = 108
+	xfsLabelLen    = 12
 	// trimDelay batches the trims after destroys: one FITRIM walks every
 	// block group that freed blocks, on the guest's only CPU.
 	trimDelay = time.Minute
@@ -93,7 +99,7 @@ func (s *scratch) find() (bool, error) {
 			continue
 		}
 		dev := filepath.Join(s.devDir, name)
-		label, err := ext4Label(dev)
+		label, err := xfsLabel(dev)
 		if err != nil {
 			continue // not readable yet: look again next time
 		}
@@ -104,13 +110,35 @@ func (s *scratch) find() (bool, error) {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return false, fmt.Errorf("mount scratch disk: %w", err)
 		}
-		if err := unix.Mount(dev, s.dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, scratchMountOptions); err != nil {
+		if err := unix.Mount(dev, s.dir, "xfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, scratchMountOptions); err != nil {
 			return false, fmt.Errorf("mount scratch disk %s: %w", dev, err)
 		}
 		s.mounted = true
 		return true, nil
 	}
 	return false, nil
+}
+
+// xfsLabel reads the label of the XFS file system on dev; "" when dev
+// holds none.
+func xfsLabel(dev string) (string, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sb := make([]byte, xfsLabelOffset+xfsLabelLen)
+	if _, err := io.ReadFull(f, sb); err != nil {
+		return "", err
+	}
+	if string(sb[:len(xfsMagic)]) != xfsMagic {
+		return "", nil
+	}
+	label := sb[xfsLabelOffset:]
+	if i := bytes.IndexByte(label, 0); i >= 0 {
+		label = label[:i]
+	}
+	return string(label), nil
 }
 
 // projects hands out n fresh quota project ids.

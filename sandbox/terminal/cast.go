@@ -102,6 +102,14 @@ type recorded struct {
 	Events  int64         // events read
 	Out, In int64         // bytes of output and input events
 	Last    time.Duration // time of the last event, from the start
+	// Whole is the size of the whole lines (header and events) before a
+	// torn one; Newline says the last of them ends in its newline.
+	Whole   int64
+	Newline bool
+	// Lost is the output the recording says it dropped (a full spool);
+	// Truncated says where and why it stopped at a cap, "" if it did not.
+	Lost      int64
+	Truncated string
 }
 
 // readRecorded reads a recording a crashed server left. It may end in a
@@ -123,6 +131,12 @@ func readRecorded(path string) (recorded, error) {
 	if !sc.Scan() {
 		return out, nil // not even a header: nothing recorded
 	}
+	whole := func(n int) {
+		out.Whole += int64(n) + 1
+		out.Newline = out.Whole <= out.Size
+		out.Whole = min(out.Whole, out.Size)
+	}
+	whole(len(sc.Bytes()))
 	for sc.Scan() {
 		var raw []json.RawMessage
 		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil || len(raw) != 3 {
@@ -132,16 +146,54 @@ func readRecorded(path string) (recorded, error) {
 		if errors.Join(json.Unmarshal(raw[0], &ev.Time), json.Unmarshal(raw[1], &ev.Kind), json.Unmarshal(raw[2], &ev.Data)) != nil {
 			break
 		}
+		whole(len(sc.Bytes()))
 		out.Events++
 		switch ev.Kind {
 		case CastOutput:
 			out.Out += int64(len(ev.Data))
 		case CastInput:
 			out.In += int64(len(ev.Data))
+		case CastMarker:
+			var n int64
+			if _, err := fmt.Sscanf(ev.Data, "recording dropped %d bytes here", &n); err == nil && n > 0 {
+				out.Lost += n
+			}
+			if t, ok := strings.CutPrefix(ev.Data, "recording truncated at "); ok {
+				t, _, _ = strings.Cut(t, "; the terminal went on unrecorded")
+				out.Truncated = "truncated at " + t
+			}
 		}
 		if d := time.Duration(ev.Time * float64(time.Second)); d > out.Last {
 			out.Last = d
 		}
 	}
 	return out, nil
+}
+
+// openResumed opens the recording at path to append to it after what
+// prior read of it: a torn last line is cut off first.
+func openResumed(path string, prior *recorded) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("resume recording: %w", err)
+	}
+	if prior.Whole < prior.Size {
+		if err := f.Truncate(prior.Whole); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("resume recording: %w", err)
+		}
+		prior.Size = prior.Whole
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("resume recording: %w", err)
+	}
+	if prior.Size > 0 && !prior.Newline {
+		if _, err := f.Write([]byte("\n")); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("resume recording: %w", err)
+		}
+		prior.Size++
+	}
+	return f, nil
 }

@@ -59,6 +59,19 @@ type HubConfig struct {
 	OnControl func(by audit.Actor, from string)
 	// OnEnd is told once, when the session ended and its recording closed.
 	OnEnd func(End)
+	// Resume, when set, takes up a session that a stopped server left
+	// (its process kept running): the hub starts part way through it.
+	Resume *HubResume
+}
+
+// HubResume says where a resumed session's hub starts.
+type HubResume struct {
+	// Offset is where the PTY's first byte sits in the session's output;
+	// output before RecordFrom is in the recording already and is not
+	// recorded again. BytesIn is the input counted before.
+	Offset, RecordFrom, BytesIn int64
+	// Started is when the session started.
+	Started time.Time
 }
 
 // End is how a session ended.
@@ -105,6 +118,7 @@ type Hub struct {
 	// presencePending: a presence message is due (see broadcastPresence).
 	presencePending bool
 	claimed         bool // someone held control once
+	recordFrom      int64
 	done            chan struct{}
 	end             End
 }
@@ -138,6 +152,13 @@ func NewHub(p PTY, cfg HubConfig) *Hub {
 		cols: cfg.Cols, rows: cfg.Rows, done: make(chan struct{}),
 	}
 	h.lastLeft = h.started
+	if r := cfg.Resume; r != nil {
+		h.ring = newRingAt(cfg.RingBytes, r.Offset)
+		h.bytesIn, h.recordFrom = r.BytesIn, r.RecordFrom
+		if !r.Started.IsZero() {
+			h.started = r.Started
+		}
+	}
 	if cfg.Driver.ID != "" {
 		h.driverActor, h.driverName, h.claimed = cfg.Driver.ID, nameOf(cfg.Driver), true
 	}
@@ -216,9 +237,17 @@ func (h *Hub) output(p []byte) {
 	if h.ended {
 		return
 	}
+	at := h.ring.end
 	h.ring.write(data)
 	if h.cfg.Recorder != nil {
-		h.cfg.Recorder.output(data)
+		rec := data
+		if skip := h.recordFrom - at; skip > 0 {
+			// Recorded by the server that ran the session before.
+			rec = data[min(skip, int64(len(data))):]
+		}
+		if len(rec) > 0 {
+			h.cfg.Recorder.output(rec)
+		}
 	}
 	m := Message{Data: data}
 	var cut bool

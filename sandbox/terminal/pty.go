@@ -2,7 +2,9 @@ package terminal
 
 import (
 	"context"
+	"errors"
 	"io"
+	"time"
 )
 
 // PTY is a process on a terminal: reading gives what it prints, writing
@@ -22,10 +24,15 @@ type Exit struct {
 	Code   int
 	Signal string // the signal that ended it, if one did
 	Reason string // how the sandbox's agent puts it: exited, killed, timeout, oom
+	// Duration is how long the process ran, when known (0: not known).
+	Duration time.Duration
 }
 
 // PTYRequest is the process to start on a new terminal.
 type PTYRequest struct {
+	// ID is the terminal session's id: a PTYAttacher re-attaches the
+	// terminal by it after a restart.
+	ID         string
 	Argv       []string
 	Rows, Cols uint16
 	Env        []string // KEY=VALUE added to the sandbox's environment
@@ -42,3 +49,17 @@ type Sandboxes interface {
 	// tenants.ErrNotFound.
 	SandboxEnded(ctx context.Context, tenantID, sandboxID string) (ended bool, reason string, err error)
 }
+
+// PTYAttacher is what a Sandboxes may also do: re-attach a terminal that a
+// stopped server of the installation opened (OpenPTY with req.ID = id)
+// and the sandbox's agent kept running, detached, for its grace. The PTY's
+// output starts at the returned offset of the terminal's whole output:
+// from offset, or later when the agent's bounded buffer no longer holds
+// it. A terminal whose process is gone is ErrPTYGone; any other error may
+// pass (the VM's agent is not reachable yet after a restart).
+type PTYAttacher interface {
+	AttachPTY(ctx context.Context, tenantID, sandboxID, id string, offset int64) (PTY, int64, error)
+}
+
+// ErrPTYGone: the terminal's process is no longer there to re-attach.
+var ErrPTYGone = errors.New("the terminal's process is gone")

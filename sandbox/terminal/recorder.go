@@ -154,8 +154,32 @@ func NewLimitedRecorder(w io.WriteCloser, h CastHeader, start time.Time, now fun
 	if lim.Budget != nil {
 		lim.Budget.force(int64(n))
 	}
-	go r.run(bw)
+	go r.run(bw, 0, "")
 	return r, nil
+}
+
+// resumeRecorder continues a recording that a stopped server left: w
+// appends to it, prior is what it holds (read back by readRecorded; a torn
+// last line cut off already). Its first event is a marker saying note,
+// unless the recording had stopped at a cap: then it stays stopped.
+func resumeRecorder(w io.WriteCloser, prior recorded, start time.Time, now func() time.Time, spool int, lim RecorderLimits, note string) *Recorder {
+	if now == nil {
+		now = time.Now
+	}
+	if spool <= 0 {
+		spool = 4096
+	}
+	r := &Recorder{w: w, now: now, start: start, lim: lim, ch: make(chan castEvent, spool), done: make(chan struct{})}
+	r.stats.Bytes = prior.Size
+	if lim.Budget != nil {
+		lim.Budget.force(prior.Size)
+	}
+	if prior.Truncated != "" {
+		r.capped.Store(true)
+	}
+	go r.run(bufio.NewWriterSize(w, 64<<10), prior.Events, prior.Truncated)
+	r.send(CastMarker, []byte(note))
+	return r
 }
 
 // Write records p as terminal output. It never blocks and never fails:
@@ -219,16 +243,17 @@ func (r *Recorder) Close() (RecorderStats, error) {
 	return st, r.err
 }
 
-func (r *Recorder) run(bw *bufio.Writer) {
+// run writes the queued events; events and truncated are what the
+// recording held before (a resumed one).
+func (r *Recorder) run(bw *bufio.Writer, events int64, truncated string) {
 	defer close(r.done)
 	var (
-		line            bytes.Buffer
-		carry           = map[string][]byte{} // an incomplete UTF-8 sequence per stream
-		enc             = json.NewEncoder(&line)
-		failed          error
-		written, events int64
-		truncated       string
-		cut             int64
+		line    bytes.Buffer
+		carry   = map[string][]byte{} // an incomplete UTF-8 sequence per stream
+		enc     = json.NewEncoder(&line)
+		failed  error
+		written int64
+		cut     int64
 	)
 	enc.SetEscapeHTML(false)
 	encode := func(at float64, kind string, data []byte) {

@@ -5,14 +5,21 @@ package terminal
 // up to offset n can be sent exactly what came after, as long as it is
 // still held.
 type ring struct {
-	buf []byte
-	end int64 // offset just past the last byte written
+	buf  []byte
+	base int64 // offset of the first byte ever written here
+	end  int64 // offset just past the last byte written
 }
 
 func newRing(size int) *ring { return &ring{buf: make([]byte, size)} }
 
+// newRingAt is a ring whose first byte sits at offset base of the stream
+// (a stream taken up again part way).
+func newRingAt(size int, base int64) *ring {
+	return &ring{buf: make([]byte, size), base: base, end: base}
+}
+
 // start is the offset of the oldest byte still held.
-func (r *ring) start() int64 { return max(0, r.end-int64(len(r.buf))) }
+func (r *ring) start() int64 { return max(r.base, r.end-int64(len(r.buf))) }
 
 // write appends p, overwriting the oldest bytes.
 func (r *ring) write(p []byte) {

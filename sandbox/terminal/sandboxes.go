@@ -2,34 +2,68 @@ package terminal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/tenants"
 )
 
 // SandboxPTYs opens terminals in the sandboxes of a sandbox.Service, over
 // the agent of each sandbox's VM.
 type SandboxPTYs struct{ Service *sandbox.Service }
 
-var _ Sandboxes = SandboxPTYs{}
+var (
+	_ Sandboxes   = SandboxPTYs{}
+	_ PTYAttacher = SandboxPTYs{}
+)
 
 // OpenPTY starts req's process on a terminal of the sandbox's own devpts.
+// With req.ID the agent holds it by that id, for AttachPTY.
 func (a SandboxPTYs) OpenPTY(ctx context.Context, tenantID, sandboxID string, req PTYRequest) (PTY, error) {
 	pr, pw := io.Pipe()
-	e, err := a.Service.StartTerminal(ctx, tenantID, sandboxID, req.Argv, req.Env, agentproto.Winsize{Cols: req.Cols, Rows: req.Rows}, pw)
+	size := agentproto.Winsize{Cols: req.Cols, Rows: req.Rows}
+	var (
+		e   *agentproto.Exec
+		err error
+	)
+	if req.ID != "" {
+		e, err = a.Service.StartTerminalID(ctx, tenantID, sandboxID, req.ID, req.Argv, req.Env, size, pw)
+	} else {
+		e, err = a.Service.StartTerminal(ctx, tenantID, sandboxID, req.Argv, req.Env, size, pw)
+	}
 	if err != nil {
 		pw.Close()
 		return nil, err
 	}
+	return newAgentPTY(e, pr, pw), nil
+}
+
+// AttachPTY re-attaches the terminal id a stopped server opened in the
+// sandbox (see PTYAttacher).
+func (a SandboxPTYs) AttachPTY(ctx context.Context, tenantID, sandboxID, id string, offset int64) (PTY, int64, error) {
+	pr, pw := io.Pipe()
+	e, err := a.Service.AttachTerminal(ctx, tenantID, sandboxID, id, offset, pw)
+	if err != nil {
+		pw.Close()
+		if errors.Is(err, tenants.ErrNotFound) {
+			return nil, 0, fmt.Errorf("%w: %w", ErrPTYGone, err)
+		}
+		return nil, 0, err
+	}
+	return newAgentPTY(e, pr, pw), e.Start(), nil
+}
+
+func newAgentPTY(e *agentproto.Exec, pr *io.PipeReader, pw *io.PipeWriter) *agentPTY {
 	go func() {
 		// Every output frame was written before Done: the reader gets all
 		// of it, then EOF.
 		<-e.Done()
 		pw.Close()
 	}()
-	return &agentPTY{e: e, r: pr}, nil
+	return &agentPTY{e: e, r: pr}
 }
 
 // SandboxEnded reports whether the sandbox no longer runs, and why.
@@ -73,5 +107,5 @@ func (p *agentPTY) Wait() (Exit, error) {
 	if err != nil {
 		return Exit{}, err
 	}
-	return Exit{Code: st.Code, Signal: st.Signal, Reason: st.Reason}, nil
+	return Exit{Code: st.Code, Signal: st.Signal, Reason: st.Reason, Duration: st.Duration}, nil
 }

@@ -68,9 +68,18 @@ type Config struct {
 	AbandonAfter time.Duration
 	// Exclusive says this is the only server of the installation (it holds
 	// the installation lease): at Start every live session in the database
-	// was left by a server that stopped, and is recorded ended at once
-	// rather than once unseen for 3 min.
+	// was left by a server that stopped. When the Sandboxes can re-attach
+	// terminals (PTYAttacher) each is taken up again: its process kept
+	// running in the sandbox's agent, detached, and the session goes on
+	// under its id (see adopt); one whose process is gone is recorded ended.
+	// Otherwise they are recorded ended at once rather than once unseen for
+	// 3 min.
 	Exclusive bool
+	// AdoptWindow is how long after Start a session left by a stopped
+	// server waits for its sandbox's agent to be reachable again before it
+	// is recorded lost; default 5 min (the agents' default exec grace,
+	// after which they kill a detached terminal anyway).
+	AdoptWindow time.Duration
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -104,6 +113,9 @@ func (c *Config) checkAndSetDefaults() {
 	if c.AbandonAfter <= 0 {
 		c.AbandonAfter = 15 * time.Minute
 	}
+	if c.AdoptWindow <= 0 {
+		c.AdoptWindow = 5 * time.Minute
+	}
 }
 
 // Default recording caps (Config).
@@ -126,8 +138,12 @@ type Service struct {
 	mu      sync.Mutex
 	live    map[string]*liveSession
 	budgets map[string]*tenantBudget // recording budgets of tenants with live sessions
-	started bool
-	closed  bool
+	// orphans are sessions a stopped server left, waiting to be taken up
+	// (adopt) until adoptUntil.
+	orphans    map[string]Session
+	adoptUntil time.Time
+	started    bool
+	closed     bool
 }
 
 type liveSession struct {
@@ -141,7 +157,7 @@ type liveSession struct {
 func NewService(store *Store, sbx Sandboxes, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{cfg: cfg, store: store, sbx: sbx, log: cfg.Logger.With("component", "terminal"),
-		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}}
+		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}, orphans: map[string]Session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -174,7 +190,23 @@ func (s *Service) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 	before := s.cfg.Clock().Add(-lostAfter)
-	if s.cfg.Exclusive {
+	if _, ok := s.sbx.(PTYAttacher); ok && s.cfg.Exclusive {
+		// Nothing is live here yet: every live session was left by a
+		// server that stopped, and its terminal may still run.
+		left, err := s.store.stale(ctx, s.cfg.Clock().Add(time.Second))
+		if err != nil {
+			return fmt.Errorf("terminal service: %w", err)
+		}
+		s.mu.Lock()
+		for _, sess := range left {
+			s.orphans[sess.ID] = sess
+		}
+		s.adoptUntil = s.cfg.Clock().Add(s.cfg.AdoptWindow)
+		s.mu.Unlock()
+		if len(left) > 0 {
+			s.log.Info("terminals left by a stopped server: re-attaching", "sessions", len(left))
+		}
+	} else if s.cfg.Exclusive {
 		before = s.cfg.Clock().Add(time.Second) // nothing is live here yet
 	}
 	s.reapLost(ctx, before)
@@ -274,7 +306,7 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 	if err != nil {
 		return Session{}, fmt.Errorf("open terminal in sandbox %s: %w", sandboxID, err)
 	}
-	pty, err := s.sbx.OpenPTY(ctx, tenantID, sandboxID, PTYRequest{Argv: req.Argv, Rows: req.Rows, Cols: req.Cols, Env: s.cfg.Env})
+	pty, err := s.sbx.OpenPTY(ctx, tenantID, sandboxID, PTYRequest{ID: id, Argv: req.Argv, Rows: req.Rows, Cols: req.Cols, Env: s.cfg.Env})
 	if err != nil {
 		f.Close()
 		os.Remove(f.Name())
@@ -491,6 +523,12 @@ func (s *Service) Join(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		if sess.EndedAt != nil {
 			return nil, fmt.Errorf("%w: %s", ErrEnded, sess.EndReason)
 		}
+		s.mu.Lock()
+		_, adopting := s.orphans[sessionID]
+		s.mu.Unlock()
+		if adopting {
+			return nil, fmt.Errorf("terminal session %s: %w: it is being re-attached after a server restart; try again in a moment", sessionID, tenants.ErrConflict)
+		}
 		return nil, fmt.Errorf("terminal session %s: %w: it runs on another server", sessionID, tenants.ErrConflict)
 	}
 	c, err := l.hub.Join(JoinOptions{Actor: actor, CanDrive: req.CanDrive, Drive: req.Drive, Offset: req.Offset})
@@ -605,6 +643,7 @@ func (s *Service) loop() {
 			return
 		case <-t.C:
 		}
+		s.adoptOrphans()
 		s.check()
 		now := time.Now()
 		if now.Sub(lastSeen) >= seenInterval {
@@ -677,9 +716,8 @@ func (s *Service) refresh() {
 }
 
 // reapLost records as ended the live sessions whose server stopped
-// without ending them (not seen since before). What they did is read from
-// their recordings: they ended at their last recorded event (or when last
-// seen alive, if later), with the bytes recorded.
+// without ending them (not seen since before), but those waiting to be
+// taken up (orphans).
 func (s *Service) reapLost(ctx context.Context, before time.Time) {
 	lost, err := s.store.stale(ctx, before)
 	if err != nil {
@@ -689,25 +727,36 @@ func (s *Service) reapLost(ctx context.Context, before time.Time) {
 	for _, sess := range lost {
 		s.mu.Lock()
 		_, mine := s.live[sess.ID]
+		_, orphan := s.orphans[sess.ID]
 		s.mu.Unlock()
-		if mine {
+		if mine || orphan {
 			continue
 		}
-		e := End{Reason: "lost: the server that held it stopped", At: sess.SeenAt}
-		if sess.Recording != "" {
-			if rec, err := readRecorded(filepath.Join(s.cfg.DataDir, sess.Recording)); err != nil {
-				s.log.Warn("read recording of a lost terminal", "session", sess.ID, "err", err)
-			} else {
-				e.Record.Bytes, e.Record.Events, e.BytesOut, e.BytesIn = rec.Size, rec.Events, rec.Out, rec.In
-				if last := sess.StartedAt.Add(rec.Last); last.After(e.At) {
-					e.At = last
-				}
+		s.closeLost(ctx, sess, "lost: the server that held it stopped")
+	}
+}
+
+// closeLost records a session no server holds as ended with reason. What
+// it did is read from its recording: it ended at its last recorded event
+// (or when last seen alive, if later), with the bytes recorded.
+func (s *Service) closeLost(ctx context.Context, sess Session, reason string) {
+	e := End{Reason: reason, At: sess.SeenAt}
+	if sess.Recording != "" {
+		if rec, err := readRecorded(filepath.Join(s.cfg.DataDir, sess.Recording)); err != nil {
+			s.log.Warn("read recording of a lost terminal", "session", sess.ID, "err", err)
+		} else {
+			e.Record.Bytes, e.Record.Events, e.BytesOut, e.BytesIn = rec.Size, rec.Events, rec.Out+rec.Lost, rec.In
+			e.Record.Truncated = rec.Truncated
+			if last := sess.StartedAt.Add(rec.Last); last.After(e.At) {
+				e.At = last
 			}
 		}
-		if err := s.store.finish(ctx, sess, e); err != nil {
-			s.log.Warn("record lost terminal", "session", sess.ID, "err", err)
-		}
 	}
+	if err := s.store.finish(ctx, sess, e); err != nil {
+		s.log.Warn("record lost terminal", "session", sess.ID, "err", err)
+		return
+	}
+	s.log.Info("terminal closed", "session", sess.ID, "tenant", sess.TenantID, "sandbox", sess.SandboxID, "reason", reason)
 }
 
 // sweep removes the recordings past their retention.

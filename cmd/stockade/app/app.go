@@ -302,8 +302,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			DataDir: cfg.DataDir, Logger: log, Clock: clock, RecordInput: cfg.RecordInput, RetentionDays: cfg.RecordingRetentionDays,
 			MaxRecordingBytes: cfg.MaxRecordingBytes, MaxTenantRecordingBytes: cfg.MaxTenantRecordingBytes,
 			// serve holds the installation lease before Start: terminals a
-			// crashed server left end at once.
-			Exclusive: true,
+			// stopped server left are taken up again while their PTYs
+			// live in the agent (the exec grace).
+			Exclusive: true, AdoptWindow: cfg.ExecGrace,
 		})
 		a.ownTerminals = true
 		// A destroyed sandbox ends its terminals at once, for everyone.
