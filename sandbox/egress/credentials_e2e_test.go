@@ -28,11 +28,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
@@ -369,42 +366,12 @@ type credVM struct {
 	up     *upstream
 }
 
-type credGateway struct{ e *credVM }
-
-func (g credGateway) Handler(tenantID, vmID string) agentproto.EgressHandler {
-	return func(ctx context.Context, sandboxID string, conn net.Conn) {
-		g.e.gw.ServeConn(ctx, tenantID, vmID, sandboxID, conn)
-	}
-}
-
 func newCredVM(t *testing.T) *credVM {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
+	dataDir := sandboxtest.NeedVMs(t)
 	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
 	e := &credVM{db: dbtest.SQLite(t), actor: audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada"}, logs: &lockedBuffer{}}
 	ts := tenants.NewStore(e.db, nil)
-	install, err := ts.InstallationID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyDomains(dctx, install); err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	ten, err := ts.CreateTenant(ctx, e.actor, "cred-vm", "Credentials VM")
 	if err != nil {
 		t.Fatal(err)
@@ -419,24 +386,10 @@ func newCredVM(t *testing.T) *credVM {
 	}
 	e.up = newUpstream(t, "api.secure.test")
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, os.Stderr), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	vms, err := vmpool.New(ctx, e.db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second,
-		Egress: credGateway{e}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vms.Close() })
-	e.sbx = sandbox.New(e.db, vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox",
-		Credentials: e.sec})
-	if err := e.sbx.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.sbx.Close() })
+	gw := &sandboxtest.LateGateway{}
+	var vms *vmpool.Service
+	vms, e.sbx = sandboxtest.Start(t, e.db, vmpool.Config{DataDir: dataDir, Logger: log, Egress: gw},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox", Credentials: e.sec})
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "api.secure.test"}}})
 	e.gw, err = egress.New(egress.Config{Policies: pol, Store: egress.NewStore(e.db), Sandboxes: egress.StoredSandboxes(e.sbx.Store()),
@@ -445,6 +398,7 @@ func newCredVM(t *testing.T) *credVM {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw.Set(e.gw)
 	if _, err := vms.SetPool(ctx, e.actor, e.tenant, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
 	}
