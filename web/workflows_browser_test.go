@@ -110,7 +110,7 @@ func TestWorkflowsBrowser(t *testing.T) {
 	b := webtest.NewBrowser(t)
 	env, acme := newWorkflowVMEnv(t, "acme-corp", "Acme Corporation")
 	env.web.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	css := webtest.CSS
 	eval := func(what, expr string) string {
 		t.Helper()
 		s, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](expr))
@@ -129,13 +129,7 @@ func TestWorkflowsBrowser(t *testing.T) {
 		}
 	}
 
-	b.Do(t, "sign in",
-		chromedp.Navigate(env.web.URL+"/workflows"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), "ada@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`#new-workflow`)))
+	b.Login(t, env.web.URL+"/workflows", "ada@example.com", `#new-workflow`)
 	hookURL := eval("webhook URL", `document.getElementById("github-webhook-url").textContent`)
 	if want := env.web.URL + "/hooks/github/acme-corp"; hookURL != want {
 		t.Errorf("Got(GitHub webhook URL) = %q; want %q", hookURL, want)
