@@ -123,27 +123,6 @@ func upstreamTLS(t testing.TB, hosts ...string) (*tls.Config, *x509.CertPool) {
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}}, roots
 }
 
-// serveGateway accepts sandbox connections for gw on 127.0.0.1 as sandbox
-// sb of tenant on vm-1, until the test ends.
-func serveGateway(t testing.TB, gw *egress.Gateway, tenant, sb string) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(context.Background(), tenant, "vm-1", sb, c)
-		}
-	}()
-	return ln
-}
-
 // classify says what a request carried without repeating it.
 func classify(s string) string {
 	switch {
@@ -250,16 +229,11 @@ func TestCredentialSwap(t *testing.T) {
 	}
 	up := newUpstream(t, "api.secure.test", "other.secure.test")
 	logs := &lockedBuffer{}
-	lo := netip.MustParseAddr("127.0.0.1")
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.secure.test"}}})
-	gw, err := egress.New(egress.Config{Policies: pol, Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: up.roots,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver: names{"api.secure.test": {lo}, "other.secure.test": {lo}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := serveGateway(t, gw, ten.ID, "sb-1")
+	_, proxy := startGateway(t, ten.ID, egress.Config{Policies: pol, Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: up.roots,
+		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Resolver: loopback("api.secure.test", "other.secure.test")})
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +243,7 @@ func TestCredentialSwap(t *testing.T) {
 	tenantRoots.AppendCertsFromPEM([]byte(caPEM))
 	client := func(roots *x509.CertPool) *http.Client {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), DisableKeepAlives: true,
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), DisableKeepAlives: true,
 			TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	}
 	mine := sec.Placeholder(ten.ID, "sb-1", "GH_TOKEN")
