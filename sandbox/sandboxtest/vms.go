@@ -72,6 +72,13 @@ func StartServices(ctx context.Context, db *gorm.DB, pools vmpool.Config, sbx sa
 	if sbx.Logger == nil {
 		sbx.Logger = pools.Logger
 	}
+	// On the system libvirtd with the real connector: the domain type an
+	// earlier start detected here (domaintype.go).
+	detect := false
+	if pools.DomainType == "" && pools.Connect == nil && len(pools.URIs) == 1 && pools.URIs[0] == hypervisortest.SystemURI {
+		pools.DomainType = cachedDomainType(pools.DataDir)
+		detect = pools.DomainType == ""
+	}
 	vms, err := vmpool.New(ctx, db, pools)
 	if err != nil {
 		return nil, nil, fmt.Errorf("vm pools: %w", err)
@@ -79,6 +86,9 @@ func StartServices(ctx context.Context, db *gorm.DB, pools vmpool.Config, sbx sa
 	if err := vms.Start(ctx); err != nil {
 		vms.Close()
 		return nil, nil, fmt.Errorf("start the vm pools: %w", err)
+	}
+	if detect {
+		rememberDomainType(ctx, vms, pools.DataDir)
 	}
 	svc := sandbox.New(db, vms, sbx)
 	if err := svc.Start(ctx); err != nil {
