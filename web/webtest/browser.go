@@ -123,11 +123,17 @@ func (b *Browser) Login(t testing.TB, url, email, ready string) {
 // Eval evaluates expr in b's page and returns its value.
 func Eval[T any](t testing.TB, b *Browser, expr string) T {
 	t.Helper()
+	return read(t, b, "evaluate "+expr, chromedp.Evaluate[T](expr))
+}
+
+// read runs one query in the tab with a deadline; what names it in a failure.
+func read[T any](t testing.TB, b *Browser, what string, q chromedp.Action[T]) T {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, q)
 	if err != nil {
-		t.Fatalf("evaluate %s: %v", expr, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	return v
 }
@@ -135,25 +141,13 @@ func Eval[T any](t testing.TB, b *Browser, expr string) T {
 // Text is the text of the first element sel matches, trimmed.
 func (b *Browser) Text(t testing.TB, sel string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(CSS(sel)))
-	if err != nil {
-		t.Fatalf("text of %s: %v", sel, err)
-	}
-	return strings.TrimSpace(s)
+	return strings.TrimSpace(read(t, b, "text of "+sel, chromedp.Text(CSS(sel))))
 }
 
 // Value is the value of the form control sel matches.
 func (b *Browser) Value(t testing.TB, sel string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Value(CSS(sel)))
-	if err != nil {
-		t.Fatalf("value of %s: %v", sel, err)
-	}
-	return s
+	return read(t, b, "value of "+sel, chromedp.Value(CSS(sel)))
 }
 
 // Attr is the attribute name of the first element sel matches, "" when
@@ -166,11 +160,7 @@ func (b *Browser) Attr(t testing.TB, sel, name string) string {
 // Location is the URL the tab shows.
 func (b *Browser) Location(t testing.TB) string {
 	t.Helper()
-	loc, err := chromedp.Run(b.Ctx, chromedp.Location())
-	if err != nil {
-		t.Fatalf("location: %v", err)
-	}
-	return loc
+	return read(t, b, "location", chromedp.Location())
 }
 
 // Messages returns what the tab wrote to its console so far.
