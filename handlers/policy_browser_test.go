@@ -14,11 +14,7 @@ import (
 // textOf is the text of the first element matching sel, "" when none.
 func textOf(t *testing.T, b *webtest.Browser, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](`(document.querySelector(`+jsString(sel)+`) || {textContent: ""}).textContent`))
-	if err != nil {
-		t.Fatalf("read %s: %v", sel, err)
-	}
-	return strings.TrimSpace(s)
+	return strings.TrimSpace(webtest.Eval[string](t, b, `(document.querySelector(`+webtest.JSString(sel)+`) || {textContent: ""}).textContent`))
 }
 
 // TestPolicyEditorBrowser: an admin edits a limit and the allowlist in

@@ -25,13 +25,7 @@ func css(s string) chromedp.CSS { return chromedp.CSS(s) }
 // provider's form.
 func browserLogin(t *testing.T, b *webtest.Browser, base, email string) {
 	t.Helper()
-	b.Do(t, "sign in as "+email,
-		chromedp.Navigate(base+"/login"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), email),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`main h1`)))
+	b.Login(t, base+"/login", email, `main h1`)
 }
 
 // screenText is what the terminal of the page shows (xterm.js draws rows
@@ -41,7 +35,7 @@ const screenText = `(document.querySelector(".xterm-rows") || {textContent: ""})
 // waitScreen waits until the page's terminal shows want.
 func waitScreen(t *testing.T, b *webtest.Browser, who, want string) {
 	t.Helper()
-	poll(t, b, who+" sees "+want, screenText+`.includes(`+jsString(want)+`)`)
+	poll(t, b, who+" sees "+want, screenText+`.includes(`+webtest.JSString(want)+`)`)
 }
 
 // poll waits until expr is true in b's page.
@@ -85,17 +79,9 @@ func typeKeys(t *testing.T, b *webtest.Browser, s string) {
 	}
 }
 
-func jsString(s string) string {
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
-}
-
 func attrOf(t *testing.T, b *webtest.Browser, sel, name string) string {
 	t.Helper()
-	v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](`(document.querySelector(`+jsString(sel)+`) || {getAttribute: () => ""}).getAttribute(`+jsString(name)+`) || ""`))
-	if err != nil {
-		t.Fatalf("read %s[%s]: %v", sel, name, err)
-	}
-	return v
+	return b.Attr(t, sel, name)
 }
 
 // TestTerminalBrowser: in headless Chromium a developer opens a sandbox's

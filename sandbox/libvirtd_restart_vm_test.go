@@ -73,10 +73,7 @@ func privateLibvirtd(t *testing.T) (uri string, restart func()) {
 // host to re-attach to it.
 func TestLibvirtdRestartKeepsCommands(t *testing.T) {
 	uri, restart := privateLibvirtd(t)
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		t.Fatal(err)
-	}
+	dataDir := sandboxtest.NeedVMs(t)
 	db, err := tenants.Open(ctx, "", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -90,21 +87,14 @@ func TestLibvirtdRestartKeepsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := testLogger()
-	pools, err := vmpool.New(ctx, db, vmpool.Config{URIs: []string{uri}, DataDir: dataDir, Logger: log,
-		ConnectTimeout: 60 * time.Second, DomainType: "qemu"})
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	pools, svc, err := sandboxtest.StartServices(sctx, db, vmpool.Config{URIs: []string{uri}, DataDir: dataDir, Logger: log,
+		ConnectTimeout: 60 * time.Second, DomainType: "qemu"}, sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if err := pools.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
 	defer pools.Close()
-	svc := sandbox.New(db, pools, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox"})
-	if err := svc.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
 	defer svc.Close()
 	if _, err := pools.SetPool(ctx, sys, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, WarmVMs: 1, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
@@ -168,26 +158,11 @@ func TestLibvirtdRestartKeepsCommands(t *testing.T) {
 // (vmID, when set) and returns its id. A lost or failed vmID fails at once.
 func waitAgent(t *testing.T, pools *vmpool.Service, tenantID, vmID string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		sts, err := pools.List(ctx, tenantID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range sts {
-			if vmID != "" && st.VM.ID != vmID {
-				continue
-			}
-			switch {
-			case st.VM.State == vmpool.StateRunning && st.AgentConnected:
-				return st.VM.ID
-			case vmID != "" && !st.VM.State.Active(), st.VM.State == vmpool.StateFailed:
-				t.Fatalf("Got(vm %s) = %s (%s); want running", st.VM.ID, st.VM.State, st.VM.StateReason)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no running vm with its agent within %v (vm %q)", timeout, vmID)
-		}
-		time.Sleep(200 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	id, err := sandboxtest.WaitVM(wctx, pools, tenantID, vmID)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return id
 }

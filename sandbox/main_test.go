@@ -15,10 +15,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
 	"github.com/stockade-dev/stockade/cmd/stockade/app"
-	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
@@ -38,7 +36,7 @@ import (
 // package boots two VMs). It is set up by the first test that needs it and
 // torn down by TestMain.
 
-const systemURI = "qemu:///system"
+const systemURI = hypervisortest.SystemURI
 
 // testFileLimit is the services' MaxFileBytes here: small, so that the
 // over-the-limit upload is quick.
@@ -113,17 +111,9 @@ func testLogger() *slog.Logger {
 }
 
 func setup() (env *testEnv, skip string, err error) {
-	if os.Geteuid() != 0 {
-		return nil, "VM tests need root (qemu:///system relabels the guest files)", nil
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		return nil, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err), nil
-	}
-	conn.Close()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		return nil, "", err
+	dataDir, skip, err := sandboxtest.PrepareVMs(ctx)
+	if skip != "" || err != nil {
+		return nil, skip, err
 	}
 	dir, err := os.MkdirTemp("", "sandbox-test-")
 	if err != nil {
@@ -172,24 +162,10 @@ func setup() (env *testEnv, skip string, err error) {
 	if _, err = env.vms.SetPool(ctx, sys, env.a.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 2048, MaxVMs: 2, WarmVMs: 1, RecycleAfterHours: 24}); err != nil {
 		return nil, "", err
 	}
-	deadline := time.Now().Add(4 * time.Minute)
-	for env.warmVM == "" {
-		sts, lerr := env.vms.List(ctx, env.a.ID)
-		if lerr != nil {
-			return nil, "", lerr
-		}
-		for _, st := range sts {
-			switch {
-			case st.VM.State == vmpool.StateRunning && st.AgentConnected:
-				env.warmVM = st.VM.ID
-			case st.VM.State == vmpool.StateFailed:
-				return nil, "", fmt.Errorf("the warm vm failed to boot: %s", st.VM.StateReason)
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil, "", errors.New("the warm vm did not boot within 4 min")
-		}
-		time.Sleep(100 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	if env.warmVM, err = sandboxtest.WaitVM(wctx, env.vms, env.a.ID, ""); err != nil {
+		return nil, "", fmt.Errorf("the warm vm: %w", err)
 	}
 	if _, err = env.vms.SetPool(ctx, sys, env.a.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 2048, MaxVMs: 2, WarmVMs: 0, RecycleAfterHours: 24}); err != nil {
 		return nil, "", err
@@ -200,21 +176,11 @@ func setup() (env *testEnv, skip string, err error) {
 // start starts the VM pools (adopting running VMs), the sandbox service
 // (reconciling with their agents) and the web app on env.db.
 func (e *testEnv) start() error {
-	vms, err := vmpool.New(ctx, e.db, vmpool.Config{URIs: []string{systemURI}, DataDir: e.dataDir, Logger: e.log, ConnectTimeout: 30 * time.Second,
-		DomainType: e.domainType})
-	if err != nil {
-		return err
-	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		return err
-	}
-	svc := sandbox.New(e.db, vms, sandbox.Config{DataDir: e.dataDir, Logger: e.log, SyncInterval: 500 * time.Millisecond,
-		SampleInterval: time.Second, MaxFileBytes: testFileLimit, DefaultTemplate: "busybox"})
-	if err := svc.Start(sctx); err != nil {
-		vms.Close()
+	vms, svc, err := sandboxtest.StartServices(sctx, e.db, vmpool.Config{DataDir: e.dataDir, Logger: e.log, DomainType: e.domainType},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, MaxFileBytes: testFileLimit, DefaultTemplate: "busybox"})
+	if err != nil {
 		return err
 	}
 	// Terminals as serve runs them: the only server, so terminals a
@@ -305,20 +271,8 @@ func (e *testEnv) teardown() error {
 	if install != "" {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		h, err := hypervisor.Connect(cctx, hypervisor.Config{URI: systemURI, InstallationID: install})
-		if err != nil {
+		if _, err := hypervisortest.DestroyInstallation(cctx, systemURI, install); err != nil {
 			errs = append(errs, err)
-		} else {
-			doms, err := h.List(cctx)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			for _, d := range doms {
-				if err := h.Destroy(cctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-					errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
-				}
-			}
-			h.Close()
 		}
 		// Their scratch disks: vmpool removes one as its VM ends, but these
 		// ended behind its back.

@@ -118,8 +118,12 @@ func (s *Store) ListMembers(ctx context.Context, tenantID string) ([]Membership,
 	return out, nil
 }
 
-// membership reads one membership of the tenant inside tx.
-func membership(tx *gorm.DB, tenantID, membershipID string) (Membership, error) {
+// lockedMembership locks the tenant (changes to its admins serialize on
+// it) and reads one of its memberships, inside tx.
+func lockedMembership(tx *gorm.DB, tenantID, membershipID string) (Membership, error) {
+	if _, err := lockTenant(tx, tenantID); err != nil {
+		return Membership{}, err
+	}
 	var m Membership
 	err := tx.Take(&m, "id = ? AND tenant_id = ?", membershipID, tenantID).Error
 	return m, notFound(err)
@@ -148,10 +152,7 @@ func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, 
 		return err
 	}
 	err := s.tx(ctx, func(tx *gorm.DB) error {
-		if _, err := lockTenant(tx, tenantID); err != nil {
-			return err
-		}
-		m, err := membership(tx, tenantID, membershipID)
+		m, err := lockedMembership(tx, tenantID, membershipID)
 		if err != nil {
 			return err
 		}
@@ -192,10 +193,7 @@ func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, 
 // Removing the last active admin is ErrConflict.
 func (s *Store) RemoveMember(ctx context.Context, actor audit.Actor, tenantID, membershipID string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {
-		if _, err := lockTenant(tx, tenantID); err != nil {
-			return err
-		}
-		m, err := membership(tx, tenantID, membershipID)
+		m, err := lockedMembership(tx, tenantID, membershipID)
 		if err != nil {
 			return err
 		}

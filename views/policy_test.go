@@ -24,17 +24,44 @@ func samplePolicyView(canEdit bool) PolicyView {
 // their pages and say which one a rollback copied.
 func TestPolicyPage(t *testing.T) {
 	for _, canEdit := range []bool{true, false} {
-		out := render(t, Policy(samplePageModel("Policy", "policy"), samplePolicyView(canEdit)))
-		for _, want := range []string{`id="p-resources-max_memory_mib-error"`, `aria-describedby="p-resources-max_memory_mib-error"`, `aria-invalid="true"`,
-			"GitHub &lt;only&gt;", `href="/policy/versions/1"`, "version 0 (defaults)", "(roll back to version 0)", `id="resources-preview"`} {
-			if !strings.Contains(out, want) {
-				t.Errorf("Got(policy page, canEdit %v) without %q", canEdit, want)
-			}
+		doc := parse(t, render(t, Policy(samplePageModel("Policy", "policy"), samplePolicyView(canEdit))))
+		input := byID(doc, "p-resources-max_memory_mib")
+		if input == nil {
+			t.Fatalf("Got(no #p-resources-max_memory_mib, canEdit %v); want the input", canEdit)
 		}
-		if got := strings.Contains(out, `value="save"`); got != canEdit {
+		if v, _ := attr(input, "aria-invalid"); v != "true" {
+			t.Errorf("Got(aria-invalid, canEdit %v) = %q; want true", canEdit, v)
+		}
+		desc, _ := attr(input, "aria-describedby")
+		if msg := byID(doc, desc); desc != "p-resources-max_memory_mib-error" || msg == nil || text(msg) != "must be >= 16 but found -1" {
+			t.Errorf("Got(aria-describedby %q, canEdit %v); want the field's error message", desc, canEdit)
+		}
+		if byID(doc, "resources-preview") == nil {
+			t.Errorf("Got(no #resources-preview, canEdit %v); want the section's preview", canEdit)
+		}
+		if got := text(byID(doc, "policy-current").Parent); !strings.Contains(got, "“GitHub <only>”") || len(all(doc, tag("only"))) > 0 {
+			t.Errorf("Got(current version line) = %q; want the reason as text, not markup", got)
+		}
+		v1 := byTestID(doc, "policy-version-1")
+		if v1 == nil || !hrefs(v1)["/policy/versions/1"] {
+			t.Errorf("Got(version 1 row, canEdit %v) without a link to /policy/versions/1", canEdit)
+		}
+		if got := textOf(t, doc, "policy-version-0"); !strings.Contains(got, "version 0 (defaults)") {
+			t.Errorf("Got(version 0 row) = %q; want it named the defaults", got)
+		}
+		if got := textOf(t, byTestID(doc, "policy-version-2"), "policy-version-reason"); got != "(roll back to version 0)" {
+			t.Errorf("Got(version 2 reason) = %q; want the rollback it copied", got)
+		}
+		if got := len(all(doc, testID("policy-save"))) > 0; got != canEdit {
 			t.Errorf("Got(save button present, canEdit %v) = %v; want %v", canEdit, got, canEdit)
 		}
-		if got := strings.Contains(out, "<fieldset disabled"); got == canEdit {
+		disabled := 0
+		for _, fs := range all(doc, tag("fieldset")) {
+			if _, ok := attr(fs, "disabled"); ok {
+				disabled++
+			}
+		}
+		if got := disabled > 0; got == canEdit {
 			t.Errorf("Got(fieldset disabled, canEdit %v) = %v; want %v", canEdit, got, !canEdit)
 		}
 	}

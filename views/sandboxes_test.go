@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/html"
 )
 
 func sampleSandboxView(canEdit bool) SandboxView {
@@ -27,24 +29,45 @@ func sampleSandboxView(canEdit bool) SandboxView {
 // their output as text; destroy only for those who may; it polls its live
 // part while the sandbox is active.
 func TestSandboxPage(t *testing.T) {
+	const id = "01938a6e-0000-7000-8000-00000000abcd"
 	for _, canEdit := range []bool{true, false} {
-		out := render(t, SandboxPage(samplePageModel("Sandbox", NavSandboxes), sampleSandboxView(canEdit)))
-		for _, want := range []string{"busybox", "891c7b3e3a31", "128 MiB", "TOKEN", "task=t-1", `data-state="creating"`, `data-state="running"`,
-			"&lt;script&gt;alert(1)&lt;/script&gt;", `hx-get="/sandboxes/01938a6e-0000-7000-8000-00000000abcd/live"`, "exit 0", "3.0 MiB of 128.0 MiB"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("Got(sandbox page, canEdit %v) without %q", canEdit, want)
+		doc := parse(t, render(t, SandboxPage(samplePageModel("Sandbox", NavSandboxes), sampleSandboxView(canEdit))))
+		for _, c := range []struct{ testID, want string }{
+			{"sandbox-template", "busybox version 891c7b3e3a31"},
+			{"sandbox-memory", "128 MiB"},
+			{"sandbox-env", "TOKEN (values are kept in the VM only)"},
+			{"sandbox-metadata", "task=t-1"},
+			{"sandbox-memory-used", "3.0 MiB of 128.0 MiB (peak 0 B)"},
+			{"exec-exit", "exit 0"},
+			{"exec-stdout", "<script>alert(1)</script>"},
+		} {
+			if got := textOf(t, doc, c.testID); got != c.want {
+				t.Errorf("Got([data-testid=%s], canEdit %v) = %q; want %q", c.testID, canEdit, got, c.want)
 			}
 		}
-		if strings.Contains(out, "<script>alert") {
-			t.Error("Got(command output) unescaped; want it shown as text")
+		var states []string
+		for _, tr := range all(byID(doc, "sandbox-timeline"), tag("tr")) {
+			if st, ok := attr(tr, "data-state"); ok {
+				states = append(states, st)
+			}
 		}
-		if got := strings.Contains(out, `/destroy"`); got != canEdit {
-			t.Errorf("Got(destroy form present) = %v; want %v", got, canEdit)
+		if got := strings.Join(states, " "); got != "creating running" {
+			t.Errorf("Got(timeline states) = %q; want creating running", got)
+		}
+		if n := len(all(doc, tag("script"))); n != len(all(doc, func(n *html.Node) bool { src, _ := attr(n, "src"); return n.Data == "script" && src != "" })) {
+			t.Error("Got(command output) as a script element; want it shown as text")
+		}
+		if v, _ := attr(byID(doc, "sandbox-live"), "hx-get"); v != "/sandboxes/"+id+"/live" {
+			t.Errorf("Got(live part hx-get) = %q; want it polled", v)
+		}
+		if got := byTestID(doc, "sandbox-destroy") != nil; got != canEdit {
+			t.Errorf("Got(destroy form present, canEdit %v) = %v; want %v", canEdit, got, canEdit)
 		}
 	}
 	ended := sampleSandboxView(true)
 	ended.Row.State, ended.PollURL, ended.Stats = "destroyed", "", nil
-	if out := render(t, SandboxLive(ended)); strings.Contains(out, "hx-get") || strings.Contains(out, "ends in") {
+	live := parse(t, render(t, SandboxLive(ended)))
+	if _, polls := attr(byID(live, "sandbox-live"), "hx-get"); polls || byTestID(live, "sandbox-ends-in") != nil {
 		t.Error("Got(live part of an ended sandbox) polling or counting down; want neither")
 	}
 }
@@ -52,6 +75,7 @@ func TestSandboxPage(t *testing.T) {
 // TestSandboxesPage: the create form keeps what was typed and shows errors
 // next to their fields; the table polls; read-only callers get no form.
 func TestSandboxesPage(t *testing.T) {
+	const id = "01938a6e-0000-7000-8000-00000000abcd"
 	v := SandboxesView{
 		Table: SandboxTable{Rows: []SandboxRow{sampleSandboxView(true).Row}, CanEdit: true, CSRF: "tok", PollURL: "/sandboxes/table",
 			Now: sampleTime("2026-11-30T10:01:00Z")},
@@ -59,15 +83,41 @@ func TestSandboxesPage(t *testing.T) {
 		Form: SandboxForm{Template: "busybox", VCPUs: "1", MemoryMiB: "99999", TimeoutMinutes: "10",
 			Errors: map[string]string{"memory_mib": "must be at most 1920"}},
 	}
-	out := render(t, Sandboxes(samplePageModel("Sandboxes", NavSandboxes), v))
-	for _, want := range []string{`action="/sandboxes"`, `id="sandbox-memory-mib-error"`, "must be at most 1920", `value="99999"`,
-		`hx-get="/sandboxes/table"`, `data-sandbox="01938a6e-0000-7000-8000-00000000abcd"`, "59m 00s"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("Got(sandboxes page) without %q", want)
-		}
+	doc := parse(t, render(t, Sandboxes(samplePageModel("Sandboxes", NavSandboxes), v)))
+	form := byTestID(doc, "sandbox-create")
+	if form == nil {
+		t.Fatal("Got(no create form); want one for an editor")
+	}
+	if a, _ := attr(form, "action"); a != "/sandboxes" {
+		t.Errorf("Got(create form action) = %q; want /sandboxes", a)
+	}
+	memory := all(form, withAttr("name", "memory_mib"))
+	if len(memory) != 1 {
+		t.Fatalf("Got(%d memory_mib inputs); want 1", len(memory))
+	}
+	if got, _ := attr(memory[0], "value"); got != "99999" {
+		t.Errorf("Got(memory_mib value) = %q; want what was typed", got)
+	}
+	desc, _ := attr(memory[0], "aria-describedby")
+	if msg := byID(doc, "sandbox-memory-mib-error"); msg == nil || !strings.Contains(desc, "sandbox-memory-mib-error") || text(msg) != "must be at most 1920" {
+		t.Errorf("Got(memory_mib error, aria-describedby %q); want the message next to the field", desc)
+	}
+	if v, _ := attr(byID(doc, "sandbox-table"), "hx-get"); v != "/sandboxes/table" {
+		t.Errorf("Got(table hx-get) = %q; want the table polled", v)
+	}
+	rows := all(doc, withAttr("data-sandbox", id))
+	if len(rows) != 1 {
+		t.Fatalf("Got(%d rows of the sandbox); want 1", len(rows))
+	}
+	if got := textOf(t, rows[0], "sandbox-row-ends-in"); got != "59m 00s" {
+		t.Errorf("Got(ends in) = %q; want 59m 00s", got)
+	}
+	if byTestID(rows[0], "sandbox-row-destroy") == nil {
+		t.Error("Got(no destroy form in the row); want one for an editor")
 	}
 	v.CanEdit, v.Table.CanEdit = false, false
-	if out := render(t, Sandboxes(samplePageModel("Sandboxes", NavSandboxes), v)); strings.Contains(out, `action="/sandboxes"`) || strings.Contains(out, "/destroy") {
+	doc = parse(t, render(t, Sandboxes(samplePageModel("Sandboxes", NavSandboxes), v)))
+	if byTestID(doc, "sandbox-create") != nil || byTestID(doc, "sandbox-row-destroy") != nil {
 		t.Error("Got(sandboxes page for a reader) with the create or destroy form; want none")
 	}
 }

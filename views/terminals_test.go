@@ -81,29 +81,56 @@ func TestTerminalPanels(t *testing.T) {
 			Truncated: "truncated at 50 MiB: the session's cap is 50 MiB"}}))
 	checks := []struct {
 		name, out string
-		want      []string
+		panel     map[string]string // the data- attributes of the panel
+		more      []string          // data- attributes some element carries
+		text      []string          // in the page text
 	}{
-		{"live", live, []string{`data-terminal="live"`, `data-socket="/api/v1/sandboxes/sbx/terminal"`, `data-session="sess"`, `data-watch="1"`,
-			`data-can-drive="false"`, "js/terminal.js", "vendor/xterm/xterm.js", "vendor/xterm/addon-fit.js", "css/terminal.css"}},
-		{"replay", replay, []string{`data-terminal="replay"`, `data-cast="/api/v1/terminals/sess/cast"`, `data-replay="play"`, "data-replay-speed",
-			"data-replay-seek", "Download .cast", "output and keystrokes", "Recording truncated at 50 MiB: the session&#39;s cap is 50 MiB"}},
+		{"live", live, map[string]string{"data-terminal": "live", "data-socket": "/api/v1/sandboxes/sbx/terminal", "data-session": "sess",
+			"data-watch": "1", "data-can-drive": "false"}, nil, nil},
+		{"replay", replay, map[string]string{"data-terminal": "replay", "data-cast": "/api/v1/terminals/sess/cast"},
+			[]string{"data-replay", "data-replay-speed", "data-replay-seek", "data-recording-truncated"},
+			[]string{"Download .cast", "output and keystrokes", "Recording truncated at 50 MiB: the session's cap is 50 MiB"}},
 	}
 	for _, c := range checks {
-		for _, w := range c.want {
-			if !strings.Contains(c.out, w) {
-				t.Errorf("Got(%s page) without %s; want it", c.name, w)
+		doc := parse(t, c.out)
+		panels := all(doc, func(n *html.Node) bool { _, ok := attr(n, "data-terminal"); return ok })
+		if len(panels) != 1 {
+			t.Fatalf("Got(%d terminal panels on the %s page); want 1", len(panels), c.name)
+		}
+		for k, want := range c.panel {
+			if got, _ := attr(panels[0], k); got != want {
+				t.Errorf("Got(%s panel %s) = %q; want %q", c.name, k, got, want)
 			}
 		}
-		for _, n := range all(parse(t, c.out), tag("script")) {
-			if src, _ := attr(n, "src"); src == "" {
+		for _, k := range c.more {
+			if len(all(doc, func(n *html.Node) bool { _, ok := attr(n, k); return ok })) == 0 {
+				t.Errorf("Got(%s page) without [%s]; want it", c.name, k)
+			}
+		}
+		for _, w := range c.text {
+			if !strings.Contains(text(doc), w) {
+				t.Errorf("Got(%s page text) without %q; want it", c.name, w)
+			}
+		}
+		assets := map[string]bool{}
+		for _, n := range all(doc, func(n *html.Node) bool { return n.Data == "script" || n.Data == "link" }) {
+			src, _ := attr(n, "src")
+			href, _ := attr(n, "href")
+			if n.Data == "script" && src == "" {
 				t.Errorf("Got(%s page) with an inline script; want none (CSP)", c.name)
 			}
+			assets[strings.SplitN(src+href, "?", 2)[0]] = true
 		}
-		if strings.Contains(c.out, "style=") || strings.Contains(c.out, "<style") {
+		for _, a := range []string{"/static/js/terminal.js", "/static/vendor/xterm/xterm.js", "/static/vendor/xterm/addon-fit.js", "/static/css/terminal.css"} {
+			if !assets[a] {
+				t.Errorf("Got(%s page assets) = %v; want %s", c.name, assets, a)
+			}
+		}
+		if len(all(doc, tag("style"))) > 0 || len(all(doc, func(n *html.Node) bool { _, ok := attr(n, "style"); return ok })) > 0 {
 			t.Errorf("Got(%s page) with inline style; want none (CSP)", c.name)
 		}
 	}
-	if strings.Contains(live, `data-terminal-action="take"`) {
+	if len(all(parse(t, live), withAttr("data-terminal-action", "take"))) > 0 {
 		t.Errorf("Got(live page of a watcher who may not drive) with a take control button; want none")
 	}
 }

@@ -1,11 +1,11 @@
 package views
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/html"
 )
 
 func TestNiceMax(t *testing.T) {
@@ -101,29 +101,44 @@ func TestUsagePage(t *testing.T) {
 		TopSandboxes: []UsageLine{{Key: "sb-1", Label: "sb-1 · <busybox>", Href: "/usage/sandboxes/sb-1", UsageTotals: UsageTotals{Cost: Amount{Value: 1.5}, Currency: "USD"}}},
 		Quota: []QuotaLineView{{Name: "max_vcpus", Label: "vCPUs", Used: 7, Limit: 8, Share: 7.0 / 8, Warn: true},
 			{Name: "max_vms", Label: "VMs", Used: 1, Limit: 4, Share: 0.25}}}
-	render := func(v UsageView) string {
-		var buf bytes.Buffer
-		if err := Usage(samplePageModel("Usage", NavUsage), v).Render(context.Background(), &buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.String()
+	page := func(v UsageView) *html.Node { return parse(t, render(t, Usage(samplePageModel("Usage", NavUsage), v))) }
+	doc := page(v)
+	chart := byID(doc, "usage-chart")
+	if chart == nil || chart.Data != "svg" {
+		t.Fatal("Got(no <svg id=usage-chart>); want the daily chart")
 	}
-	body := render(v)
-	for _, want := range []string{`<svg class="usage-chart"`, `<title id="usage-chart-title">Cost per day, November 2026</title>`,
-		`<title>2026-11-01: $1.50`, `id="usage-daily"`, `sb-1 · &lt;busybox&gt;`, `href="/usage/sandboxes/sb-1"`,
-		`data-quota-warning="max_vcpus"`, `87 %`} {
-		if !strings.Contains(body, want) {
-			t.Errorf("Got(usage page) lacks %q", want)
+	if got := text(byID(chart, "usage-chart-title")); got != "Cost per day, November 2026" {
+		t.Errorf("Got(chart title) = %q; want Cost per day, November 2026", got)
+	}
+	var barTitles []string
+	for _, r := range all(chart, withAttr("class", "bar")) {
+		for _, ti := range all(r, tag("title")) {
+			barTitles = append(barTitles, text(ti))
 		}
 	}
-	if strings.Contains(body, `data-quota-warning="max_vms"`) {
+	if len(barTitles) != 2 || !strings.HasPrefix(barTitles[0], "2026-11-01: $1.50") {
+		t.Errorf("Got(bar titles) = %q; want one a day, the first 2026-11-01: $1.50", barTitles)
+	}
+	if byID(doc, "usage-daily") == nil {
+		t.Error("Got(no #usage-daily); want the table of days")
+	}
+	links := all(doc, withAttr("href", "/usage/sandboxes/sb-1"))
+	if len(links) != 1 || text(links[0]) != "sb-1 · <busybox>" {
+		t.Errorf("Got(%d links to sb-1's usage); want one reading %q", len(links), "sb-1 · <busybox>")
+	}
+	if w := all(doc, withAttr("data-quota-warning", "max_vcpus")); len(w) != 1 || !strings.Contains(text(w[0]), "87 %") {
+		t.Errorf("Got(%d max_vcpus warnings); want one at 87 %%", len(w))
+	}
+	if w := all(doc, withAttr("data-quota-warning", "max_vms")); len(w) != 0 {
 		t.Errorf("Got(usage page) warns of max_vms at 25 %%; want no warning below 80 %%")
 	}
-	if strings.Contains(body, `id="usage-export"`) {
+	if byID(doc, "usage-export") != nil {
 		t.Errorf("Got(usage page without CanExport) has the export form")
 	}
 	v.CanExport = true
-	if body := render(v); !strings.Contains(body, `action="/api/v1/usage"`) {
+	if f := byID(page(v), "usage-export"); f == nil {
 		t.Errorf("Got(usage page with CanExport) lacks the export form")
+	} else if a, _ := attr(f, "action"); a != "/api/v1/usage" {
+		t.Errorf("Got(export form action) = %q; want /api/v1/usage", a)
 	}
 }

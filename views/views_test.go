@@ -82,6 +82,47 @@ func byID(doc *html.Node, id string) *html.Node {
 	return found[0]
 }
 
+// testID matches the elements whose data-testid is id: the hooks tests
+// find elements by, whatever their markup or wording.
+func testID(id string) func(*html.Node) bool {
+	return func(n *html.Node) bool { v, _ := attr(n, "data-testid"); return v == id }
+}
+
+// byTestID is the first element below n whose data-testid is id, or nil.
+func byTestID(n *html.Node, id string) *html.Node {
+	if found := all(n, testID(id)); len(found) > 0 {
+		return found[0]
+	}
+	return nil
+}
+
+// textOf is the text of the first element below n whose data-testid is id;
+// the test fails when there is none.
+func textOf(t *testing.T, n *html.Node, id string) string {
+	t.Helper()
+	el := byTestID(n, id)
+	if el == nil {
+		t.Fatalf("Got(no [data-testid=%q]); want the element", id)
+	}
+	return text(el)
+}
+
+// hrefs is the set of link targets below n.
+func hrefs(n *html.Node) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range all(n, tag("a")) {
+		if h, _ := attr(a, "href"); h != "" {
+			out[h] = true
+		}
+	}
+	return out
+}
+
+// withAttr matches elements whose attribute key is val.
+func withAttr(key, val string) func(*html.Node) bool {
+	return func(n *html.Node) bool { v, ok := attr(n, key); return ok && v == val }
+}
+
 // TestPagesRender renders every sample page and checks what every page must
 // hold: its title, the CSRF field in each POST form, and nothing the CSP would
 // block (inline scripts, style attributes or blocks, event handler attributes).

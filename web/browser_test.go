@@ -29,26 +29,14 @@ func TestBrowser(t *testing.T) {
 	env.Member(t, acme, "grace@example.com", tenants.RoleAuditor)
 	env.NewToken(t, acme, "nightly-evals", tenants.RoleDeveloper)
 	env.TenantNamed(t, "globex", "Globex Industries")
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	css := webtest.CSS
 	where := func() *url.URL {
 		t.Helper()
-		loc, err := chromedp.Run(b.Ctx, chromedp.Location())
+		u, err := url.Parse(b.Location(t))
 		if err != nil {
-			t.Fatalf("location: %v", err)
-		}
-		u, err := url.Parse(loc)
-		if err != nil {
-			t.Fatalf("location %q: %v", loc, err)
+			t.Fatal(err)
 		}
 		return u
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(b.Ctx, chromedp.Text(css(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
 	}
 
 	// Signed out, the app sends the browser to the sign-in page.
@@ -69,13 +57,13 @@ func TestBrowser(t *testing.T) {
 	if u := where(); u.Path != "/" {
 		t.Fatalf("Got(location after login) = %s; want /", u)
 	}
-	if h1 := text(`main h1`); h1 != acme.Name {
+	if h1 := b.Text(t, `main h1`); h1 != acme.Name {
 		t.Errorf("Got(dashboard heading) = %q; want %q", h1, acme.Name)
 	}
 	b.Screenshot(t, artifacts, "login-dashboard.png")
 
 	b.Do(t, "members", chromedp.Navigate(env.URL+"/settings/members"), chromedp.WaitVisible(css(`main table`)))
-	if body := text(`main table`); !strings.Contains(body, "ada@example.com") || !strings.Contains(body, "grace@example.com") {
+	if body := b.Text(t, `main table`); !strings.Contains(body, "ada@example.com") || !strings.Contains(body, "grace@example.com") {
 		t.Errorf("Got(members table) = %q; want the invited members", body)
 	}
 	b.Screenshot(t, artifacts, "members.png")
@@ -88,7 +76,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`.secret-box`)),
 		// app.js reveals the copy button: the page's script runs under the CSP.
 		chromedp.WaitVisible(css(`button[data-copy="new-secret"]`)))
-	secret := text(`#new-secret`)
+	secret := b.Text(t, `#new-secret`)
 	if !regexp.MustCompile(`^stk_[a-z2-7]{8}_[a-z2-7]{52}$`).MatchString(secret) {
 		t.Errorf("Got(new token) = %q; want a stk_ token", secret)
 	}
@@ -98,13 +86,13 @@ func TestBrowser(t *testing.T) {
 	b.Screenshot(t, artifacts, "tokens.png")
 
 	b.Do(t, "audit", chromedp.Navigate(env.URL+"/audit"), chromedp.WaitVisible(css(`main table`)))
-	if body := text(`main table`); !strings.Contains(body, "token.created") {
+	if body := b.Text(t, `main table`); !strings.Contains(body, "token.created") {
 		t.Errorf("Got(audit table) lacks token.created; want the token just made: %.300q", body)
 	}
 	b.Screenshot(t, artifacts, "audit.png")
 
 	b.Do(t, "tenants", chromedp.Navigate(env.URL+"/operator/tenants"), chromedp.WaitVisible(css(`main table`)))
-	if body := text(`main table`); !strings.Contains(body, "globex") || !strings.Contains(body, "acme-corp") {
+	if body := b.Text(t, `main table`); !strings.Contains(body, "globex") || !strings.Contains(body, "acme-corp") {
 		t.Errorf("Got(tenants table) = %q; want every tenant", body)
 	}
 	b.Screenshot(t, artifacts, "tenants.png")

@@ -19,34 +19,18 @@ import (
 func TestComplianceBrowser(t *testing.T) {
 	b := webtest.NewBrowser(t)
 	ce := newComplianceEnv(t, webtest.Options{})
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	css := webtest.CSS
 	where := func() *url.URL {
 		t.Helper()
-		loc, err := chromedp.Run(b.Ctx, chromedp.Location())
+		u, err := url.Parse(b.Location(t))
 		if err != nil {
-			t.Fatalf("location: %v", err)
-		}
-		u, err := url.Parse(loc)
-		if err != nil {
-			t.Fatalf("location %q: %v", loc, err)
+			t.Fatal(err)
 		}
 		return u
 	}
-	evalBool := func(js string) bool {
-		t.Helper()
-		v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[bool](js))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", js, err)
-		}
-		return v
-	}
+	evalBool := func(js string) bool { return webtest.Eval[bool](t, b, js) }
 
-	b.Do(t, "open /compliance signed out", chromedp.Navigate(ce.env.URL+"/compliance"), chromedp.WaitVisible(css(`form[action="/login/start"] button`)))
-	b.Do(t, "click Sign in", chromedp.Click(css(`form[action="/login/start"] button`)), chromedp.WaitVisible(css(`input[name="email"]`)))
-	b.Do(t, "sign in as the auditor",
-		chromedp.SendKeys(css(`input[name="email"]`), "auditor@acme.test"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`#scorecard`)))
+	b.Login(t, ce.env.URL+"/compliance", "auditor@acme.test", `#scorecard`)
 	if u := where(); u.Path != "/compliance" {
 		t.Fatalf("Got(location after login) = %s; want back on /compliance", u)
 	}

@@ -18,31 +18,9 @@ func TestIntegrationsBrowser(t *testing.T) {
 	env := webtest.New(t, webtest.Options{})
 	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
 	env.Member(t, acme, "dev@example.com", tenants.RoleAdmin)
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(b.Ctx, chromedp.Text(css(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	value := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(b.Ctx, chromedp.Value(css(sel)))
-		if err != nil {
-			t.Fatalf("value of %s: %v", sel, err)
-		}
-		return s
-	}
+	css := webtest.CSS
 
-	b.Do(t, "sign in as the admin",
-		chromedp.Navigate(env.URL+"/settings/integrations"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), "dev@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`form[action="/settings/integrations"] input[name="url"]`)))
+	b.Login(t, env.URL+"/settings/integrations", "dev@example.com", `form[action="/settings/integrations"] input[name="url"]`)
 
 	b.Do(t, "add a loopback endpoint",
 		chromedp.SendKeys(css(`input[name="url"]`), "https://127.0.0.1/hook"),
@@ -50,13 +28,13 @@ func TestIntegrationsBrowser(t *testing.T) {
 		chromedp.SendKeys(css(`input[name="description"]`), "billing pipeline"),
 		chromedp.Click(css(`form[action="/settings/integrations"] button[type="submit"]`)),
 		chromedp.WaitVisible(css(`[aria-invalid="true"][name="url"]`)))
-	if got := value(`input[name="url"]`); got != "https://127.0.0.1/hook" {
+	if got := b.Value(t, `input[name="url"]`); got != "https://127.0.0.1/hook" {
 		t.Errorf("Got(url after the refusal) = %q; want what was typed", got)
 	}
-	if got := value(`input[name="description"]`); got != "billing pipeline" {
+	if got := b.Value(t, `input[name="description"]`); got != "billing pipeline" {
 		t.Errorf("Got(description after the refusal) = %q; want what was typed", got)
 	}
-	if msg := text(`form[action="/settings/integrations"]`); !strings.Contains(msg, "loopback") {
+	if msg := b.Text(t, `form[action="/settings/integrations"]`); !strings.Contains(msg, "loopback") {
 		t.Errorf("Got(form) = %q; want the refusal naming loopback next to the field", msg)
 	}
 	b.Screenshot(t, artifacts, "integrations-error.png")
@@ -65,7 +43,7 @@ func TestIntegrationsBrowser(t *testing.T) {
 		chromedp.SetValue(css(`input[name="url"]`), "https://hooks.example.com/stockade"),
 		chromedp.Click(css(`form[action="/settings/integrations"] button[type="submit"]`)),
 		chromedp.WaitVisible(css(`form[action$="/test"]`)))
-	if page := text(`main`); !strings.Contains(page, "https://hooks.example.com/stockade") || !strings.Contains(page, "WEBHOOK_SIGNING_KEY") {
+	if page := b.Text(t, `main`); !strings.Contains(page, "https://hooks.example.com/stockade") || !strings.Contains(page, "WEBHOOK_SIGNING_KEY") {
 		t.Errorf("Got(page after adding) = %q; want the endpoint listed with its secret name", page)
 	}
 	b.Screenshot(t, artifacts, "integrations.png")

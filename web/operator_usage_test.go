@@ -470,7 +470,7 @@ func TestOperatorUsageBrowser(t *testing.T) {
 				time.Duration(30+20*i)*time.Minute, time.Duration(10+i*40)*time.Second, int64(i+1)*3e8)
 		}
 	}
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	css := webtest.CSS
 	b.Do(t, "sign in", chromedp.Navigate(env.URL+"/login/start?return_to=/operator/usage"), chromedp.WaitVisible(css(`input[name="email"]`)),
 		chromedp.SendKeys(css(`input[name="email"]`), opEmail), chromedp.Click(css(`button[value="login"]`)),
 		chromedp.WaitVisible(css(`#operator-usage`)))

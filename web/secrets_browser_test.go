@@ -22,15 +22,7 @@ func TestSecretsBrowser(t *testing.T) {
 	env := webtest.New(t, webtest.Options{})
 	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
 	env.Member(t, acme, "admin@example.com", tenants.RoleAdmin)
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(b.Ctx, chromedp.Text(css(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
+	css := webtest.CSS
 	checked := func(sel string) bool {
 		t.Helper()
 		ok, err := chromedp.Run(b.Ctx, chromedp.Evaluate[bool](fmt.Sprintf("document.querySelector(%q).checked", sel)))
@@ -40,17 +32,11 @@ func TestSecretsBrowser(t *testing.T) {
 		return ok
 	}
 
-	b.Do(t, "sign in as the admin",
-		chromedp.Navigate(env.URL+"/settings/secrets"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), "admin@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`form[action="/settings/secrets"] input[name="name"]`)))
+	b.Login(t, env.URL+"/settings/secrets", "admin@example.com", `form[action="/settings/secrets"] input[name="name"]`)
 	if !checked(`#secret-inject-authorization`) || checked(`#secret-inject-body`) || checked(`#secret-inject-query`) || checked(`#secret-inject-path`) {
 		t.Errorf("Got(default ticks) not Authorization only; want Authorization ticked, query, path and body not")
 	}
-	if w := text(`#secret-inject-warning`); !strings.Contains(w, "may store or echo") {
+	if w := b.Text(t, `#secret-inject-warning`); !strings.Contains(w, "may store or echo") {
 		t.Errorf("Got(warning) = %q; want the echo warning", w)
 	}
 
@@ -69,10 +55,10 @@ func TestSecretsBrowser(t *testing.T) {
 		chromedp.SendKeys(css(`#secret-headers`), "X-Api-Key"),
 		chromedp.Click(css(`form[action="/settings/secrets"] button[type="submit"]`)),
 		chromedp.WaitVisible(css(`tr[data-secret="SEARCH_KEY"]`)))
-	if msg := text(`main`); !strings.Contains(msg, "SEARCH_KEY may go in a URL or request body") {
+	if msg := b.Text(t, `main`); !strings.Contains(msg, "SEARCH_KEY may go in a URL or request body") {
 		t.Errorf("Got(page after saving) = %q; want the echo warning for SEARCH_KEY", msg)
 	}
-	if cell := text(`tr[data-secret="SEARCH_KEY"] td[data-label="Goes in"] .inject-list`); !strings.Contains(cell, "Authorization header") ||
+	if cell := b.Text(t, `tr[data-secret="SEARCH_KEY"] td[data-label="Goes in"] .inject-list`); !strings.Contains(cell, "Authorization header") ||
 		!strings.Contains(cell, "Request body") || !strings.Contains(cell, "X-Api-Key header") {
 		t.Errorf("Got(Goes in of SEARCH_KEY) = %q; want Authorization, body and X-Api-Key", cell)
 	}
@@ -86,14 +72,14 @@ func TestSecretsBrowser(t *testing.T) {
 		chromedp.Click(css(`#edit-SEARCH_KEY-inject-authorization`)),
 		chromedp.Click(css(`form[action="/settings/secrets/SEARCH_KEY/inject"] button[type="submit"]`)),
 		chromedp.WaitNotPresent(css(`tr[data-secret="SEARCH_KEY"] .inject-list .pill-warn`)))
-	if msg := text(`.flashes`); !strings.Contains(msg, "Saved where SEARCH_KEY goes") {
+	if msg := b.Text(t, `.flashes`); !strings.Contains(msg, "Saved where SEARCH_KEY goes") {
 		t.Errorf("Got(flash) = %q; want it saved", msg)
 	}
 	got, err := env.Secrets.Get(context.Background(), acme.ID, "SEARCH_KEY")
 	if err != nil || fmt.Sprint(got.Inject) != "[header:X-Api-Key]" {
 		t.Errorf("Got(SEARCH_KEY after the change).Inject = %v, %v; want [header:X-Api-Key]", got.Inject, err)
 	}
-	if page := text(`main`); strings.Contains(page, "browserValue") {
+	if page := b.Text(t, `main`); strings.Contains(page, "browserValue") {
 		t.Errorf("Got(page) holds a secret value")
 	}
 	b.Screenshot(t, artifacts, "secrets-narrowed.png")

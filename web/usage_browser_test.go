@@ -47,13 +47,8 @@ func TestUsageBrowser(t *testing.T) {
 			webtest.Meter(t, env.DB, r)
 		}
 	}
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	b.Do(t, "open /usage", chromedp.Navigate(env.URL+"/usage"), chromedp.WaitVisible(css(`form[action="/login/start"] button`)))
-	b.Do(t, "click Sign in", chromedp.Click(css(`form[action="/login/start"] button`)), chromedp.WaitVisible(css(`input[name="email"]`)))
-	b.Do(t, "sign in at the provider",
-		chromedp.SendKeys(css(`input[name="email"]`), "bill@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`#usage-chart`)))
+	css := webtest.CSS
+	b.Login(t, env.URL+"/usage", "bill@example.com", `#usage-chart`)
 	bars, err := chromedp.Run(b.Ctx, chromedp.Evaluate[int](`document.querySelectorAll("#usage-chart rect.bar").length`))
 	if err != nil || bars != days {
 		t.Errorf("Got(bars in the chart) = %d, %v; want one per day, %d", bars, err, days)

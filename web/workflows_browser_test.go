@@ -2,8 +2,6 @@ package web_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -12,10 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor"
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
@@ -28,8 +23,6 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-const systemURI = "qemu:///system"
-
 // workflowVMEnv is the web app with the real run engine on the real
 // sandbox service, on VMs of the local libvirtd (TCG here). The tenant's
 // pool keeps one warm VM, booting while the test uses the editor.
@@ -41,51 +34,12 @@ type workflowVMEnv struct {
 
 func newWorkflowVMEnv(t *testing.T, slug, name string) (*workflowVMEnv, tenants.Tenant) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
+	dataDir := sandboxtest.NeedVMs(t)
 	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
 	db := dbtest.SQLite(t)
-	install, err := tenants.NewStore(db, nil).InstallationID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Last: whatever the services left running goes (only this
-	// installation's domains: other tests share the libvirtd).
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyInstallation(dctx, install); err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vms.Close() })
-	sbx := sandbox.New(db, vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond,
-		SampleInterval: time.Second, DefaultTemplate: "busybox"})
-	if err := sbx.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sbx.Close() })
+	vms, sbx := sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: log},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, DefaultTemplate: "busybox"})
 	wfs, err := workflow.NewStore(db, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -109,26 +63,6 @@ func newWorkflowVMEnv(t *testing.T, slug, name string) (*workflowVMEnv, tenants.
 		t.Fatal(err)
 	}
 	return e, tn
-}
-
-// destroyInstallation destroys every domain of the installation.
-func destroyInstallation(ctx context.Context, install string) error {
-	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: systemURI, InstallationID: install})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	doms, err := h.List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range doms {
-		if err := h.Destroy(ctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // The workflow the admin types first: the step says "rn" for "run", so
@@ -176,7 +110,7 @@ func TestWorkflowsBrowser(t *testing.T) {
 	b := webtest.NewBrowser(t)
 	env, acme := newWorkflowVMEnv(t, "acme-corp", "Acme Corporation")
 	env.web.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	css := webtest.CSS
 	eval := func(what, expr string) string {
 		t.Helper()
 		s, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](expr))
@@ -195,13 +129,7 @@ func TestWorkflowsBrowser(t *testing.T) {
 		}
 	}
 
-	b.Do(t, "sign in",
-		chromedp.Navigate(env.web.URL+"/workflows"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), "ada@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`#new-workflow`)))
+	b.Login(t, env.web.URL+"/workflows", "ada@example.com", `#new-workflow`)
 	hookURL := eval("webhook URL", `document.getElementById("github-webhook-url").textContent`)
 	if want := env.web.URL + "/hooks/github/acme-corp"; hookURL != want {
 		t.Errorf("Got(GitHub webhook URL) = %q; want %q", hookURL, want)

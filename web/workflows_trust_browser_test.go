@@ -61,28 +61,14 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusAccepted || len(a.Runs) != 1 || len(a.Skipped) != 1 {
 		t.Fatalf("Got(fork delivery) = %d %+v, %v; want 202 with a run and a skipped run", resp.StatusCode, a, err)
 	}
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(b.Ctx, chromedp.Text(css(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
-	b.Do(t, "sign in",
-		chromedp.Navigate(env.URL+"/runs"),
-		chromedp.Click(css(`form[action="/login/start"] button`)),
-		chromedp.WaitVisible(css(`input[name="email"]`)),
-		chromedp.SendKeys(css(`input[name="email"]`), "ada@example.com"),
-		chromedp.Click(css(`button[value="login"]`)),
-		chromedp.WaitVisible(css(`main h1`)))
+	css := webtest.CSS
+	b.Login(t, env.URL+"/runs", "ada@example.com", `main h1`)
 
 	b.Do(t, "open the skipped run", chromedp.Navigate(env.URL+"/runs/"+a.Skipped[0]), chromedp.WaitVisible(css(`#run-trust`)))
-	if got, want := text(`#run-trust`), "Skipped: fork pull request from mallory/app (allow_forks not set). Nothing ran."; got != want {
+	if got, want := b.Text(t, `#run-trust`), "Skipped: fork pull request from mallory/app (allow_forks not set). Nothing ran."; got != want {
 		t.Errorf("Got(trust note of the skipped run) = %q; want %q", got, want)
 	}
-	if got := text(`#run-state`); got != "skipped" {
+	if got := b.Text(t, `#run-state`); got != "skipped" {
 		t.Errorf("Got(state of the skipped run) = %q; want skipped", got)
 	}
 	if n, err := chromedp.Run(b.Ctx, chromedp.Evaluate[int](`document.querySelectorAll("#run-rerun").length`)); err != nil || n != 0 {
@@ -92,16 +78,16 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 
 	b.Do(t, "open the untrusted run", chromedp.Navigate(env.URL+"/runs/"+a.Runs[0]), chromedp.WaitVisible(css(`#run-trust`)))
 	want := "Untrusted trigger: fork pull request from mallory/app (allow_forks): no secrets and no checkout token."
-	if got := text(`#run-trust`); got != want {
+	if got := b.Text(t, `#run-trust`); got != want {
 		t.Errorf("Got(trust note of the untrusted run) = %q; want %q", got, want)
 	}
 	b.Screenshot(t, artifacts, "workflow-run-untrusted-fork.png")
 
 	b.Do(t, "open the history", chromedp.Navigate(env.URL+"/runs"), chromedp.WaitVisible(css(`tr[data-run="`+a.Runs[0]+`"]`)))
-	if got := text(`tr[data-run="` + a.Runs[0] + `"] td[data-label="Trigger"] .pill`); got != "untrusted" {
+	if got := b.Text(t, `tr[data-run="`+a.Runs[0]+`"] td[data-label="Trigger"] .pill`); got != "untrusted" {
 		t.Errorf("Got(mark of the untrusted run in the history) = %q; want untrusted", got)
 	}
-	if got := text(`tr[data-run="` + a.Skipped[0] + `"] td[data-label="Status"]`); got != "skipped" {
+	if got := b.Text(t, `tr[data-run="`+a.Skipped[0]+`"] td[data-label="Status"]`); got != "skipped" {
 		t.Errorf("Got(state of the skipped run in the history) = %q; want skipped", got)
 	}
 	b.Screenshot(t, artifacts, "runs-untrusted-fork.png")
@@ -114,7 +100,7 @@ func TestWorkflowTrustBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#run-rerun`)),
 		chromedp.Click(css(`#run-rerun`)),
 		chromedp.WaitVisible(css(`.flash-error`)))
-	if got := text(`.flash-error`); !strings.Contains(got, "Not re-run: workflow forks-ok was deleted: its runs cannot be re-run") {
+	if got := b.Text(t, `.flash-error`); !strings.Contains(got, "Not re-run: workflow forks-ok was deleted: its runs cannot be re-run") {
 		t.Errorf("Got(flash after Re-run) = %q; want it to say the workflow was deleted", got)
 	}
 	b.Screenshot(t, artifacts, "workflow-rerun-deleted.png")

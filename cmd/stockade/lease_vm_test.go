@@ -18,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"libvirt.org/go/libvirt"
-
-	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
@@ -34,18 +31,7 @@ import (
 // first's sandbox keeps running. Once the first stops cleanly, a new
 // server starts without waiting for the lease to expire.
 func TestServeOneServerPerInstallation(t *testing.T) {
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(hypervisor.DefaultURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", hypervisor.DefaultURI, err))
-	}
-	conn.Close()
-	shared := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(context.Background(), shared); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
+	shared := sandboxtest.NeedVMs(t)
 	kinds := []string{"sqlite"}
 	if dsn := os.Getenv(dbtest.EnvPostgres); dsn != "" {
 		kinds = append(kinds, "postgres")
@@ -270,16 +256,12 @@ func destroyLeftovers(t *testing.T, dsn, dir string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: hypervisor.DefaultURI, InstallationID: install})
+		leaked, err := hypervisortest.DestroyInstallation(ctx, hypervisortest.SystemURI, install)
+		for _, name := range leaked {
+			t.Errorf("leaked domain %s: destroyed it", name)
+		}
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer h.Close()
-		doms, _ := h.List(ctx)
-		for _, d := range doms {
-			t.Errorf("leaked domain %s: destroying it", d.Name)
-			h.Destroy(ctx, d.ID)
 		}
 	})
 }

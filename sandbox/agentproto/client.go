@@ -201,6 +201,20 @@ func (c *Client) call(ctx context.Context, req Request) (Response, error) {
 	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	resp, err := exchange(ctx, st, req)
+	if err != nil {
+		return resp, err
+	}
+	if resp.V < MinVersion || resp.V > Version {
+		return resp, fmt.Errorf("response of protocol %d: %w", resp.V, ErrUnsupportedVersion)
+	}
+	return resp, nil
+}
+
+// exchange sends req on st and reads the response: an error the agent
+// answered is a *RemoteError, a read or write the end of ctx broke is
+// ctx's error.
+func exchange(ctx context.Context, st net.Conn, req Request) (Response, error) {
 	if err := WriteMessage(st, req); err != nil {
 		return Response{}, ctxErr(ctx, err)
 	}
@@ -210,9 +224,6 @@ func (c *Client) call(ctx context.Context, req Request) (Response, error) {
 	}
 	if resp.Error != nil {
 		return resp, &RemoteError{Op: req.Op, Err: *resp.Error}
-	}
-	if resp.V < MinVersion || resp.V > Version {
-		return resp, fmt.Errorf("response of protocol %d: %w", resp.V, ErrUnsupportedVersion)
 	}
 	return resp, nil
 }

@@ -112,19 +112,7 @@ func (c *Client) open(ctx context.Context, req Request) (net.Conn, Response, err
 		return nil, Response{}, fmt.Errorf("open stream: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
-	resp, err := func() (Response, error) {
-		if err := WriteMessage(st, req); err != nil {
-			return Response{}, ctxErr(ctx, err)
-		}
-		var resp Response
-		if err := ReadMessage(st, &resp); err != nil {
-			return Response{}, ctxErr(ctx, err)
-		}
-		if resp.Error != nil {
-			return resp, &RemoteError{Op: req.Op, Err: *resp.Error}
-		}
-		return resp, nil
-	}()
+	resp, err := exchange(ctx, st, req)
 	if !stop() || err != nil {
 		st.Close()
 		if err == nil {

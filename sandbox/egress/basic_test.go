@@ -2,18 +2,13 @@ package egress_test
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
-	"net/url"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/tenants"
@@ -62,27 +57,13 @@ func TestGatewaySwapsBasicCredentials(t *testing.T) {
 	}
 	upRoots := x509.NewCertPool()
 	upRoots.AddCert(up.Certificate())
-	lo := netip.MustParseAddr("127.0.0.1")
-	gw, err := egress.New(egress.Config{
-		Policies: egress.PoliciesFunc(func(context.Context, string) (egress.Rules, int, error) {
-			return egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.example.com"}}}, 1, nil
-		}),
-		Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: upRoots, Logger: slog.New(slog.DiscardHandler),
-		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:   names{"git.example.com": {lo}, "other.example.com": {lo}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := serveGateway(t, gw, ten.ID, "sb-1")
+	_, proxy := startGateway(t, ten.ID, egress.Config{Policies: allowOnly(1, "*.example.com"), Store: egress.NewStore(db), Swapper: sec,
+		UpstreamRoots: upRoots, Resolver: loopback("git.example.com", "other.example.com")})
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(caPEM))
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	client := proxyClient(proxy, tenantRoots(t, caPEM))
 	mine := sec.Placeholder(ten.ID, "sb-1", "GH_TOKEN")
 	other := sec.Placeholder(ten.ID, "sb-2", "GH_TOKEN")
 

@@ -28,11 +28,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
@@ -124,27 +121,6 @@ func upstreamTLS(t testing.TB, hosts ...string) (*tls.Config, *x509.CertPool) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}}, roots
-}
-
-// serveGateway accepts sandbox connections for gw on 127.0.0.1 as sandbox
-// sb of tenant on vm-1, until the test ends.
-func serveGateway(t testing.TB, gw *egress.Gateway, tenant, sb string) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(context.Background(), tenant, "vm-1", sb, c)
-		}
-	}()
-	return ln
 }
 
 // classify says what a request carried without repeating it.
@@ -253,16 +229,11 @@ func TestCredentialSwap(t *testing.T) {
 	}
 	up := newUpstream(t, "api.secure.test", "other.secure.test")
 	logs := &lockedBuffer{}
-	lo := netip.MustParseAddr("127.0.0.1")
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.secure.test"}}})
-	gw, err := egress.New(egress.Config{Policies: pol, Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: up.roots,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver: names{"api.secure.test": {lo}, "other.secure.test": {lo}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := serveGateway(t, gw, ten.ID, "sb-1")
+	_, proxy := startGateway(t, ten.ID, egress.Config{Policies: pol, Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: up.roots,
+		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Resolver: loopback("api.secure.test", "other.secure.test")})
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +243,7 @@ func TestCredentialSwap(t *testing.T) {
 	tenantRoots.AppendCertsFromPEM([]byte(caPEM))
 	client := func(roots *x509.CertPool) *http.Client {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), DisableKeepAlives: true,
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), DisableKeepAlives: true,
 			TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	}
 	mine := sec.Placeholder(ten.ID, "sb-1", "GH_TOKEN")
@@ -369,42 +340,12 @@ type credVM struct {
 	up     *upstream
 }
 
-type credGateway struct{ e *credVM }
-
-func (g credGateway) Handler(tenantID, vmID string) agentproto.EgressHandler {
-	return func(ctx context.Context, sandboxID string, conn net.Conn) {
-		g.e.gw.ServeConn(ctx, tenantID, vmID, sandboxID, conn)
-	}
-}
-
 func newCredVM(t *testing.T) *credVM {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
+	dataDir := sandboxtest.NeedVMs(t)
 	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
 	e := &credVM{db: dbtest.SQLite(t), actor: audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada"}, logs: &lockedBuffer{}}
 	ts := tenants.NewStore(e.db, nil)
-	install, err := ts.InstallationID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyDomains(dctx, install); err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	ten, err := ts.CreateTenant(ctx, e.actor, "cred-vm", "Credentials VM")
 	if err != nil {
 		t.Fatal(err)
@@ -419,24 +360,10 @@ func newCredVM(t *testing.T) *credVM {
 	}
 	e.up = newUpstream(t, "api.secure.test")
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(e.logs, os.Stderr), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	vms, err := vmpool.New(ctx, e.db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second,
-		Egress: credGateway{e}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vms.Close() })
-	e.sbx = sandbox.New(e.db, vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox",
-		Credentials: e.sec})
-	if err := e.sbx.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.sbx.Close() })
+	gw := &sandboxtest.LateGateway{}
+	var vms *vmpool.Service
+	vms, e.sbx = sandboxtest.Start(t, e.db, vmpool.Config{DataDir: dataDir, Logger: log, Egress: gw},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox", Credentials: e.sec})
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "api.secure.test"}}})
 	e.gw, err = egress.New(egress.Config{Policies: pol, Store: egress.NewStore(e.db), Sandboxes: egress.StoredSandboxes(e.sbx.Store()),
@@ -445,6 +372,7 @@ func newCredVM(t *testing.T) *credVM {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw.Set(e.gw)
 	if _, err := vms.SetPool(ctx, e.actor, e.tenant, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
 	}

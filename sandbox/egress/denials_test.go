@@ -66,21 +66,8 @@ func TestGatewayAuditsDenials(t *testing.T) {
 	go upstream.Serve(uln)
 	t.Cleanup(func() { upstream.Close() })
 	_, port, _ := net.SplitHostPort(uln.Addr().String())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(context.Background(), ten.ID, "vm-1", "sb-1", c)
-		}
-	}()
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), DisableKeepAlives: true},
+	proxy := serveGateway(t, gw, ten.ID, "sb-1")
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), DisableKeepAlives: true},
 		Timeout: 10 * time.Second}
 	get := func(host string) int {
 		t.Helper()

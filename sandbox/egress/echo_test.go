@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -183,29 +182,17 @@ func TestSecretEcho(t *testing.T) {
 	up.stored = elsewhereKey
 	logs := &lockedBuffer{}
 	auditLog := audit.NewLog(db, nil)
-	gw, err := egress.New(egress.Config{
-		Policies: egress.PoliciesFunc(func(context.Context, string) (egress.Rules, int, error) {
-			return egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.secure.test"}}}, 1, nil
-		}),
-		Store: egress.NewStore(db), Swapper: sec, UpstreamRoots: up.roots, Audit: auditLog,
-		Logger:     slog.New(slog.NewTextHandler(logs, nil)),
-		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:   names{"echo.secure.test": {netip.MustParseAddr("127.0.0.1")}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := serveGateway(t, gw, ten.ID, "sb-1")
+	gw, proxy := startGateway(t, ten.ID, egress.Config{Policies: allowOnly(1, "*.secure.test"), Store: egress.NewStore(db), Swapper: sec,
+		UpstreamRoots: up.roots, Audit: auditLog, Logger: slog.New(slog.NewTextHandler(logs, nil)), Resolver: loopback("echo.secure.test")})
 	caPEM, err := sec.CAPEM(ctx, ten.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(caPEM))
+	roots := tenantRoots(t, caPEM)
 	// The sandbox's client: the tenant CA only; compression left to us,
 	// so the test sees what the gateway sent.
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), DisableCompression: true,
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), DisableCompression: true,
 		TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	gh := sec.Placeholder(ten.ID, "sb-1", "GH_TOKEN")
 	bk := sec.Placeholder(ten.ID, "sb-1", "BODY_KEY")
@@ -375,7 +362,7 @@ func TestSecretEcho(t *testing.T) {
 
 	// The plain-proxy form of an https URL (busybox wget) is scrubbed too.
 	t.Run("https URL through the plain proxy", func(t *testing.T) {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", proxy)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -315,19 +315,14 @@ func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID strin
 		return
 	}
 	if req.URL.Scheme == "https" {
-		if sw := g.cfg.Swapper; sw != nil {
-			creds, ok, err := sw.Credentials(ctx, tenantID, sandboxID, host)
-			if err != nil {
-				s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
+		intercepted, failed := s.broker(ctx, host)
+		if failed {
+			return
+		}
+		if intercepted {
+			if err := s.inj.swapRequest(req); err != nil {
+				s.fail(http.StatusBadRequest, err)
 				return
-			}
-			if ok {
-				s.ev.Intercepted = true
-				s.inj = newInjector(creds)
-				if err := s.inj.swapRequest(req); err != nil {
-					s.fail(http.StatusBadRequest, err)
-					return
-				}
 			}
 		}
 		tc := tls.Client(up, &tls.Config{ServerName: host, RootCAs: g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
@@ -429,21 +424,37 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
 }
 
+// broker arms the connection's injector with the credentials of the
+// secrets scoped to host, when there are any (intercepted). A broker that
+// fails is answered 502 here (failed): the request must not go out with
+// its placeholders unswapped, nor be tunnelled past the swap.
+func (s *conn) broker(ctx context.Context, host string) (intercepted, failed bool) {
+	sw := s.g.cfg.Swapper
+	if sw == nil {
+		return false, false
+	}
+	creds, ok, err := sw.Credentials(ctx, s.ev.TenantID, s.ev.SandboxID, host)
+	if err != nil {
+		s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
+		return false, true
+	}
+	if ok {
+		s.ev.Intercepted = true
+		s.inj = newInjector(creds)
+	}
+	return ok, false
+}
+
 // tunnel answers CONNECT and splices, or terminates TLS for a host a
 // secret is scoped to; either way pinned to host (pinning.go).
 func (s *conn) tunnel(ctx context.Context, req *http.Request, host string, up net.Conn) {
-	if sw := s.g.cfg.Swapper; sw != nil {
-		creds, ok, err := sw.Credentials(ctx, s.ev.TenantID, s.ev.SandboxID, host)
-		if err != nil {
-			s.fail(http.StatusBadGateway, fmt.Errorf("credentials for %s: %w", host, err))
-			return
-		}
-		if ok {
-			s.ev.Intercepted = true
-			s.inj = newInjector(creds)
-			s.intercept(ctx, host, up)
-			return
-		}
+	intercepted, failed := s.broker(ctx, host)
+	if failed {
+		return
+	}
+	if intercepted {
+		s.intercept(ctx, host, up)
+		return
 	}
 	if _, err := io.WriteString(s.c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		s.ev.Error = err.Error()

@@ -6,52 +6,18 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/egress"
-	"github.com/stockade-dev/stockade/tenants"
-	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
-
-// policyBox is a tenant policy the test changes while the gateway runs.
-type policyBox struct {
-	mu      sync.Mutex
-	rules   egress.Rules
-	version int
-}
-
-func (p *policyBox) Egress(ctx context.Context, tenantID string) (egress.Rules, int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.rules, p.version, nil
-}
-
-func (p *policyBox) set(r egress.Rules) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rules = r
-	p.version++
-}
-
-// names is a resolver for test names; anything else does not resolve.
-type names map[string][]netip.Addr
-
-func (n names) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if a, ok := n[host]; ok {
-		return a, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
 
 type fixture struct {
 	gw       *egress.Gateway
@@ -69,13 +35,8 @@ type fixture struct {
 // 127.0.0.1 reachable under the test-only allowance 127.0.0.0/8.
 func newFixture(t testing.TB, allow string) *fixture {
 	t.Helper()
-	ctx := context.Background()
 	db := dbtest.SQLite(t)
-	ten, err := tenants.NewStore(db, nil).CreateTenant(ctx, audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "acme", "Acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{store: egress.NewStore(db), policy: &policyBox{}, tenantID: ten.ID}
+	f := &fixture{store: egress.NewStore(db), policy: &policyBox{}, tenantID: newTenantIn(t, db, "acme")}
 	f.plain = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "plain %s %s auth=%s", r.Method, r.URL.Path, r.Header.Get("Authorization"))
 	}))
@@ -84,15 +45,14 @@ func newFixture(t testing.TB, allow string) *fixture {
 		fmt.Fprintf(w, "secure %s %s", r.Method, r.URL.Path)
 	}))
 	t.Cleanup(f.secure.Close)
-	// The test-only injection: netguard.ParseAllowance, which reads the
-	// operator's setting, refuses loopback.
-	var allowCIDRs []netip.Prefix
+	allowCIDRs := []netip.Prefix{} // none
 	if allow != "" {
 		allowCIDRs = []netip.Prefix{netip.MustParsePrefix(allow)}
 	}
 	lo := netip.MustParseAddr("127.0.0.1")
-	f.gw, err = egress.New(egress.Config{
-		Policies: f.policy, Store: f.store, Logger: slog.New(slog.DiscardHandler), UpstreamRoots: upstreamRoots(f.secure), AllowCIDRs: allowCIDRs, CacheTTL: 200 * time.Millisecond,
+	var proxy string
+	f.gw, proxy = startGateway(t, f.tenantID, egress.Config{
+		Policies: f.policy, Store: f.store, UpstreamRoots: upstreamRoots(f.secure), AllowCIDRs: allowCIDRs, CacheTTL: 200 * time.Millisecond,
 		Resolver: names{
 			"allowed.test":       {lo},
 			"other.test":         {lo},
@@ -104,33 +64,8 @@ func newFixture(t testing.TB, allow string) *fixture {
 			"rebind.test": {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("10.1.2.3")},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.proxy = &url.URL{Scheme: "http", Host: serveGatewayAddr(t, f.gw, f.tenantID)}
+	f.proxy = &url.URL{Scheme: "http", Host: proxy}
 	return f
-}
-
-// serveGateway serves gw on a loopback listener standing in for the
-// agent's proxy listener, every connection as sandbox sb-1 on vm-1 of the
-// tenant; it returns the listener's address.
-func serveGatewayAddr(t testing.TB, gw *egress.Gateway, tenantID string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(context.Background(), tenantID, "vm-1", "sb-1", c)
-		}
-	}()
-	return ln.Addr().String()
 }
 
 func (f *fixture) client(roots bool) *http.Client {

@@ -10,21 +10,16 @@ import (
 	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/egress"
-	"github.com/stockade-dev/stockade/tenants"
-	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
@@ -96,47 +91,19 @@ func TestGatewaySwapsCredentials(t *testing.T) {
 	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
 
 	db := dbtest.SQLite(t)
-	ten, err := tenants.NewStore(db, nil).CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "creds", "Creds")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tenantID := newTenantIn(t, db, "creds")
 	broker := newTestBroker(t, "api.example.com", placeholder, real)
 	upRoots := x509.NewCertPool()
 	upRoots.AddCert(up.Certificate())
 	store := egress.NewStore(db)
-	lo := netip.MustParseAddr("127.0.0.1")
-	gw, err := egress.New(egress.Config{
-		Policies: egress.PoliciesFunc(func(context.Context, string) (egress.Rules, int, error) {
-			return egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.example.com"}}}, 3, nil
-		}),
-		Store: store, Swapper: broker, UpstreamRoots: upRoots, Logger: slog.New(slog.DiscardHandler),
-		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:   names{"api.example.com": {lo}, "other.example.com": {lo}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go gw.ServeConn(context.Background(), ten.ID, "vm-1", "sb-1", c)
-		}
-	}()
+	_, proxy := startGateway(t, tenantID, egress.Config{Policies: allowOnly(3, "*.example.com"), Store: store, Swapper: broker,
+		UpstreamRoots: upRoots, Resolver: loopback("api.example.com", "other.example.com")})
 	// The sandbox trusts the tenant CA (as the agent sets it up) and the
 	// upstream's own CA (for the host that is only tunnelled).
 	roots := x509.NewCertPool()
 	roots.AddCert(broker.ca)
 	roots.AddCert(up.Certificate())
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	client := proxyClient(proxy, roots)
 
 	tests := []struct {
 		name, host string
@@ -176,7 +143,7 @@ func TestGatewaySwapsCredentials(t *testing.T) {
 			}
 		})
 	}
-	evs, err := store.Events(context.Background(), ten.ID, egress.Filter{})
+	evs, err := store.Events(context.Background(), tenantID, egress.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestGatewayRateLimitsEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := &url.URL{Scheme: "http", Host: serveGatewayAddr(t, gw, tn)}
+	proxy := &url.URL{Scheme: "http", Host: serveGateway(t, gw, tn, "sb-1")}
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	get := func() {
 		t.Helper()

@@ -8,19 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/egress"
-	"github.com/stockade-dev/stockade/tenants"
-	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
 
@@ -61,11 +57,7 @@ func newPinned(t *testing.T) *pinned {
 	_, p.port, _ = net.SplitHostPort(up.Listener.Addr().String())
 
 	db := dbtest.SQLite(t)
-	ten, err := tenants.NewStore(db, nil).CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "pin", "Pin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.tenantID = ten.ID
+	p.tenantID = newTenantIn(t, db, "pin")
 	broker := newTestBroker(t, "api.example.com", pinPlaceholder, pinReal)
 	upRoots := x509.NewCertPool()
 	upRoots.AddCert(up.Certificate())
@@ -73,19 +65,8 @@ func newPinned(t *testing.T) *pinned {
 	p.roots.AddCert(broker.ca)
 	p.roots.AddCert(up.Certificate())
 	p.store = egress.NewStore(db)
-	lo := netip.MustParseAddr("127.0.0.1")
-	gw, err := egress.New(egress.Config{
-		Policies: egress.PoliciesFunc(func(context.Context, string) (egress.Rules, int, error) {
-			return egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "*.example.com"}}}, 1, nil
-		}),
-		Store: p.store, Swapper: broker, UpstreamRoots: upRoots, Logger: slog.New(slog.DiscardHandler),
-		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:   names{"api.example.com": {lo}, "other.example.com": {lo}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.proxy = serveGatewayAddr(t, gw, ten.ID)
+	_, p.proxy = startGateway(t, p.tenantID, egress.Config{Policies: allowOnly(1, "*.example.com"),
+		Store: p.store, Swapper: broker, UpstreamRoots: upRoots, Resolver: loopback("api.example.com", "other.example.com")})
 	return p
 }
 

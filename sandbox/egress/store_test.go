@@ -16,7 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
-func newTenantIn(t *testing.T, db *gorm.DB, slug string) string {
+func newTenantIn(t testing.TB, db *gorm.DB, slug string) string {
 	t.Helper()
 	ten, err := tenants.NewStore(db, nil).CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, slug, slug)
 	if err != nil {

@@ -19,12 +19,9 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -54,45 +51,15 @@ type debianVM struct {
 	db       *gorm.DB
 }
 
-type debianGateway struct{ e *debianVM }
-
-func (g debianGateway) Handler(tenantID, vmID string) agentproto.EgressHandler {
-	return func(ctx context.Context, sandboxID string, conn net.Conn) {
-		g.e.gw.ServeConn(ctx, tenantID, vmID, sandboxID, conn)
-	}
-}
-
 func newDebianVM(t *testing.T) *debianVM {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
-	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
 	begin := time.Now()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir, image.TemplateDebian); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
+	dataDir := sandboxtest.NeedVMs(t, image.TemplateDebian)
 	t.Logf("guest image with the debian template ready after %v", time.Since(begin).Round(time.Millisecond))
+	ctx := context.Background()
 	db := dbtest.SQLite(t)
 	e := &debianVM{store: egress.NewStore(db), actor: audit.Actor{Kind: audit.ActorSystem, ID: "test"}, db: db}
 	ts := tenants.NewStore(db, nil)
-	install, err := ts.InstallationID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyDomains(dctx, install); err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	ten, err := ts.CreateTenant(ctx, e.actor, "egress-debian", "Egress Debian")
 	if err != nil {
 		t.Fatal(err)
@@ -126,24 +93,10 @@ func newDebianVM(t *testing.T) *debianVM {
 	roots := secure.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: logger, ConnectTimeout: 30 * time.Second,
-		Egress: debianGateway{e}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vms.Close() })
-	e.sbx = sandbox.New(db, vms, sandbox.Config{DataDir: dataDir, Logger: logger, SyncInterval: 500 * time.Millisecond,
-		DefaultTemplate: image.TemplateDebian, Credentials: sec})
-	if err := e.sbx.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.sbx.Close() })
+	gw := &sandboxtest.LateGateway{}
+	var vms *vmpool.Service
+	vms, e.sbx = sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: logger, Egress: gw},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: image.TemplateDebian, Credentials: sec})
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "allowed.test"}, {Domain: "*.example.com"}}})
 	lo := netip.MustParseAddr("127.0.0.1")
@@ -153,6 +106,7 @@ func newDebianVM(t *testing.T) *debianVM {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw.Set(e.gw)
 	if _, err := vms.SetPool(ctx, e.actor, e.tenant, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,12 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"libvirt.org/go/libvirt"
-
-	"github.com/stockade-dev/stockade/hypervisor"
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -29,8 +23,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
-
-const systemURI = "qemu:///system"
 
 // vmEnv is a tenant with one running busybox sandbox on a real VM whose
 // agent session serves egress through a gateway allowed to reach
@@ -50,32 +42,10 @@ type vmEnv struct {
 
 func newVMEnv(tb testing.TB) *vmEnv {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(tb, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(tb, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
+	dataDir := sandboxtest.NeedVMs(tb)
 	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir); err != nil {
-		tb.Fatalf("guest image: %v", err)
-	}
 	db := dbtest.SQLite(tb)
 	e := &vmEnv{store: egress.NewStore(db), policy: &policyBox{}, actor: audit.Actor{Kind: audit.ActorSystem, ID: "test"}}
-	install, err := tenants.NewStore(db, nil).InstallationID(ctx)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyDomains(dctx, install); err != nil {
-			tb.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	ten, err := tenants.NewStore(db, nil).CreateTenant(ctx, e.actor, "egress-a", "Egress Tenant A")
 	if err != nil {
 		tb.Fatal(err)
@@ -98,23 +68,10 @@ func newVMEnv(tb testing.TB) *vmEnv {
 	lo := netip.MustParseAddr("127.0.0.1")
 	e.policy.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "allowed.test"}, {Domain: "*.example.com", Ports: []int{443, 8443}},
 		{Domain: "secure.example.com"}, {Domain: "metadata.test"}, {Domain: "rebind.test"}}})
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second,
-		Egress: gatewayRef{e}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { vms.Close() })
-	e.sbx = sandbox.New(db, vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox"})
-	if err := e.sbx.Start(sctx); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { e.sbx.Close() })
+	gw := &sandboxtest.LateGateway{}
+	var vms *vmpool.Service
+	vms, e.sbx = sandboxtest.Start(tb, db, vmpool.Config{DataDir: dataDir, Logger: log, Egress: gw},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox"})
 	e.gw, err = egress.New(egress.Config{
 		Policies: e.policy, Store: e.store, Sandboxes: egress.StoredSandboxes(e.sbx.Store()), Logger: log,
 		UpstreamRoots: roots,
@@ -130,6 +87,7 @@ func newVMEnv(tb testing.TB) *vmEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	gw.Set(e.gw)
 	if _, err := vms.SetPool(ctx, e.actor, e.tenantID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
 		tb.Fatal(err)
 	}
@@ -142,17 +100,6 @@ func newVMEnv(tb testing.TB) *vmEnv {
 	}
 	tb.Logf("sandbox %s running on vm %s after %v (boot included)", e.sb.ID, e.sb.VMID, time.Since(begin).Round(time.Millisecond))
 	return e
-}
-
-// gatewayRef lets the VM pool start before the gateway exists (the
-// gateway checks sandboxes through the sandbox service, which needs the
-// pool).
-type gatewayRef struct{ e *vmEnv }
-
-func (g gatewayRef) Handler(tenantID, vmID string) agentproto.EgressHandler {
-	return func(ctx context.Context, sandboxID string, conn net.Conn) {
-		g.e.gw.ServeConn(ctx, tenantID, vmID, sandboxID, conn)
-	}
 }
 
 // sh runs a shell line in the sandbox and returns its exit code and output.
@@ -259,24 +206,4 @@ func TestVMEgress(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
-}
-
-// destroyDomains destroys every domain of the installation.
-func destroyDomains(ctx context.Context, install string) error {
-	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: systemURI, InstallationID: install})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	doms, err := h.List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range doms {
-		if err := h.Destroy(ctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
-		}
-	}
-	return errors.Join(errs...)
 }

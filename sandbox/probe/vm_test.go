@@ -16,13 +16,9 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor"
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
@@ -35,8 +31,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
 
-const systemURI = "qemu:///system"
-
 var testRoot = []byte("0123456789abcdef0123456789abcdef-probe-test")
 
 // names resolves the test's host names; anything else does not exist.
@@ -47,15 +41,6 @@ func (n names) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, err
 		return a, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
-// gatewayRef lets the VM pool start before the gateway exists.
-type gatewayRef struct{ gw **egress.Gateway }
-
-func (g gatewayRef) Handler(tenantID, vmID string) agentproto.EgressHandler {
-	return func(ctx context.Context, sandboxID string, conn net.Conn) {
-		(*g.gw).ServeConn(ctx, tenantID, vmID, sandboxID, conn)
-	}
 }
 
 // complianceEnv is a deployment as `stockade serve` wires it, on real VMs:
@@ -78,34 +63,12 @@ type complianceEnv struct {
 // secret its policy gives every sandbox (as a placeholder).
 func newComplianceEnv(t *testing.T, template string, grant bool) *complianceEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
+	dataDir := sandboxtest.NeedVMs(t, template)
 	ctx := context.Background()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(ctx, dataDir, template); err != nil {
-		t.Fatalf("guest image: %v", err)
-	}
 	db := dbtest.SQLite(t)
 	e := &complianceEnv{db: db}
 	actor := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
 	ts := tenants.NewStore(db, nil)
-	install, err := ts.InstallationID(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := destroyDomains(dctx, install); err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-		}
-	})
 	for i, slug := range []string{"probe-a", "probe-b"} {
 		ten, err := ts.CreateTenant(ctx, actor, slug, slug)
 		if err != nil {
@@ -130,6 +93,7 @@ func newComplianceEnv(t *testing.T, template string, grant bool) *complianceEnv 
 	t.Cleanup(control.Close)
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
 	if e.pol, err = policy.NewStore(db, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -148,32 +112,18 @@ func newComplianceEnv(t *testing.T, template string, grant bool) *complianceEnv 
 			t.Fatal(err)
 		}
 	}
-	var gw *egress.Gateway
-	vms, err := vmpool.New(ctx, db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log, ConnectTimeout: 30 * time.Second,
-		Egress: gatewayRef{&gw}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := vms.Start(sctx); err != nil {
-		vms.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vms.Close() })
-	e.sbx = sandbox.New(db, vms, sandbox.Config{DataDir: dataDir, Logger: log, SyncInterval: 500 * time.Millisecond,
-		DefaultTemplate: "busybox", Policies: e.pol, Credentials: sec})
+	gw := &sandboxtest.LateGateway{}
+	var vms *vmpool.Service
+	vms, e.sbx = sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: log, Egress: gw},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox", Policies: e.pol, Credentials: sec})
 	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	gw, err = egress.New(egress.Config{Policies: egress.FromPolicy(e.pol), Store: egress.NewStore(db), Swapper: sec,
+	g, err := egress.New(egress.Config{Policies: egress.FromPolicy(e.pol), Store: egress.NewStore(db), Swapper: sec,
 		Sandboxes: egress.StoredSandboxes(e.sbx.Store()), AllowCIDRs: allow, Logger: log,
 		Resolver: names{"internet.test": {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.sbx.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.sbx.Close() })
+	gw.Set(g)
 	if _, err := vms.SetPool(ctx, actor, e.tenant, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 768, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
 	}
@@ -508,24 +458,4 @@ func TestVMComplianceProbeDebian(t *testing.T) {
 	if t.Failed() {
 		t.Logf("probe output:\n%s", run.Output)
 	}
-}
-
-// destroyDomains destroys every domain of the installation.
-func destroyDomains(ctx context.Context, install string) error {
-	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: systemURI, InstallationID: install})
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	doms, err := h.List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, d := range doms {
-		if err := h.Destroy(ctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -26,12 +25,9 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
 	"github.com/stockade-dev/stockade/cmd/stockade/app"
 	ghreceiver "github.com/stockade-dev/stockade/handlers/github"
-	"github.com/stockade-dev/stockade/hypervisor"
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
@@ -267,39 +263,14 @@ const hookSecret = "It's a Secret to Everybody"
 
 func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira *apiRecorder) *e2eEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		hypervisortest.Unavailable(t, "VM tests need root (qemu:///system relabels the guest files)")
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		hypervisortest.Unavailable(t, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err))
-	}
-	conn.Close()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(bg, dataDir, image.TemplateDebian); err != nil {
-		t.Fatalf("guest image with the debian template: %v", err)
-	}
+	dataDir := sandboxtest.NeedVMs(t, image.TemplateDebian)
 	e := &e2eEnv{db: dbtest.SQLite(t), logs: &lockedLog{}}
 	ts := tenants.NewStore(e.db, nil)
+	var err error
 	if e.install, err = ts.InstallationID(bg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(bg, 2*time.Minute)
-		defer cancel()
-		h, err := hypervisor.Connect(dctx, hypervisor.Config{URI: systemURI, InstallationID: e.install})
-		if err != nil {
-			t.Errorf("destroy the test's VMs: %v", err)
-			return
-		}
-		defer h.Close()
-		doms, _ := h.List(dctx)
-		for _, d := range doms {
-			if err := h.Destroy(dctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-				t.Errorf("destroy %s: %v", d.Name, err)
-			}
-		}
-	})
+	sandboxtest.DestroyAtCleanup(t, e.db)
 	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
 	if e.tenant, err = ts.CreateTenant(bg, sys, "acme", "Acme"); err != nil {
 		t.Fatal(err)

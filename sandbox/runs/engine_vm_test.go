@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
@@ -38,7 +36,7 @@ import (
 // The engine runs here on the real sandbox service, on one VM of the local
 // libvirtd (TCG): no fake stands in for the sandboxes.
 
-const systemURI = "qemu:///system"
+const systemURI = hypervisortest.SystemURI
 
 var bg = context.Background()
 
@@ -86,17 +84,9 @@ func TestMain(m *testing.M) {
 }
 
 func setupVM() (env *vmEnv, skip string, err error) {
-	if os.Geteuid() != 0 {
-		return nil, "VM tests need root (qemu:///system relabels the guest files)", nil
-	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		return nil, fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err), nil
-	}
-	conn.Close()
-	dataDir := sandboxtest.DataDir()
-	if _, err := sandboxtest.GuestImage(bg, dataDir); err != nil {
-		return nil, "", err
+	dataDir, skip, err := sandboxtest.PrepareVMs(bg)
+	if skip != "" || err != nil {
+		return nil, skip, err
 	}
 	dir, err := os.MkdirTemp("", "runs-test-")
 	if err != nil {
@@ -136,22 +126,10 @@ func setupVM() (env *vmEnv, skip string, err error) {
 	if _, err = env.vms.SetPool(bg, sys, env.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, WarmVMs: 1, RecycleAfterHours: 24}); err != nil {
 		return nil, "", err
 	}
-	deadline := time.Now().Add(4 * time.Minute)
-	for ready := false; !ready; {
-		sts, lerr := env.vms.List(bg, env.tenant.ID)
-		if lerr != nil {
-			return nil, "", lerr
-		}
-		for _, st := range sts {
-			ready = ready || (st.VM.State == vmpool.StateRunning && st.AgentConnected)
-			if st.VM.State == vmpool.StateFailed {
-				return nil, "", fmt.Errorf("the vm failed to boot: %s", st.VM.StateReason)
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil, "", errors.New("the vm did not boot within 4 min")
-		}
-		time.Sleep(100 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(bg, 4*time.Minute)
+	defer cancel()
+	if _, err = sandboxtest.WaitVM(wctx, env.vms, env.tenant.ID, ""); err != nil {
+		return nil, "", err
 	}
 	if env.wf, err = workflow.NewStore(env.db, nil); err != nil {
 		return nil, "", err
@@ -181,17 +159,8 @@ func (e *vmEnv) teardown() error {
 	if install != "" {
 		cctx, cancel := context.WithTimeout(bg, 2*time.Minute)
 		defer cancel()
-		h, err := hypervisor.Connect(cctx, hypervisor.Config{URI: systemURI, InstallationID: install})
-		if err != nil {
+		if _, err := hypervisortest.DestroyInstallation(cctx, systemURI, install); err != nil {
 			errs = append(errs, err)
-		} else {
-			doms, _ := h.List(cctx)
-			for _, d := range doms {
-				if err := h.Destroy(cctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-					errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
-				}
-			}
-			h.Close()
 		}
 	}
 	if e.db != nil {

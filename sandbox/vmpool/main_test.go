@@ -3,8 +3,6 @@ package vmpool_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -13,9 +11,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"libvirt.org/go/libvirt"
 
-	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
@@ -24,7 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-const systemURI = "qemu:///system"
+const systemURI = hypervisortest.SystemURI
 
 // prep is what the first VM test learnt about the machine: one libvirt
 // check and at most one image build per test binary, shared by every VM
@@ -53,22 +49,13 @@ func needVMs(tb testing.TB) (string, image.Guest) {
 }
 
 func prepare() {
-	if os.Geteuid() != 0 {
-		prep.skip = "VM tests need root (qemu:///system relabels the guest files)"
+	// The same shared test image dir as hypervisor/image's tests and `make test`,
+	// rebuilt when missing or older than the agent's sources.
+	prep.dataDir, prep.skip, prep.err = sandboxtest.PrepareVMs(context.Background())
+	if prep.skip != "" || prep.err != nil {
 		return
 	}
-	conn, err := libvirt.NewConnect(systemURI)
-	if err != nil {
-		prep.skip = fmt.Sprintf("libvirt at %s: %v (scripts/libvirtd.sh starts it)", systemURI, err)
-		return
-	}
-	conn.Close()
-	// The same shared test image dir as hypervisor/image's tests and `make test`.
-	dir := sandboxtest.DataDir()
-	prep.dataDir = dir
-	// Missing, changed, or older than the agent's sources: rebuilt with a
-	// freshly built agent (the helper every VM test package shares).
-	m, err := sandboxtest.GuestImage(context.Background(), dir)
+	m, err := image.Load(prep.dataDir)
 	if err != nil {
 		prep.err = err
 		return
@@ -117,22 +104,12 @@ func cleanupInstallation(tb testing.TB, installationID string) {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: systemURI, InstallationID: installationID})
-		if err != nil {
-			tb.Errorf("cleanup: connect: %v", err)
-			return
+		leaked, err := hypervisortest.DestroyInstallation(ctx, systemURI, installationID)
+		for _, name := range leaked {
+			tb.Errorf("leaked domain %s: destroyed it", name)
 		}
-		defer h.Close()
-		doms, err := h.List(ctx)
 		if err != nil {
-			tb.Errorf("cleanup: list: %v", err)
-			return
-		}
-		for _, d := range doms {
-			tb.Errorf("leaked domain %s (state %s): destroying it", d.Name, d.State)
-			if err := h.Destroy(ctx, d.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-				tb.Errorf("cleanup: destroy %s: %v", d.Name, err)
-			}
+			tb.Errorf("cleanup: %v", err)
 		}
 	})
 }

@@ -346,27 +346,25 @@ func (s *Service) status(vm VM) Status {
 // their last sampled CPU use.
 func (s *Service) List(ctx context.Context, tenantID string) ([]Status, error) {
 	vms, err := s.store.VMs(ctx, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Status, len(vms))
-	for i, vm := range vms {
-		out[i] = s.status(vm)
-	}
-	return out, nil
+	return s.statuses(vms), err
 }
 
 // ListAll is List across every tenant, for platform operators.
 func (s *Service) ListAll(ctx context.Context) ([]Status, error) {
 	vms, err := s.store.AllVMs(ctx)
-	if err != nil {
-		return nil, err
+	return s.statuses(vms), err
+}
+
+// statuses is the status of each of vms, in their order (nil for none).
+func (s *Service) statuses(vms []VM) []Status {
+	if vms == nil {
+		return nil
 	}
 	out := make([]Status, len(vms))
 	for i, vm := range vms {
 		out[i] = s.status(vm)
 	}
-	return out, nil
+	return out
 }
 
 // Get returns the tenant's VM with live numbers: libvirt's CPU time and,

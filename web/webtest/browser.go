@@ -3,6 +3,7 @@ package webtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +94,73 @@ func (b *Browser) Do(t testing.TB, what string, actions ...chromedp.Action[chrom
 		loc, _ := chromedp.Run(b.Ctx, chromedp.Location())
 		t.Fatalf("%s (at %s): %v", what, loc, err)
 	}
+}
+
+// CSS is a CSS selector for chromedp's queries.
+func CSS(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// JSString quotes s as a JavaScript string literal.
+func JSString(s string) string {
+	q, _ := json.Marshal(s) // a JSON string is a JavaScript string literal
+	return string(q)
+}
+
+// Login signs the tab in as email through the development identity
+// provider: it opens url signed out, clicks "Sign in" on the page it is sent
+// to, gives the provider the email and waits until ready (a CSS selector)
+// is visible on the page it comes back to.
+func (b *Browser) Login(t testing.TB, url, email, ready string) {
+	t.Helper()
+	b.Do(t, "sign in as "+email,
+		chromedp.Navigate(url),
+		chromedp.Click(CSS(`form[action="/login/start"] button`)),
+		chromedp.WaitVisible(CSS(`input[name="email"]`)),
+		chromedp.SendKeys(CSS(`input[name="email"]`), email),
+		chromedp.Click(CSS(`button[value="login"]`)),
+		chromedp.WaitVisible(CSS(ready)))
+}
+
+// Eval evaluates expr in b's page and returns its value.
+func Eval[T any](t testing.TB, b *Browser, expr string) T {
+	t.Helper()
+	return read(t, b, "evaluate "+expr, chromedp.Evaluate[T](expr))
+}
+
+// read runs one query in the tab with a deadline; what names it in a failure.
+func read[T any](t testing.TB, b *Browser, what string, q chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, q)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// Text is the text of the first element sel matches, trimmed.
+func (b *Browser) Text(t testing.TB, sel string) string {
+	t.Helper()
+	return strings.TrimSpace(read(t, b, "text of "+sel, chromedp.Text(CSS(sel))))
+}
+
+// Value is the value of the form control sel matches.
+func (b *Browser) Value(t testing.TB, sel string) string {
+	t.Helper()
+	return read(t, b, "value of "+sel, chromedp.Value(CSS(sel)))
+}
+
+// Attr is the attribute name of the first element sel matches, "" when
+// there is no such element or attribute.
+func (b *Browser) Attr(t testing.TB, sel, name string) string {
+	t.Helper()
+	return Eval[string](t, b, `(document.querySelector(`+JSString(sel)+`) || {getAttribute: () => ""}).getAttribute(`+JSString(name)+`) || ""`)
+}
+
+// Location is the URL the tab shows.
+func (b *Browser) Location(t testing.TB) string {
+	t.Helper()
+	return read(t, b, "location", chromedp.Location())
 }
 
 // Messages returns what the tab wrote to its console so far.
