@@ -121,7 +121,7 @@ func Sandboxes(p Page, v SandboxesView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<form method=\"post\" action=\"/sandboxes\" class=\"form-inline\" novalidate>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<form method=\"post\" action=\"/sandboxes\" class=\"form-inline\" novalidate data-busy-label=\"Starting…\" data-busy-progress=\"Starting the sandbox: booting a VM takes a few seconds when none has room.\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
