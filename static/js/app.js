@@ -136,8 +136,8 @@
     if (ev.persisted) document.querySelectorAll("form[data-busy]").forEach(idle);
   });
   document.addEventListener("htmx:afterRequest", function (ev) {
-    var el = ev.target instanceof Element ? ev.target.closest("form") : null;
-    if (el && el.isConnected) idle(el);
+    var el = ev.detail && ev.detail.elt;
+    if (el instanceof HTMLFormElement && el.isConnected) idle(el);
   });
 
   // data-autosubmit on a form: submit when a select or date changes. Text fields
