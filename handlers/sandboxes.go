@@ -684,6 +684,9 @@ func (h *Handlers) sandboxView(c echo.Context) (views.SandboxView, error) {
 		}
 		v.Execs = append(v.Execs, row)
 	}
+	if v.Terminals, err = h.sandboxTerminals(c, sb.ID); err != nil {
+		return views.SandboxView{}, err
+	}
 	return v, nil
 }
 

@@ -225,16 +225,29 @@ func (h *Handlers) sameOrigin(r *http.Request) bool {
 
 // --- Pages ---
 
-func liveRows(ls []terminal.LiveSession) []views.TerminalLiveRow {
+// liveRows are the live sessions as the viewer me (the name the terminal
+// shows for the caller) sees them.
+func liveRows(ls []terminal.LiveSession, me string) []views.TerminalLiveRow {
 	out := make([]views.TerminalLiveRow, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, views.TerminalLiveRow{
 			ID: l.ID, SandboxID: l.SandboxID, OpenedBy: l.OpenedByName, Command: l.Argv(), Driver: l.Now.Driver,
 			DriverConnected: l.Now.Connected, Watchers: l.Now.Watchers, Requests: l.Now.Requests, StartedAt: l.StartedAt,
 			BytesOut: l.Now.Output, Cols: int(l.Now.Cols), Rows: int(l.Now.Rows),
+			Mine: me != "" && l.Now.Connected && l.Now.Driver == me,
 		})
 	}
 	return out
+}
+
+// terminalName is how the terminals name the caller (as the hub does: the
+// actor's name, its id when it has none).
+func terminalName(c echo.Context) string {
+	a := CallerOf(c).Actor(c)
+	if a.Name != "" {
+		return a.Name
+	}
+	return a.ID
 }
 
 func recordingRow(s terminal.Session) views.TerminalRecordingRow {
@@ -253,7 +266,7 @@ func (h *Handlers) liveList(c echo.Context, sandboxID, pollURL string) views.Ter
 	cl := CallerOf(c)
 	l := views.TerminalLiveList{PollURL: pollURL, CanDrive: tenants.Can(cl.Role, tenants.PermTerminalsDrive), Empty: "No live terminal."}
 	if h.terms != nil {
-		l.Rows = liveRows(h.terms.Live(cl.Tenant.ID, sandboxID))
+		l.Rows = liveRows(h.terms.Live(cl.Tenant.ID, sandboxID), terminalName(c))
 	}
 	return l
 }
@@ -356,4 +369,51 @@ func (h *Handlers) TerminalPage(c echo.Context) error {
 		}
 	}
 	return render(c, http.StatusOK, views.TerminalPage(h.page(c, title+" "+shortID(s.ID), views.NavTerminals), v))
+}
+
+// sandboxTerminals is the terminal part of a sandbox's page: its
+// sessions, newest first, with who drives the live ones now (for those who
+// may watch terminals; nothing for the others).
+func (h *Handlers) sandboxTerminals(c echo.Context, sandboxID string) (views.SandboxTerminals, error) {
+	cl := CallerOf(c)
+	v := views.SandboxTerminals{Visible: tenants.Can(cl.Role, tenants.PermTerminalsWatch), CanDrive: tenants.Can(cl.Role, tenants.PermTerminalsDrive)}
+	if !v.Visible || h.terms == nil {
+		return v, nil
+	}
+	list, err := h.terms.Sessions(c.Request().Context(), cl.Tenant.ID, sandboxID)
+	if err != nil {
+		return v, err
+	}
+	live := map[string]terminal.State{}
+	for _, l := range h.terms.Live(cl.Tenant.ID, sandboxID) {
+		live[l.ID] = l.Now
+	}
+	me, now := terminalName(c), h.clock()
+	for _, s := range list {
+		r := views.SandboxTerminalRow{ID: s.ID, OpenedBy: s.OpenedByName, Command: s.Argv(), Live: s.Live(), StartedAt: s.StartedAt,
+			BytesOut: s.BytesOut, EndReason: s.EndReason, Purged: s.PurgedAt != nil}
+		if s.EndedAt != nil {
+			r.Duration = s.EndedAt.Sub(s.StartedAt)
+		} else {
+			r.Duration = now.Sub(s.StartedAt)
+		}
+		if s.ExitCode != nil {
+			r.ExitCode = strconv.Itoa(*s.ExitCode)
+		}
+		if st, ok := live[s.ID]; ok {
+			r.Driver, r.BytesOut, r.Mine = termDriverName(st), st.Output, me != "" && st.Connected && st.Driver == me
+		}
+		v.Rows = append(v.Rows, r)
+	}
+	return v, nil
+}
+
+func termDriverName(st terminal.State) string {
+	switch {
+	case st.Driver == "":
+		return "nobody"
+	case !st.Connected:
+		return st.Driver + " (disconnected)"
+	}
+	return st.Driver
 }

@@ -121,6 +121,7 @@ type SandboxView struct {
 	Stats         *SandboxStatsView // nil: not running, or the agent did not answer
 	Events        []SandboxEventRow
 	Execs         []ExecRow
+	Terminals     SandboxTerminals // its terminal sessions (views/terminals.templ)
 	CanEdit       bool
 	CanSeeVMs     bool
 	CanSeeUsage   bool // usage.read: link the sandbox's usage and cost

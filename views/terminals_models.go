@@ -40,6 +40,9 @@ type TerminalLiveRow struct {
 	StartedAt       time.Time
 	BytesOut        int64
 	Cols, Rows      int
+	// Mine: the viewer drives it from a connected page already, so the
+	// row offers no Join (it would open the same terminal a second time).
+	Mine bool
 }
 
 // TerminalSandbox is a running sandbox a terminal can be opened in.
@@ -179,4 +182,61 @@ func termWatchFlag(watch bool) string {
 func (r TerminalRecordingRow) TruncatedShort() string {
 	short, _, _ := strings.Cut(r.Truncated, ":")
 	return short
+}
+
+// SandboxTerminals is the terminal part of a sandbox's page: its sessions,
+// live and ended, newest first, each linked to its page (to join or watch
+// while live, to replay once ended).
+type SandboxTerminals struct {
+	// Visible: the viewer may watch terminals (terminals.watch); without
+	// it the section is not shown at all.
+	Visible  bool
+	CanDrive bool
+	Rows     []SandboxTerminalRow
+}
+
+// SandboxTerminalRow is one of a sandbox's terminal sessions.
+type SandboxTerminalRow struct {
+	ID        string
+	OpenedBy  string
+	Command   []string
+	Driver    string // live: who holds control now ("" nobody); ended: ""
+	Live      bool
+	Mine      bool // live, and the viewer drives it from a connected page
+	StartedAt time.Time
+	Duration  time.Duration // so far, while live
+	BytesOut  int64
+	EndReason string
+	ExitCode  string // "" when the process did not exit by itself
+	Purged    bool   // retention removed the recording
+}
+
+// termStatePill is the class of a session's state: live, ended well (exit
+// code 0), or ended otherwise.
+func termStatePill(r SandboxTerminalRow) string {
+	switch {
+	case r.Live:
+		return "pill pill-warn"
+	case r.ExitCode == "0":
+		return "pill pill-good"
+	}
+	return "pill pill-bad"
+}
+
+func termStateLabel(r SandboxTerminalRow) string {
+	switch {
+	case r.Live:
+		return "live"
+	case r.ExitCode != "":
+		return "exit " + r.ExitCode
+	}
+	return "ended"
+}
+
+// termSessionsCount is "1 terminal session", "3 terminal sessions".
+func termSessionsCount(n int) string {
+	if n == 1 {
+		return "1 terminal session"
+	}
+	return strconv.Itoa(n) + " terminal sessions"
 }

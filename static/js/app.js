@@ -4,6 +4,18 @@
 (function () {
   "use strict";
 
+  // In-flight guard, part one: a POST form that is already submitting does
+  // not submit again (two clicks on Create made two sandboxes). Registered
+  // before data-confirm so that a second click does not ask again.
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    if (!(form instanceof HTMLFormElement) || !guarded(form)) return;
+    if (form.hasAttribute("data-busy")) {
+      ev.preventDefault();
+      ev.stopImmediatePropagation();
+    }
+  }, true);
+
   // data-confirm on a form: ask before submitting (revoke, remove).
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
@@ -14,6 +26,119 @@
       ev.stopImmediatePropagation();
     }
   }, true);
+
+  // In-flight guard, part two: once a POST form submits (confirmed, if it
+  // asks), it is busy until the next page: aria-busy, its submit buttons
+  // disabled and the one used labelled "Working…" (or the form's
+  // data-busy-label), and with data-busy-progress an indeterminate progress
+  // bar with that text (sandbox create waits for a VM to boot). The buttons
+  // are disabled after the browser has read the form, since a disabled
+  // submitter would not be sent. A form that did not leave the page (a
+  // script took the submit over; htmx answered, or failed) is made idle
+  // again, as is every form of a page shown again from the back/forward
+  // cache. Forms opt out with data-no-busy (a POST that downloads a file).
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    if (!(form instanceof HTMLFormElement) || !guarded(form) || form.hasAttribute("data-busy")) return;
+    busy(form, ev.submitter);
+    window.setTimeout(function () {
+      if (ev.defaultPrevented && !isHtmx(form)) {
+        idle(form);
+        return;
+      }
+      disable(form);
+    }, 0);
+  });
+
+  function guarded(form) {
+    var method = (form.getAttribute("hx-post") !== null ? "post" : form.method || "get").toLowerCase();
+    var target = form.getAttribute("target");
+    return method === "post" && !form.hasAttribute("data-no-busy") && (!target || target === "_self");
+  }
+
+  function isHtmx(form) {
+    return ["hx-post", "hx-put", "hx-patch", "hx-delete", "hx-get"].some(function (a) { return form.hasAttribute(a); });
+  }
+
+  function submitButtons(form) {
+    var own = Array.prototype.slice.call(form.querySelectorAll('button:not([type]), button[type="submit"], input[type="submit"]'));
+    if (form.id) {
+      document.querySelectorAll('[form="' + CSS.escape(form.id) + '"]').forEach(function (b) {
+        if (b.matches('button:not([type]), button[type="submit"], input[type="submit"]')) own.push(b);
+      });
+    }
+    return own;
+  }
+
+  function busy(form, submitter) {
+    form.setAttribute("data-busy", "");
+    form.setAttribute("aria-busy", "true");
+    var buttons = submitButtons(form);
+    var label = submitter && buttons.indexOf(submitter) >= 0 ? submitter : buttons[0];
+    if (label) label.setAttribute("data-busy-submitter", "");
+    var text = form.getAttribute("data-busy-progress");
+    if (text) {
+      var p = document.createElement("p");
+      p.className = "busy-progress";
+      p.setAttribute("data-busy-progress-note", "");
+      p.setAttribute("role", "status");
+      var bar = document.createElement("progress"); // no value: indeterminate
+      bar.setAttribute("aria-label", text);
+      p.appendChild(bar);
+      p.appendChild(document.createTextNode(" " + text));
+      var actions = label ? label.closest(".form-actions") : null;
+      if (actions && form.contains(actions)) {
+        actions.insertAdjacentElement("afterend", p);
+      } else {
+        form.appendChild(p);
+      }
+    }
+  }
+
+  var labels = new WeakMap(); // button -> its markup before "Working…"
+
+  function disable(form) {
+    if (!form.hasAttribute("data-busy")) return;
+    submitButtons(form).forEach(function (b) {
+      if (b.disabled) return; // disabled by the page itself: stays so
+      b.setAttribute("data-busy-disabled", "");
+      b.disabled = true;
+      if (!b.hasAttribute("data-busy-submitter")) return;
+      var text = form.getAttribute("data-busy-label") || "Working…";
+      if (b instanceof HTMLInputElement) {
+        labels.set(b, b.value);
+        b.value = text;
+      } else {
+        labels.set(b, b.innerHTML);
+        b.textContent = text;
+      }
+    });
+  }
+
+  function idle(form) {
+    form.removeAttribute("data-busy");
+    form.removeAttribute("aria-busy");
+    submitButtons(form).forEach(function (b) {
+      if (labels.has(b)) {
+        if (b instanceof HTMLInputElement) { b.value = labels.get(b); } else { b.innerHTML = labels.get(b); }
+        labels.delete(b);
+      }
+      b.removeAttribute("data-busy-submitter");
+      if (b.hasAttribute("data-busy-disabled")) {
+        b.removeAttribute("data-busy-disabled");
+        b.disabled = false;
+      }
+    });
+    form.querySelectorAll("[data-busy-progress-note]").forEach(function (p) { p.remove(); });
+  }
+
+  window.addEventListener("pageshow", function (ev) {
+    if (ev.persisted) document.querySelectorAll("form[data-busy]").forEach(idle);
+  });
+  document.addEventListener("htmx:afterRequest", function (ev) {
+    var el = ev.detail && ev.detail.elt;
+    if (el instanceof HTMLFormElement && el.isConnected) idle(el);
+  });
 
   // data-autosubmit on a form: submit when a select or date changes. Text fields
   // marked data-autosubmit-ignore wait for Enter or the submit button, so typing

@@ -51,8 +51,12 @@
   };
 
   function newTerminal(screen, opts) {
-    var o = { cursorBlink: true, scrollback: 5000, fontSize: 14, theme: theme,
-      fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", "DejaVu Sans Mono", monospace' };
+    // lineHeight 1.0 gives each row exactly the font's em box, and the
+    // underscore of most monospaced fonts hangs below it: xterm.js clips it
+    // and `foo_bar` reads as `foo bar`. 1.2 leaves room for descenders. The
+    // fonts listed first are ones whose underscore sits inside that row.
+    var o = { cursorBlink: true, scrollback: 5000, fontSize: 14, lineHeight: 1.2, theme: theme,
+      fontFamily: '"DejaVu Sans Mono", Menlo, Consolas, "Liberation Mono", ui-monospace, SFMono-Regular, monospace' };
     for (var k in opts) o[k] = opts[k];
     var term = new window.Terminal(o);
     var fit = null;
@@ -194,10 +198,18 @@
         s.ended = true;
         term.options.disableStdin = true;
         showButtons();
-        state("ended", "Ended: " + m.reason);
-        endNotice(m.reason);
+        ended(m.reason, m.exit_code);
         break;
       }
+    }
+
+    // ended shows why the session ended; data-outcome is "ok" when the
+    // process exited with code 0 (shown as a success, not in red), "bad"
+    // for every other end.
+    function ended(reason, exitCode) {
+      panel.setAttribute("data-outcome", exitCode === 0 ? "ok" : "bad");
+      state("ended", "Ended: " + reason);
+      endNotice(reason);
     }
 
     function endNotice(reason) {
@@ -252,8 +264,7 @@
           if (!info.live) {
             s.ended = true;
             showButtons();
-            state("ended", "Ended: " + (info.end_reason || "the session is over"));
-            endNotice(info.end_reason || "the session is over");
+            ended(info.end_reason || "the session is over", info.exit_code);
             return;
           }
           s.retries++;
