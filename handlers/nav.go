@@ -188,8 +188,11 @@ func (h *Handlers) Refusal(c echo.Context, p tenants.Permission) string {
 		return "This page needs a role in a tenant: choose a tenant first."
 	}
 	role := string(cl.Role)
+	if role != "" {
+		role = strings.ToUpper(role[:1]) + role[1:]
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s%s members can %s. ", strings.ToUpper(role[:min(1, len(role))]), role[min(1, len(role)):], roleCan(cl.Role))
+	fmt.Fprintf(&b, "%s members can %s. ", role, roleCan(cl.Role))
 	who := "an admin of " + cl.Tenant.Name
 	if ms, err := h.store.ListMembers(c.Request().Context(), cl.Tenant.ID); err == nil {
 		var admins []string
@@ -206,11 +209,11 @@ func (h *Handlers) Refusal(c echo.Context, p tenants.Permission) string {
 		}
 	}
 	roles := rolesWith(p)
-	noun := "role"
+	either := roles[len(roles)-1]
 	if len(roles) > 1 {
-		noun = "roles"
+		either = strings.Join(roles[:len(roles)-1], ", ") + " or " + either
 	}
-	fmt.Fprintf(&b, "Ask %s for the %s %s to %s.", who, strings.Join(roles, " or "), noun, permPurpose(p))
+	fmt.Fprintf(&b, "Ask %s for the %s role to %s.", who, either, permPurpose(p))
 	return b.String()
 }
 
