@@ -10,9 +10,10 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// MayOpen says whether the request's caller may open the page at path
-// (GET, no route parameters). web/ derives it from its route table and
-// the caller, so the navigation offers exactly what authorization allows.
+// MayOpen says whether the request's caller may open the page at a link of
+// ours (GET; a path, with route parameters filled in, and a query). web/
+// derives it from its route table and the caller, so the navigation
+// offers exactly what authorization allows.
 type MayOpen func(path string) bool
 
 const mayOpenKey = "stockade.mayopen"

@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -13,14 +14,32 @@ import (
 // asked, after authentication) may open a page of the route table. The
 // navigation is built from it, so it offers exactly what authorize admits.
 func (s *Server) mayOpen(c echo.Context) handlers.MayOpen {
-	return func(path string) bool {
-		for _, r := range s.routes {
-			if r.Method == http.MethodGet && r.Path == path && !r.API {
-				return permits(r, handlers.CallerOf(c))
+	return func(link string) bool {
+		path, _, _ := strings.Cut(link, "?")
+		var best *Route
+		for i, r := range s.routes {
+			// A static route wins over one with parameters, as in echo's router.
+			if r.Method == http.MethodGet && !r.API && matches(r.Path, path) && (best == nil || !strings.Contains(r.Path, ":")) {
+				best = &s.routes[i]
 			}
 		}
+		return best != nil && permits(*best, handlers.CallerOf(c))
+	}
+}
+
+// matches says whether path is one of pattern's (":name" segments stand
+// for any one non-empty segment).
+func matches(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(xs) {
 		return false
 	}
+	for i, p := range ps {
+		if p != xs[i] && (!strings.HasPrefix(p, ":") || xs[i] == "") {
+			return false
+		}
+	}
+	return true
 }
 
 // permits says whether authorize lets cl through to r without a refusal or

@@ -117,6 +117,17 @@ func TestNavBrowser(t *testing.T) {
 					t.Errorf("Got(GET %s from the page) = %v, %v; want 200", l, st, err)
 				}
 			}
+			// One level further: no link in the pages of the navigation
+			// leads to a refusal either.
+			for _, pg := range nav {
+				b.Do(t, "open "+pg, chromedp.Navigate(env.URL+pg), chromedp.WaitVisible(css(`main h1`)))
+				for _, l := range hrefs(b, "main") {
+					st, err := chromedp.Run(b.Ctx, chromedp.Evaluate[[]any](`fetch("`+l+`", {redirect: "manual"}).then(r => [r.status, r.type])`, chromedp.EvalAwaitPromise))
+					if err != nil || len(st) != 2 || st[0] == float64(http.StatusForbidden) {
+						t.Errorf("Got(GET %s, linked from %s) = %v, %v; want no refusal", l, pg, st, err)
+					}
+				}
+			}
 			for _, m := range b.Problems() {
 				t.Errorf("Got(console) %s; want no errors, exceptions or CSP violations", m)
 			}
