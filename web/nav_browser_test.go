@@ -6,9 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -49,6 +52,13 @@ func TestNavBrowser(t *testing.T) {
 		if p.role != "" {
 			env.Member(t, acme, p.email, p.role)
 		}
+	}
+	// Something to link to: a running and an ended sandbox with usage.
+	for i, st := range []sandbox.State{sandbox.StateRunning, sandbox.StateDestroyed} {
+		sb := sandboxtest.RecordState(t, env.DB, acme.ID, "dev@example.com", st)
+		webtest.Meter(t, env.DB, webtest.Run{TenantID: acme.ID, SandboxID: sb.ID, Template: "debian", UserID: "u-dev", UserName: "dev@example.com",
+			VCPUs: 1, MemoryMiB: 512, Start: time.Now().Add(-time.Duration(3+i) * time.Hour), For: time.Hour, Cores: 0.3, UsedMiB: 100,
+			GrowMiB: 50, EgressUp: 1_000_000, EgressDown: 5_000_000, Every: 10 * time.Minute})
 	}
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 	// hrefs lists the same-origin links under sel, as written in the page.
@@ -117,16 +127,34 @@ func TestNavBrowser(t *testing.T) {
 					t.Errorf("Got(GET %s from the page) = %v, %v; want 200", l, st, err)
 				}
 			}
-			// One level further: no link in the pages of the navigation
-			// leads to a refusal either.
-			for _, pg := range nav {
-				b.Do(t, "open "+pg, chromedp.Navigate(env.URL+pg), chromedp.WaitVisible(css(`main h1`)))
-				for _, l := range hrefs(b, "main") {
-					st, err := chromedp.Run(b.Ctx, chromedp.Evaluate[[]any](`fetch("`+l+`", {redirect: "manual"}).then(r => [r.status, r.type])`, chromedp.EvalAwaitPromise))
-					if err != nil || len(st) != 2 || st[0] == float64(http.StatusForbidden) {
-						t.Errorf("Got(GET %s, linked from %s) = %v, %v; want no refusal", l, pg, st, err)
+			// Two levels further (the pages of the navigation, then the
+			// pages they link to): no link leads to a refusal either.
+			seen := map[string]bool{}
+			for _, l := range links {
+				seen[l] = true
+			}
+			level := nav
+			for depth := 0; depth < 2; depth++ {
+				var next []string
+				for _, pg := range level {
+					b.Do(t, "open "+pg, chromedp.Navigate(env.URL+pg), chromedp.WaitReady(css(`body`)))
+					for _, l := range hrefs(b, "main") {
+						if seen[l] {
+							continue
+						}
+						seen[l] = true
+						st, err := chromedp.Run(b.Ctx, chromedp.Evaluate[[]any](`fetch("`+l+`", {redirect: "manual"}).then(r => [r.status, (r.headers.get("Content-Type") || "")])`, chromedp.EvalAwaitPromise))
+						if err != nil || len(st) != 2 || st[0] == float64(http.StatusForbidden) {
+							t.Errorf("Got(GET %s, linked from %s) = %v, %v; want no refusal", l, pg, st, err)
+							continue
+						}
+						// A terminal page connects at once (no VM here: 503).
+						if ct, _ := st[1].(string); st[0] == float64(http.StatusOK) && strings.HasPrefix(ct, "text/html") && !strings.HasSuffix(l, "/terminal") {
+							next = append(next, l)
+						}
 					}
 				}
+				level = next
 			}
 			for _, m := range b.Problems() {
 				t.Errorf("Got(console) %s; want no errors, exceptions or CSP violations", m)
