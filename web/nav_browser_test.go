@@ -259,6 +259,15 @@ func TestNavForbiddenPage(t *testing.T) {
 			}
 		})
 	}
+	t.Run("error pages keep the navigation", func(t *testing.T) {
+		c := env.Login(t, "dev@example.com")
+		for _, path := range []string{"/usage", "/no-such-page"} {
+			_, body := c.GetPage(t, path)
+			if !strings.Contains(body, `<a href="/sandboxes">`) || strings.Contains(body, `<a href="/usage">`) {
+				t.Errorf("Got(error page of %s for a developer) without their sidebar; want links to /sandboxes, none to /usage", path)
+			}
+		}
+	})
 	t.Run("api keeps the machine detail", func(t *testing.T) {
 		c := env.WithToken(env.Token(t, acme, tenants.RoleBilling))
 		st, body, _ := c.Request(t, http.MethodGet, "/api/v1/sandboxes", "", nil)
