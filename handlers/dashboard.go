@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -29,9 +30,13 @@ func (h *Handlers) Dashboard(c echo.Context) error {
 		if err != nil {
 			return err
 		}
+		// The count is of the tokens the page lists the caller: every
+		// one to those who may read them all, else their own.
+		all := tenants.Can(cl.Role, tenants.PermTokensRead)
 		now := h.clock()
 		for _, t := range ts {
-			if t.RevokedAt == nil && t.ExpiresAt.After(now) {
+			own := cl.User != nil && t.CreatedByUserID != nil && *t.CreatedByUserID == cl.User.ID
+			if t.RevokedAt == nil && t.ExpiresAt.After(now) && (all || own) {
 				v.ActiveTokens++
 			}
 		}

@@ -3,6 +3,8 @@ package web_test
 import (
 	"html"
 	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -275,4 +277,41 @@ func TestNavForbiddenPage(t *testing.T) {
 			t.Errorf("Got(GET /api/v1/sandboxes as billing) = %d %s; want 403 naming the permission", st, body)
 		}
 	})
+}
+
+// TestNavDashboardTokenCount: the dashboard's count of active API tokens
+// is of the tokens the caller's tokens page lists: all of them for admins
+// and managers, none of an admin's for a developer (who, where they may
+// open the page at all, sees their own).
+func TestNavDashboardTokenCount(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t)})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
+	env.Member(t, acme, "mona@example.com", tenants.RoleManager)
+	env.Member(t, acme, "dev@example.com", tenants.RoleDeveloper)
+	admin := env.Login(t, "ada@example.com")
+	for _, name := range []string{"ci", "nightly"} {
+		if st, body, _ := admin.Post(t, "/settings/tokens", url.Values{"name": {name}, "role": {"developer"}, "ttl": {"720h"}}); st >= 400 {
+			t.Fatalf("Got(create token %s) = %d %s; want it made", name, st, body)
+		}
+	}
+	count := regexp.MustCompile(`href="/settings/tokens"[^>]*>\s*<span class="stat-value"[^>]*>(\d+)<`)
+	for _, tt := range []struct {
+		email string
+		want  string // "" for no count shown
+		alt   string // also accepted ("" none)
+	}{
+		{"ada@example.com", "2", ""},
+		{"mona@example.com", "2", ""},
+		{"dev@example.com", "", "0"},
+	} {
+		_, body := env.Login(t, tt.email).GetPage(t, "/")
+		got := ""
+		if m := count.FindStringSubmatch(body); m != nil {
+			got = m[1]
+		}
+		if got != tt.want && (tt.alt == "" || got != tt.alt) {
+			t.Errorf("Got(token count on %s's dashboard) = %q; want %q", tt.email, got, tt.want)
+		}
+	}
 }
