@@ -79,7 +79,13 @@ func (h *Handlers) complianceView(c echo.Context, print bool) (views.ComplianceV
 		return v, err
 	}
 	for _, it := range items {
-		v.Items = append(v.Items, itemView(it))
+		iv := itemView(it)
+		for i, e := range iv.Evidence { // no link to a page the caller would be refused
+			if e.Link != "" && !mayOpen(c, e.Link) {
+				iv.Evidence[i].Link = ""
+			}
+		}
+		v.Items = append(v.Items, iv)
 		if it.CheckedAt.After(v.CheckedAt) {
 			v.CheckedAt = it.CheckedAt
 		}

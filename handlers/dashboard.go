@@ -10,46 +10,39 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// areas are the parts of the product the dashboard points to; each shows
-// to the roles that may open it.
-var areas = []struct {
-	title, summary, href string
-	perm                 tenants.Permission
-}{
-	{"Sandboxes", "Disposable container sandboxes nested inside your tenant's VMs, created by agents through the API and CLI.", "/sandboxes", tenants.PermSandboxesRead},
-	{"Terminals", "Live terminals of agent sessions, watched in the browser and recorded.", "/terminals", tenants.PermTerminalsWatch},
-	{"Workflows", "GitHub events and manual runs start your tests and agents in fresh sandboxes; results go back to GitHub, Slack and Jira.", "/workflows", tenants.PermWorkflowsRead},
-	{"VMs", "Your tenant's virtual machines: the infrastructure boundary every sandbox runs inside.", "/vms", tenants.PermVMsRead},
-	{"Policy", "What your agents may do: resources, lifetime, network egress, credentials, processes and cleanup.", "/policy", tenants.PermPolicyRead},
-	{"Usage", "Metered compute, memory and egress per sandbox, priced per tenant, with billing exports.", "/usage", tenants.PermUsageRead},
-	{"Compliance", "The security checklist for running autonomous agents, evaluated with live evidence and a probe.", "/compliance", tenants.PermComplianceRead},
-}
-
 // Dashboard is the tenant overview.
 func (h *Handlers) Dashboard(c echo.Context) error {
 	ctx := c.Request().Context()
 	cl := CallerOf(c)
 	v := views.DashboardView{TenantName: cl.Tenant.Name, Role: string(cl.Role)}
-	if tenants.Can(cl.Role, tenants.PermMembersRead) {
+	n := nav(c)
+	if mayOpen(c, "/settings/members") {
+		v.MembersHref = "/settings/members"
 		ms, err := h.store.ListMembers(ctx, cl.Tenant.ID)
 		if err != nil {
 			return err
 		}
 		v.Members = len(ms)
 	}
-	if tenants.Can(cl.Role, tenants.PermTokensRead) {
+	if mayOpen(c, "/settings/tokens") {
+		v.TokensHref = "/settings/tokens"
 		ts, err := h.store.ListTokens(ctx, cl.Tenant.ID)
 		if err != nil {
 			return err
 		}
+		// The count is of the tokens the page lists the caller: every
+		// one to those who may read them all, else their own.
+		all := tenants.Can(cl.Role, tenants.PermTokensRead)
 		now := h.clock()
 		for _, t := range ts {
-			if t.RevokedAt == nil && t.ExpiresAt.After(now) {
+			own := cl.User != nil && t.CreatedByUserID != nil && *t.CreatedByUserID == cl.User.ID
+			if t.RevokedAt == nil && t.ExpiresAt.After(now) && (all || own) {
 				v.ActiveTokens++
 			}
 		}
 	}
-	if tenants.Can(cl.Role, tenants.PermAuditRead) {
+	if mayOpen(c, "/audit") {
+		v.AuditHref = "/audit"
 		evs, err := h.audit.List(ctx, cl.Tenant.ID, audit.Filter{Limit: 8})
 		if err != nil {
 			return err
@@ -57,9 +50,10 @@ func (h *Handlers) Dashboard(c echo.Context) error {
 		v.RecentAudit = auditRows(evs)
 	}
 	v.Quota = h.quotaWarningsView(c)
-	for _, a := range areas {
-		if tenants.Can(cl.Role, a.perm) {
-			v.Areas = append(v.Areas, views.AreaCard{Title: a.title, Href: a.href, Summary: a.summary})
+	// The area cards: the pages of the navigation with a summary.
+	for _, it := range n.Main {
+		if it.Summary != "" {
+			v.Areas = append(v.Areas, views.AreaCard{Title: it.Label, Href: it.Href, Summary: it.Summary})
 		}
 	}
 	return render(c, http.StatusOK, views.Dashboard(h.page(c, "Dashboard", "dashboard"), v))

@@ -42,6 +42,7 @@ func (h *Handlers) page(c echo.Context, title, active string) views.Page {
 			Current: cl.Tenant != nil && cl.Tenant.ID == ut.Tenant.ID,
 		})
 	}
+	p.Nav = nav(c)
 	p.Flash = h.takeFlash(c)
 	return p
 }

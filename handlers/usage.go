@@ -304,6 +304,9 @@ func (h *Handlers) SandboxUsagePage(c echo.Context) error {
 	ctx, cl := c.Request().Context(), CallerOf(c)
 	id := c.Param("id")
 	v := views.SandboxUsageView{ID: id}
+	if l := "/sandboxes/" + id; mayOpen(c, l) {
+		v.SandboxHref = l
+	}
 	m, err := st.Meter(ctx, cl.Tenant.ID, id)
 	switch {
 	case err == nil:

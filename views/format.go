@@ -97,47 +97,8 @@ func fieldID(form, field string) string { return form + "-" + strings.ReplaceAll
 
 func errorID(form, field string) string { return fieldID(form, field) + "-error" }
 
-// navItem is one entry of the left navigation.
-type navItem struct {
-	Key   string
-	Label string
-	Href  string
-}
-
-// The navigation tables are functions, not variables, so nothing can change them.
-func tenantNav() []navItem {
-	return []navItem{
-		{NavDashboard, "Dashboard", "/"},
-		{NavSandboxes, "Sandboxes", "/sandboxes"},
-		{NavTerminals, "Terminals", "/terminals"},
-		{NavWorkflows, "Workflows", "/workflows"},
-		{NavRuns, "Runs", "/runs"},
-		{NavVMs, "VMs", "/vms"},
-		{NavPolicy, "Policy", "/policy"},
-		{NavEgress, "Egress", "/egress"},
-		{NavUsage, "Usage", "/usage"},
-		{NavCompliance, "Compliance", "/compliance"},
-		{NavAudit, "Audit", "/audit"},
-	}
-}
-
-func settingsNav() []navItem {
-	return []navItem{
-		{NavMembers, "Members", "/settings/members"},
-		{NavTokens, "API tokens", "/settings/tokens"},
-		{NavSecrets, "Secrets", "/settings/secrets"},
-		{NavIntegrations, "Integrations", "/settings/integrations"},
-	}
-}
-
-func operatorNav() []navItem {
-	return []navItem{
-		{NavTenants, "Tenants", "/operator/tenants"},
-		{NavOperatorUsage, "Usage", "/operator/usage"},
-		{NavPrices, "Prices", "/operator/prices"},
-		{NavHosts, "Hosts", "/operator/hosts"},
-	}
-}
+// navItem is one entry of the left navigation (Page.Nav).
+type navItem = NavItem
 
 // defaultRole returns role when it is one of roles, else "developer" when that
 // is offered, else "" (no preselection). A fresh form thus never defaults to a

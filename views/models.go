@@ -52,6 +52,26 @@ type Page struct {
 	RequestID    string
 	Flash        []Flash
 	AssetVersion string // appended to asset URLs as ?v= so a new build busts caches
+	// Nav is the navigation: only the pages the caller may open.
+	Nav Nav
+}
+
+// Nav is the caller's navigation, each list holding only what the caller
+// may open (handlers derive it from the route table's permissions).
+type Nav struct {
+	Main     []NavItem // the tenant's pages, dashboard first
+	Hub      NavItem   // the Settings hub; zero when it may not be opened
+	Settings []NavItem // the pages under Settings
+	Operator []NavItem // the platform operators' pages
+}
+
+// NavItem is one link of the navigation; Summary describes it where the
+// dashboard and the Settings hub show it as a card.
+type NavItem struct {
+	Key     string
+	Label   string
+	Href    string
+	Summary string
 }
 
 // User is the signed-in person.
@@ -101,7 +121,11 @@ type DashboardView struct {
 	Members      int
 	ActiveTokens int
 	RecentAudit  []AuditRow
-	Areas        []AreaCard
+	// MembersHref, TokensHref and AuditHref link the members and tokens
+	// counts and the recent activity to their pages; empty when the caller
+	// may not open the page, and then the count or section is not shown.
+	MembersHref, TokensHref, AuditHref string
+	Areas                              []AreaCard
 	// Quota is the tenant's quota lines; those at 80 % or more show as
 	// warnings.
 	Quota []QuotaLineView

@@ -42,6 +42,25 @@ func samplePageModel(title, active string) Page {
 		DevIdP:       true,
 		RequestID:    "req-01JDX4T6Q9",
 		AssetVersion: "3f9c2a1b7d0e",
+		Nav:          sampleNav(),
+	}
+}
+
+// sampleNav is an admin's and operator's navigation (handlers build the
+// real one from the route table).
+func sampleNav() Nav {
+	it := func(key, label, href string) NavItem { return NavItem{Key: key, Label: label, Href: href} }
+	return Nav{
+		Main: []NavItem{it(NavDashboard, "Dashboard", "/"), it(NavSandboxes, "Sandboxes", "/sandboxes"), it(NavTerminals, "Terminals", "/terminals"),
+			it(NavWorkflows, "Workflows", "/workflows"), it(NavRuns, "Runs", "/runs"), it(NavVMs, "VMs", "/vms"), it(NavPolicy, "Policy", "/policy"),
+			it(NavEgress, "Egress", "/egress"), it(NavUsage, "Usage", "/usage"), it(NavCompliance, "Compliance", "/compliance"), it(NavAudit, "Audit", "/audit")},
+		Hub: it(NavSettings, "Settings", "/settings"),
+		Settings: []NavItem{{Key: NavMembers, Label: "Members", Href: "/settings/members", Summary: "Who can sign in, and with which role."},
+			{Key: NavTokens, Label: "API tokens", Href: "/settings/tokens", Summary: "Bearer tokens for agents, CI and the CLI."},
+			{Key: NavSecrets, Label: "Secrets", Href: "/settings/secrets", Summary: "Credentials injected by the egress gateway."},
+			{Key: NavIntegrations, Label: "Integrations", Href: "/settings/integrations", Summary: "Outgoing webhooks."}},
+		Operator: []NavItem{it(NavTenants, "Tenants", "/operator/tenants"), it(NavOperatorUsage, "Usage", "/operator/usage"),
+			it(NavPrices, "Prices", "/operator/prices"), it(NavHosts, "Hosts", "/operator/hosts")},
 	}
 }
 
@@ -115,7 +134,8 @@ func samplePages() []samplePage {
 			View: LoginPage(Page{Title: "Sign in"}, LoginView{ProviderName: "Okta", Error: "Sign-in failed: the identity provider refused the request."})},
 		{Name: "dashboard", Title: "Acme Corp", Page: samplePageModel("Dashboard", NavDashboard),
 			View: Dashboard(samplePageModel("Dashboard", NavDashboard), DashboardView{TenantName: "Acme Corp", Role: "admin",
-				Members: 3, ActiveTokens: 1, RecentAudit: sampleAudit()[:3], Areas: sampleAreas()})},
+				Members: 3, ActiveTokens: 1, RecentAudit: sampleAudit()[:3], Areas: sampleAreas(),
+				MembersHref: "/settings/members", TokensHref: "/settings/tokens", AuditHref: "/audit"})},
 		{Name: "members", Title: "Members", Page: samplePageModel("Members", NavMembers),
 			View: Members(samplePageModel("Members", NavMembers), MembersView{Rows: memberRows, CanEdit: true, Roles: roles})},
 		{Name: "members-invalid", Title: "Members", Page: invalid,

@@ -67,6 +67,7 @@ type QuotaLineView struct {
 // charts of its samples.
 type SandboxUsageView struct {
 	ID                string
+	SandboxHref       string // the sandbox's page; empty when the caller may not open it
 	Template          string
 	User              string
 	State             string

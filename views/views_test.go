@@ -219,6 +219,7 @@ func TestShell(t *testing.T) {
 	base := samplePageModel("Audit log", NavAudit)
 	notOperator := base
 	notOperator.IsOperator = false
+	notOperator.Nav.Operator = nil // handlers leave operator pages out for others
 	prodIdP := base
 	prodIdP.DevIdP = false
 	noCSRF := base

@@ -20,6 +20,7 @@ import (
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
+		handlers.SetMayOpen(c, s.mayOpen(c))
 		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && s.isAPI(c) {
 			scheme, secret, _ := strings.Cut(authz, " ")
 			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
@@ -98,6 +99,9 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 			case r.Perm == tenants.PermOperator:
 				if !cl.Operator {
 					s.handlers.AuditAccessDenied(c, "", map[string]any{"permission": string(r.Perm)})
+					if !r.API {
+						return forbidden(handlers.OperatorRefusal())
+					}
 					return forbidden("this needs a platform operator")
 				}
 				return next(c)
@@ -110,11 +114,17 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 			}
 			if !tenants.Can(cl.Role, r.Perm) {
 				s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(r.Perm), "role": string(cl.Role)})
+				if !r.API { // a person in the browser: in words, and whom to ask
+					return forbidden(s.handlers.Refusal(c, r.Perm))
+				}
 				return forbidden("the " + string(cl.Role) + " role does not allow " + string(r.Perm))
 			}
 			for _, chk := range r.Also {
 				if (chk.When == nil || chk.When(c)) && !tenants.Can(cl.Role, chk.Perm) {
 					s.handlers.AuditAccessDenied(c, cl.Tenant.ID, map[string]any{"permission": string(chk.Perm), "role": string(cl.Role)})
+					if !r.API {
+						return forbidden(s.handlers.Refusal(c, chk.Perm))
+					}
 					return forbidden("the " + string(cl.Role) + " role " + chk.Refusal)
 				}
 			}
