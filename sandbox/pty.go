@@ -19,7 +19,7 @@ func (s *Service) StartTerminal(ctx context.Context, tenantID, sandboxID string,
 	}
 	// The terminal outlives the request that opened it: its own context,
 	// cut short only while the caller still waits for the start.
-	tctx, cancel := context.WithCancel(s.ctx)
+	tctx, cancel := s.stop.Bound(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
 	// Named, so a lost agent session re-attaches it (see Exec).
 	execID, err := newID()
