@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants"
@@ -51,9 +52,9 @@ type Config struct {
 	SlackWebhookHost string
 	// GitHubAPI is the GitHub REST API base (https://api.github.com).
 	GitHubAPI string
-	Clock     func() time.Time
-	// Sleep waits between attempts; nil waits for real (tests may record).
-	Sleep  func(ctx context.Context, d time.Duration) error
+	// Clock stamps signatures and the delivery log, and times the waits
+	// between attempts (Backoff); default the real one.
+	Clock  clockwork.Clock
 	Logger *slog.Logger
 }
 
@@ -74,19 +75,7 @@ func (c *Config) setDefaults() {
 		c.SlackWebhookHost = SlackWebhookHost
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.Sleep == nil {
-		c.Sleep = func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -215,12 +204,24 @@ func (s *Sender) send(ctx context.Context, q request) (Result, error) {
 		if errors.As(err, &perm) || attempt > len(s.cfg.Backoff) {
 			break
 		}
-		if err := s.cfg.Sleep(ctx, s.cfg.Backoff[attempt-1]); err != nil {
+		if err := s.wait(ctx, s.cfg.Backoff[attempt-1]); err != nil {
 			last = err
 			break
 		}
 	}
 	return res, fmt.Errorf("%s %s to %s: %w after %d attempts: %w", q.kind, q.event, q.target, ErrGaveUp, res.Attempts, last)
+}
+
+// wait waits d on the sender's clock, or until ctx ends.
+func (s *Sender) wait(ctx context.Context, d time.Duration) error {
+	t := s.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // permanentError is a failure that retrying will not fix.
@@ -283,7 +284,7 @@ func redact(err error) error {
 func (s *Sender) log(ctx context.Context, q request, attempt, code int, err error) {
 	id, _ := uuid.NewV7()
 	d := Delivery{ID: id.String(), TenantID: q.tenantID, MessageID: q.messageID, Kind: q.kind, Event: q.event, Target: q.target,
-		Attempt: attempt, StatusCode: code, CreatedAt: s.cfg.Clock().UTC().Truncate(time.Microsecond)}
+		Attempt: attempt, StatusCode: code, CreatedAt: s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)}
 	if err != nil {
 		d.Error = truncate(err.Error(), 500)
 	}
