@@ -85,7 +85,7 @@ func (r *Reaper) Start(path string, argv []string, attr *os.ProcAttr) (*os.Proce
 const maxOutput = 1 << 20
 
 // Run runs path to completion and returns its stdout (stderr goes to the
-// console). It has Config.Run's signature.
+// console). It has agent.Config.Run's signature.
 func (r *Reaper) Run(ctx context.Context, path string, args ...string) ([]byte, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
