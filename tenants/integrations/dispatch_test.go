@@ -152,7 +152,7 @@ func TestDispatchRetriesAndSigns(t *testing.T) {
 			// log's times show it.
 			sender := notify.New(d.DB, notify.HostScoped(ss), notify.Config{AllowPrivate: true,
 				Backoff: []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second}, AttemptTimeout: 2 * time.Second,
-				Clock: clocktest.Auto(t, time.Now(), time.Second)})
+				Timers: clocktest.Auto(t, time.Now(), time.Second)})
 			store := integrations.NewStore(d.DB, integrations.Config{AllowPrivate: true})
 			flaky, other, off := newReceiver(t, 500, 500, 200), newReceiver(t, 200), newReceiver(t, 200)
 			ep, err := store.Create(ctx, admin, tn.ID, integrations.NewEndpoint{URL: flaky.URL + "/hook", SecretName: "HOOK_KEY",

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, d dbtest.DB, vals map[string]string, tweak func(*notif
 	}
 	cfg := notify.Config{
 		Backoff: []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}, AttemptTimeout: 500 * time.Millisecond,
-		AllowPrivate: true, SlackWebhookHost: "127.0.0.1", Clock: clocktest.Auto(t, time.Now(), time.Second),
+		AllowPrivate: true, SlackWebhookHost: "127.0.0.1", Timers: clocktest.Auto(t, time.Now(), time.Second),
 	}
 	if tweak != nil {
 		tweak(&cfg)

@@ -52,9 +52,16 @@ type Config struct {
 	SlackWebhookHost string
 	// GitHubAPI is the GitHub REST API base (https://api.github.com).
 	GitHubAPI string
-	// Clock stamps signatures and the delivery log, and times the waits
-	// between attempts (Backoff); default the real one.
-	Clock  clockwork.Clock
+	// Timers is the sender's clock: it times the waits between attempts
+	// (Backoff) and stamps signatures and the delivery log; default the
+	// real one.
+	Timers clockwork.Clock
+	// Clock, when set, stamps signatures and the delivery log instead of
+	// Timers.Now.
+	//
+	// Deprecated: a shim for callers that hand every package a
+	// func() time.Time (the composition root); set Timers.
+	Clock  func() time.Time
 	Logger *slog.Logger
 }
 
@@ -74,8 +81,11 @@ func (c *Config) setDefaults() {
 	if c.SlackWebhookHost == "" {
 		c.SlackWebhookHost = SlackWebhookHost
 	}
+	if c.Timers == nil {
+		c.Timers = clockwork.NewRealClock()
+	}
 	if c.Clock == nil {
-		c.Clock = clockwork.NewRealClock()
+		c.Clock = c.Timers.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -214,7 +224,7 @@ func (s *Sender) send(ctx context.Context, q request) (Result, error) {
 
 // wait waits d on the sender's clock, or until ctx ends.
 func (s *Sender) wait(ctx context.Context, d time.Duration) error {
-	t := s.cfg.Clock.NewTimer(d)
+	t := s.cfg.Timers.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.Chan():
@@ -284,7 +294,7 @@ func redact(err error) error {
 func (s *Sender) log(ctx context.Context, q request, attempt, code int, err error) {
 	id, _ := uuid.NewV7()
 	d := Delivery{ID: id.String(), TenantID: q.tenantID, MessageID: q.messageID, Kind: q.kind, Event: q.event, Target: q.target,
-		Attempt: attempt, StatusCode: code, CreatedAt: s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)}
+		Attempt: attempt, StatusCode: code, CreatedAt: s.cfg.Clock().UTC().Truncate(time.Microsecond)}
 	if err != nil {
 		d.Error = truncate(err.Error(), 500)
 	}

@@ -62,7 +62,7 @@ func (s *Sender) Webhook(ctx context.Context, tenantID string, ep Endpoint, even
 	if err != nil {
 		return Result{}, err
 	}
-	now := s.cfg.Clock.Now().UTC()
+	now := s.cfg.Clock().UTC()
 	body, err := json.Marshal(Envelope{Type: event, Timestamp: now, Data: data})
 	if err != nil {
 		return Result{}, fmt.Errorf("encode webhook %s: %w", event, err)
@@ -80,7 +80,7 @@ func (s *Sender) Webhook(ctx context.Context, tenantID string, ep Endpoint, even
 		tenantID: tenantID, messageID: id, kind: KindWebhook, event: event, target: logTarget(u),
 		method: http.MethodPost, url: u.String(), header: http.Header{"Content-Type": {"application/json"}}, body: body,
 		sign: func(h http.Header, body []byte) error {
-			ts := s.cfg.Clock.Now()
+			ts := s.cfg.Clock()
 			h.Set("webhook-id", id)
 			h.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
 			h.Set("webhook-signature", Sign(key, id, ts, body))
