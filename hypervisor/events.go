@@ -99,23 +99,23 @@ func (q *eventQueue) take() []rawEvent {
 func (h *Host) Events() <-chan Event { return h.events.out }
 
 // deliver runs until the Host is closed.
-func (h *Host) deliver() {
+func (h *Host) deliver(ctx context.Context) {
 	defer h.wg.Done()
 	defer close(h.events.out)
 	for {
 		select {
-		case <-h.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-h.events.wake:
 		}
 		for _, r := range h.events.take() {
-			ev, ok := h.resolve(r)
+			ev, ok := h.resolve(ctx, r)
 			if !ok {
 				continue
 			}
 			select {
 			case h.events.out <- ev:
-			case <-h.ctx.Done():
+			case <-ctx.Done():
 				return
 			}
 		}
@@ -124,7 +124,7 @@ func (h *Host) deliver() {
 
 // resolve turns a raw libvirt event into ours, or drops it when the domain
 // does not belong to this installation.
-func (h *Host) resolve(r rawEvent) (Event, bool) {
+func (h *Host) resolve(ctx context.Context, r rawEvent) (Event, bool) {
 	if r.host != nil {
 		return *r.host, true
 	}
@@ -133,7 +133,7 @@ func (h *Host) resolve(r rawEvent) (Event, bool) {
 	}
 	kind, reason := describe(r.event, r.detail)
 
-	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var (
 		id     identity

@@ -106,9 +106,10 @@ type Host struct {
 	cfg Config
 	log *slog.Logger
 
-	// ctx ends when the Host is closed; it bounds background work only.
-	ctx  context.Context
-	stop context.CancelFunc
+	// stop ends the background work's context (passed to it, not kept
+	// here); closed says Close ran. Both under mu.
+	stop   context.CancelFunc
+	closed bool
 
 	mu   sync.Mutex
 	sess *session      // nil while disconnected
@@ -152,7 +153,6 @@ func Connect(ctx context.Context, cfg Config) (*Host, error) {
 		events: newEventQueue(cfg.Logger),
 		known:  newIdentityCache(),
 	}
-	h.ctx, h.stop = context.WithCancel(context.Background())
 	sess, err := h.open(ctx)
 	if err == nil {
 		err = h.learnDomains(ctx, sess)
@@ -161,13 +161,15 @@ func Connect(ctx context.Context, cfg Config) (*Host, error) {
 		}
 	}
 	if err != nil {
-		h.stop()
 		return nil, fmt.Errorf("connect hypervisor %s: %w (is libvirtd running? scripts/libvirtd.sh starts it)", cfg.URI, err)
 	}
 	h.sess = sess
+	// The background work's context ends when the Host is closed.
+	bg, stop := context.WithCancel(context.Background())
+	h.stop = stop
 	h.wg.Add(2)
-	go h.supervise(sess)
-	go h.deliver()
+	go h.supervise(bg, sess)
+	go h.deliver(bg)
 	return h, nil
 }
 
@@ -252,7 +254,7 @@ func (h *Host) acquire(ctx context.Context) (*session, func(), error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() != nil {
+	if h.closed {
 		return nil, nil, fmt.Errorf("%w: host closed", ErrUnavailable)
 	}
 	s := h.sess
@@ -277,11 +279,11 @@ func (h *Host) fail(err error) error {
 }
 
 // supervise watches the current session and replaces it when it dies.
-func (h *Host) supervise(s *session) {
+func (h *Host) supervise(ctx context.Context, s *session) {
 	defer h.wg.Done()
 	for {
 		select {
-		case <-h.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-s.lost:
 		case <-h.kick:
@@ -303,26 +305,26 @@ func (h *Host) supervise(s *session) {
 		}(s)
 
 		var ok bool
-		if s, ok = h.reconnect(); !ok {
+		if s, ok = h.reconnect(ctx); !ok {
 			return
 		}
 	}
 }
 
 // reconnect retries with jittered exponential backoff until it succeeds or
-// the Host is closed.
-func (h *Host) reconnect() (*session, bool) {
+// the Host is closed (ctx ends).
+func (h *Host) reconnect(ctx context.Context) (*session, bool) {
 	delay := h.cfg.ReconnectMin
 	for attempt := 1; ; attempt++ {
 		select {
-		case <-h.ctx.Done():
+		case <-ctx.Done():
 			return nil, false
 		case <-time.After(delay/2 + rand.N(delay/2+1)):
 		}
-		ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
-		s, err := h.open(ctx)
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		s, err := h.open(actx)
 		if err == nil {
-			err = h.learnDomains(ctx, s)
+			err = h.learnDomains(actx, s)
 			if err != nil {
 				h.closeSession(s)
 			}
@@ -330,7 +332,7 @@ func (h *Host) reconnect() (*session, bool) {
 		cancel()
 		if err == nil {
 			h.mu.Lock()
-			if h.ctx.Err() != nil {
+			if h.closed {
 				h.mu.Unlock()
 				h.closeSession(s)
 				return nil, false
@@ -351,10 +353,11 @@ func (h *Host) reconnect() (*session, bool) {
 // Open channels should be closed first.
 func (h *Host) Close() error {
 	h.mu.Lock()
-	if h.ctx.Err() != nil {
+	if h.closed {
 		h.mu.Unlock()
 		return nil
 	}
+	h.closed = true
 	h.stop()
 	s := h.sess
 	h.sess = nil

@@ -94,7 +94,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 		rec.Reason = truncate("error: "+xerr.Error(), 500)
 		rec.DurationMS = time.Since(begin).Milliseconds()
 	}
-	if xerr != nil && s.ctx.Err() != nil && errors.Is(xerr, agentproto.ErrSessionLost) {
+	if xerr != nil && s.stop.Err() != nil && errors.Is(xerr, agentproto.ErrSessionLost) {
 		// This server is closing (a restart): the command lives on in its
 		// agent for the grace; the next server resumes or closes the record.
 		s.log.Info("command left running for the next server", "sandbox", sb.ID, "exec", rec.ID)
@@ -306,8 +306,8 @@ func (s *Service) nextAgent(sb Sandbox, c *agentproto.Client) func(context.Conte
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-s.ctx.Done():
-				return nil, s.ctx.Err()
+			case <-s.stop.Done():
+				return nil, s.stop.Err()
 			case <-time.After(500 * time.Millisecond):
 			}
 		}

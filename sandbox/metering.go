@@ -25,12 +25,12 @@ func (s *Service) meterLoop() {
 	var pruned time.Time
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.SampleInterval*4, 30*time.Second))
-		if err := s.sampleAll(ctx); err != nil && s.ctx.Err() == nil {
+		ctx, cancel := s.stop.WithTimeout(context.Background(), max(s.cfg.SampleInterval*4, 30*time.Second))
+		if err := s.sampleAll(ctx); err != nil && s.stop.Err() == nil {
 			s.log.Warn("sample sandbox usage", "err", err)
 		}
 		if now := s.cfg.Clock(); now.Sub(pruned) > time.Hour {

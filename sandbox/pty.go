@@ -33,7 +33,7 @@ func (s *Service) StartTerminalID(ctx context.Context, tenantID, sandboxID, id s
 	}
 	// The terminal outlives the request that opened it: its own context,
 	// cut short only while the caller still waits for the start.
-	tctx, cancel := context.WithCancel(s.ctx)
+	tctx, cancel := s.stop.Bound(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
 	// Named, so a lost agent session re-attaches it (see Exec).
 	e, err := c.StartResumableExec(tctx, agentproto.ExecRequest{ID: terminalExecID(id), Sandbox: sb.ID, Argv: argv, Env: env, TTY: true, Stdin: true, Size: size},
@@ -68,7 +68,7 @@ func (s *Service) AttachTerminal(ctx context.Context, tenantID, sandboxID, id st
 	if err != nil {
 		return nil, err
 	}
-	tctx, cancel := context.WithCancel(s.ctx)
+	tctx, cancel := s.stop.Bound(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
 	e, err := c.AttachExec(tctx, terminalExecID(id), offset, output, nil, s.nextAgent(sb, c))
 	stop()

@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -167,10 +168,9 @@ type Service struct {
 	vms   VMs // not started: sandboxes can be read, not created or changed
 	log   *slog.Logger
 
-	// ctx ends at Close; it bounds creates and the background loop.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// stop is closed by Close; it bounds creates and the background loops.
+	stop *shutdown.Signal
+	wg   sync.WaitGroup
 
 	mu       sync.Mutex
 	inflight map[string]int            // sandboxes whose create or destroy this process runs
@@ -212,7 +212,7 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.stop = shutdown.New()
 	if s.templates, s.templatesErr = loadTemplates(cfg.DataDir); s.templatesErr != nil {
 		s.log.Error("sandboxes cannot be created", "err", s.templatesErr)
 	}
@@ -270,7 +270,7 @@ func (s *Service) Start(ctx context.Context) error {
 // reconciles what they left). Sandboxes keep running in their VMs.
 func (s *Service) Close() error {
 	s.once.Do(func() {
-		s.cancel()
+		s.stop.Close()
 		s.wg.Wait()
 	})
 	return nil
@@ -393,7 +393,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	// From here on the sandbox exists: it ends running or failed even if
 	// the caller goes away. Only Close cuts it short, and the next Start
 	// reconciles it.
-	cctx, cancel := context.WithTimeout(s.ctx, s.cfg.CreateTimeout)
+	cctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.CreateTimeout)
 	defer cancel()
 
 	vm, client, err := s.place(cctx, actor, sb)
@@ -409,7 +409,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
 	})
 	if err != nil {
-		if s.ctx.Err() != nil {
+		if s.stop.Err() != nil {
 			return Sandbox{}, fmt.Errorf("create sandbox %s: the server is shutting down: %w", sb.ID, err)
 		}
 		// A create the agent finished after we gave up must not stay behind.
@@ -449,7 +449,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 func (s *Service) createFailed(sb Sandbox, reason string, cause error) (Sandbox, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if s.ctx.Err() != nil {
+	if s.stop.Err() != nil {
 		// Closing: the next Start reconciles it.
 		return Sandbox{}, fmt.Errorf("create sandbox %s: %w", sb.ID, cause)
 	}

@@ -22,12 +22,12 @@ func (s *Service) loop() {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
-		if _, err := s.sync(ctx, false); err != nil && s.ctx.Err() == nil {
+		ctx, cancel := s.stop.WithTimeout(context.Background(), 2*time.Minute)
+		if _, err := s.sync(ctx, false); err != nil && s.stop.Err() == nil {
 			s.log.Warn("sync sandboxes", "err", err)
 		}
 		cancel()
@@ -124,7 +124,7 @@ func (s *Service) sync(ctx context.Context, startup bool) (wait func(), err erro
 			defer wg.Done()
 			defer s.endVMSync(k)
 			// Not the pass's ctx: the pass does not wait for this.
-			vctx, cancel := context.WithTimeout(s.ctx, s.cfg.VMSyncTimeout)
+			vctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.VMSyncTimeout)
 			defer cancel()
 			s.syncVM(vctx, vm, group, abandoned)
 		}()

@@ -3,10 +3,10 @@ package tenants_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants"
@@ -14,26 +14,9 @@ import (
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
 
-// clock is an injected clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock {
-	return &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock is the injected clock tests move by hand; it drives timers too.
+func newClock() *clockwork.FakeClock {
+	return clockwork.NewFakeClockAt(time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC))
 }
 
 // env is one database under test with a store on an injected clock.
@@ -42,7 +25,7 @@ type env struct {
 	db    *gorm.DB
 	store *tenants.Store
 	log   *audit.Log
-	clock *clock
+	clock *clockwork.FakeClock
 }
 
 // eachDB runs fn on every test database (SQLite, and PostgreSQL when

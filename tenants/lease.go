@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 )
 
@@ -51,8 +52,10 @@ type LeaseConfig struct {
 	// this machine and process.
 	Hostname string
 	PID      int
-	Clock    func() time.Time
-	Logger   *slog.Logger
+	// Clock drives the heartbeat, the wait for a held lease and the
+	// expiry times written; default the real one.
+	Clock  clockwork.Clock
+	Logger *slog.Logger
 }
 
 func (c *LeaseConfig) checkAndSetDefaults() {
@@ -69,7 +72,7 @@ func (c *LeaseConfig) checkAndSetDefaults() {
 		c.PID = os.Getpid()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -122,6 +125,7 @@ func AcquireLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig) (*Lease, er
 // WaitLease is AcquireLease that waits, polling every poll, while another
 // server holds the lease; onHeld is told who, once per holder.
 func WaitLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig, poll time.Duration, onHeld func(LeaseHolder)) (*Lease, error) {
+	cfg.checkAndSetDefaults()
 	var last string
 	for {
 		l, err := AcquireLease(ctx, db, cfg)
@@ -136,12 +140,12 @@ func WaitLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig, poll time.Dura
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for the installation lease: %w (%w)", ctx.Err(), err)
-		case <-time.After(poll):
+		case <-cfg.Clock.After(poll):
 		}
 	}
 }
 
-func (l *Lease) now() time.Time { return l.cfg.Clock().UTC().Truncate(time.Microsecond) }
+func (l *Lease) now() time.Time { return l.cfg.Clock.Now().UTC().Truncate(time.Microsecond) }
 
 // take claims the row when it is free, in one conditional update, so of two
 // servers starting at once exactly one wins.
@@ -194,27 +198,27 @@ func (l *Lease) markLost(err error) {
 
 func (l *Lease) renewLoop() {
 	defer close(l.done)
-	t := time.NewTicker(l.cfg.Heartbeat)
+	t := l.cfg.Clock.NewTicker(l.cfg.Heartbeat)
 	defer t.Stop()
-	lastOK := l.cfg.Clock()
+	lastOK := l.cfg.Clock.Now()
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.Heartbeat)
+		ctx, cancel := clockwork.WithTimeout(context.Background(), l.cfg.Clock, l.cfg.Heartbeat)
 		ok, err := l.renew(ctx)
 		cancel()
 		switch {
 		case err == nil && ok:
-			lastOK = l.cfg.Clock()
+			lastOK = l.cfg.Clock.Now()
 		case err == nil:
 			l.markLost(fmt.Errorf("installation lease lost: another server took it"))
 			return
 		default:
 			l.cfg.Logger.Warn("renew installation lease", "err", err)
-			if l.cfg.Clock().Sub(lastOK) >= l.cfg.TTL {
+			if l.cfg.Clock.Since(lastOK) >= l.cfg.TTL {
 				l.markLost(fmt.Errorf("installation lease lost: not renewed for %s: %w", l.cfg.TTL, err))
 				return
 			}

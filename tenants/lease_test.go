@@ -7,18 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/tenants"
 )
 
 func TestInstallationLease(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
-		cfgA := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-a", PID: 111, Clock: e.clock.Now}
+		cfgA := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-a", PID: 111, Clock: e.clock}
 		a, err := tenants.AcquireLease(ctx, e.db, cfgA)
 		if err != nil {
 			t.Fatalf("Got(AcquireLease on a fresh database) err = %v; want nil", err)
 		}
 		// A second server is refused, and told who holds it.
-		cfgB := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-b", PID: 222, Clock: e.clock.Now}
+		cfgB := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-b", PID: 222, Clock: e.clock}
 		_, err = tenants.AcquireLease(ctx, e.db, cfgB)
 		var he *tenants.LeaseHeldError
 		if !errors.As(err, &he) || !errors.Is(err, tenants.ErrLeaseHeld) {
@@ -42,6 +44,9 @@ func TestInstallationLease(t *testing.T) {
 		if err := a.Release(ctx); err != nil {
 			t.Fatalf("Release = %v", err)
 		}
+		// B gets a clock of its own, standing still from here: it crashes
+		// below, and a crashed server's heartbeat never fires.
+		cfgB.Clock = clockwork.NewFakeClockAt(e.clock.Now())
 		b, err := tenants.AcquireLease(ctx, e.db, cfgB)
 		if err != nil {
 			t.Fatalf("Got(AcquireLease after Release) err = %v; want nil", err)
@@ -55,7 +60,7 @@ func TestInstallationLease(t *testing.T) {
 		// B "crashes": no more heartbeats. Its lease is free once it expired,
 		// not before.
 		e.clock.Advance(19 * time.Second)
-		cfgC := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-c", PID: 333, Clock: e.clock.Now}
+		cfgC := tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: time.Hour, Hostname: "host-c", PID: 333, Clock: e.clock}
 		if _, err := tenants.AcquireLease(ctx, e.db, cfgC); !errors.Is(err, tenants.ErrLeaseHeld) || !strings.Contains(err.Error(), "host-b") {
 			t.Fatalf("Got(AcquireLease before the crashed lease expired) err = %v; want ErrLeaseHeld naming host-b", err)
 		}
@@ -90,7 +95,7 @@ func TestInstallationLeaseRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Clock: e.clock.Now})
+				l, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Clock: e.clock})
 				mu.Lock()
 				defer mu.Unlock()
 				if err == nil {
@@ -110,23 +115,78 @@ func TestInstallationLeaseRace(t *testing.T) {
 	})
 }
 
+// TestInstallationLeaseHeartbeat: the holder's clock drives its heartbeat,
+// which keeps moving the expiry on: past the TTL it still holds.
+func TestInstallationLeaseHeartbeat(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		a, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: 5 * time.Second, Clock: e.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Release(ctx)
+		if err := e.clock.BlockUntilContext(ctx, 1); err != nil { // the heartbeat's ticker
+			t.Fatal(err)
+		}
+		for range 8 { // 40 s: twice the TTL
+			e.clock.Advance(5 * time.Second)
+			waitHeartbeat(t, e, e.clock.Now())
+		}
+		if _, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Clock: e.clock}); !errors.Is(err, tenants.ErrLeaseHeld) {
+			t.Fatalf("Got(AcquireLease %s after the holder took it, heartbeats going) err = %v; want ErrLeaseHeld", 40*time.Second, err)
+		}
+		select {
+		case <-a.Lost():
+			t.Fatalf("Got(lease lost: %v); want held", a.Err())
+		default:
+		}
+	})
+}
+
+// waitHeartbeat waits for the heartbeat the clock's last move caused to
+// reach the database (it runs in the lease's own goroutine).
+func waitHeartbeat(t *testing.T, e *env, at time.Time) {
+	t.Helper()
+	want := at.UTC().Truncate(time.Microsecond)
+	var cur tenants.LeaseHolder
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var err error
+		if cur, err = tenants.CurrentLease(ctx, e.db); err != nil {
+			t.Fatal(err)
+		}
+		if cur.HeartbeatAt.Equal(want) {
+			return
+		}
+	}
+	t.Fatalf("Got(heartbeat_at) = %s; want %s (the heartbeat after the clock moved)", cur.HeartbeatAt, want)
+}
+
 // TestInstallationLeaseLost: a holder whose lease another server took
-// learns it from its heartbeat.
+// learns it from its next heartbeat.
 func TestInstallationLeaseLost(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
-		frozen := e.clock.Now() // A's clock stops: its heartbeats never move the expiry
-		a, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: 10 * time.Millisecond,
-			Clock: func() time.Time { return frozen }})
+		// A's clock is its own and stands still while the world's moves
+		// on: it misses its heartbeats (a paused process, say).
+		aClock := clockwork.NewFakeClockAt(e.clock.Now())
+		a, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: 5 * time.Second, Clock: aClock})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Release(ctx)
 		e.clock.Advance(time.Minute)
-		b, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Clock: e.clock.Now})
+		b, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Clock: e.clock})
 		if err != nil {
 			t.Fatalf("Got(AcquireLease of an expired lease) err = %v; want nil", err)
 		}
 		defer b.Release(ctx)
+		select {
+		case <-a.Lost():
+			t.Fatal("Got(lease lost before its next heartbeat); want held until then")
+		default:
+		}
+		if err := aClock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		aClock.Advance(5 * time.Second) // A's next heartbeat
 		select {
 		case <-a.Lost():
 		case <-time.After(time.Minute):
@@ -134,6 +194,49 @@ func TestInstallationLeaseLost(t *testing.T) {
 		}
 		if err := a.Err(); err == nil || !strings.Contains(err.Error(), "another server took it") {
 			t.Errorf("Got(Err of the lost lease) = %v; want another server took it", err)
+		}
+	})
+}
+
+// TestWaitLease: a server waiting for a held lease polls on its clock and
+// takes the lease once the holder releases it.
+func TestWaitLease(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		a, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Hostname: "host-a", Clock: e.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan tenants.LeaseHolder, 4)
+		got := make(chan error, 1)
+		go func() {
+			b, err := tenants.WaitLease(ctx, e.db, tenants.LeaseConfig{Heartbeat: time.Hour, Hostname: "host-b", Clock: e.clock}, 10*time.Second,
+				func(h tenants.LeaseHolder) { held <- h })
+			if err == nil {
+				err = b.Release(ctx)
+			}
+			got <- err
+		}()
+		if h := <-held; h.Hostname != "host-a" {
+			t.Errorf("Got(onHeld) = %q; want host-a", h.Hostname)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// B's poll (A's heartbeat ended with its release).
+		if err := e.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("Got(WaitLease returned %v before its next poll); want it waiting", err)
+		default:
+		}
+		e.clock.Advance(10 * time.Second)
+		if err := <-got; err != nil {
+			t.Fatalf("Got(WaitLease after the release) err = %v; want nil", err)
+		}
+		if len(held) != 0 {
+			t.Errorf("Got(onHeld called %d more times); want once per holder", len(held))
 		}
 	})
 }

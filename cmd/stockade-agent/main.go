@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/agent"
+	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
+	"github.com/stockade-dev/stockade/sandbox/agent/vminit"
 )
 
 // version is set at build time: -ldflags "-X main.version=...".
@@ -49,10 +51,10 @@ func main() {
 // runInit never returns: PID 1 exiting panics the kernel.
 func runInit() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	err := agent.Init(context.Background(), version, log)
+	err := vminit.Init(context.Background(), version, log)
 	log.Error("init failed; powering off", "err", err)
 	for {
-		if err := agent.PowerOff(); err != nil {
+		if err := vminit.PowerOff(); err != nil {
 			log.Error("power off", "err", err)
 		}
 		time.Sleep(time.Second)
@@ -93,7 +95,7 @@ func runSandboxInit(args []string, stderr io.Writer) error {
 	default:
 		return errors.New("give --listen-fd N or --socket PATH")
 	}
-	return agent.RunSandboxInit(context.Background(), ln, agent.InitOptions{
+	return sandboxinit.RunSandboxInit(context.Background(), ln, sandboxinit.InitOptions{
 		Logger: log, OutsideOnly: os.Getpid() == 1,
 	})
 }

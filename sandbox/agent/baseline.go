@@ -171,14 +171,14 @@ func (m *Manager) baselineExec(ctx context.Context, id string, noASLR bool) (tim
 // startMaybeASLR starts crun, without address randomization if noASLR.
 func (m *Manager) startMaybeASLR(noASLR bool, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error) {
 	if !noASLR {
-		return m.cfg.start(m.cfg.CrunPath, argv, attr)
+		return m.cfg.Start(m.cfg.CrunPath, argv, attr)
 	}
 	type started struct {
 		p    *os.Process
 		done <-chan unix.WaitStatus
 	}
 	st, err := startWithoutASLR(func() (started, error) {
-		p, done, err := m.cfg.start(m.cfg.CrunPath, argv, attr)
+		p, done, err := m.cfg.Start(m.cfg.CrunPath, argv, attr)
 		return started{p, done}, err
 	})
 	return st.p, st.done, err

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -153,7 +154,7 @@ const (
 	// initListenFD is the control listener's number in the sandbox's init
 	// (crun --preserve-fds 1 hands over fd 3).
 	initListenFD = 3
-	workspaceDir = "/workspace"
+	workspaceDir = sandboxinit.WorkspaceDir
 	cpuPeriod    = 100000
 )
 

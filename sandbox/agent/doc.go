@@ -44,7 +44,7 @@ package agent
 // init is PID 1 of the sandbox: it reaps, ignores every signal sent from
 // inside, is not dumpable (its /proc entries are root's) and spawns
 // commands in place, passing their pipes or terminal master to the agent
-// with SCM_RIGHTS (initproto.go).
+// with SCM_RIGHTS (sandboxinit/initproto.go).
 //
 // Isolation: namespaces pid, network (only lo, which the agent brings up,
 // with the egress proxy listener on it: egress.go),
@@ -66,5 +66,5 @@ package agent
 // the VM is the tenant boundary.
 //
 // Address randomization: crun is started with ADDR_NO_RANDOMIZE
-// (personality.go), which halves its start under TCG; init restores
+// (sandboxinit/personality.go), which halves its start under TCG; init restores
 // randomization on every thread before any command starts.

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -25,7 +26,7 @@ const (
 	maxExecTimeout = 7 * 24 * 3600
 	// maxExecGrace bounds HelloRequest.ExecGraceSeconds (a day).
 	maxExecGrace = 24 * 3600
-	maxPathLen   = 4096
+	maxPathLen   = sandboxinit.MaxPathLen
 )
 
 // signals the host may send, by name.

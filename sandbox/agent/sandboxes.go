@@ -46,9 +46,9 @@ type ManagerConfig struct {
 	// ext4, overlay) are loaded; nil means they are.
 	DisksReady <-chan struct{}
 
-	// start starts a process whose exit status arrives on the channel: PID
+	// Start starts a process whose exit status arrives on the channel: PID
 	// 1 passes its reaper's; nil means os.StartProcess.
-	start func(path string, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error)
+	Start func(path string, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error)
 }
 
 // Manager runs the sandboxes of one guest: crun containers whose init is
@@ -106,8 +106,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = 256 << 20
 	}
-	if cfg.start == nil {
-		cfg.start = startProcess
+	if cfg.Start == nil {
+		cfg.Start = startProcess
 	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "sandboxes"), filepath.Join(cfg.StateDir, "templates")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 				os.Exit(3)
 			}
 		}
-		RunSandboxInit(context.Background(), l.(*net.UnixListener), InitOptions{WorkDir: os.Getenv("STOCKADE_TEST_WORKDIR"),
+		sandboxinit.RunSandboxInit(context.Background(), l.(*net.UnixListener), sandboxinit.InitOptions{WorkDir: os.Getenv("STOCKADE_TEST_WORKDIR"),
 			Root: os.Getenv("STOCKADE_TEST_ROOT")})
 		os.Exit(0)
 	}

@@ -121,10 +121,10 @@ func NewServer(cfg Config) (*Server, error) {
 // or an error) or ctx ends, then closes conn. Each LinkOpen from a host ends
 // the current session and starts a new one.
 func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
-	return s.serveLink(ctx, conn, 0)
+	return s.ServeLink(ctx, conn, 0)
 }
 
-// serveLink is Serve; with poll > 0 an EOF only means that no host is
+// ServeLink is Serve; with poll > 0 an EOF only means that no host is
 // connected right now (a virtio-serial port): look again every poll.
 //
 // On a port an EOF never ends the session. The guest learns that the host
@@ -134,7 +134,7 @@ func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 // then would drop that host's hello and everything after it. A session ends
 // when its host says so (LinkClose), when another host opens one
 // (LinkOpen), or when its own keepalive goes unanswered.
-func (s *Server) serveLink(ctx context.Context, conn io.ReadWriteCloser, poll time.Duration) error {
+func (s *Server) ServeLink(ctx context.Context, conn io.ReadWriteCloser, poll time.Duration) error {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
@@ -427,11 +427,11 @@ func (s *Server) hello(ss *session, req agentproto.Request) agentproto.Response 
 	return agentproto.Response{V: v, Hello: &agentproto.Hello{
 		Protocol:      v,
 		Agent:         s.cfg.Version,
-		Kernel:        kernelRelease(),
+		Kernel:        KernelRelease(),
 		Capabilities:  s.capabilities(),
 		PID1:          s.cfg.PID1,
 		Boot:          s.cfg.Boot(),
-		Uptime:        uptime(),
+		Uptime:        Uptime(),
 		SessionNumber: ss.n,
 	}}
 }

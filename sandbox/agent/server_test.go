@@ -105,7 +105,7 @@ func TestPortEOFAfterHostFrames(t *testing.T) {
 			port := &lateNoticePort{fromHost: agentR, toHost: agentW, eofAfter: eofAfter}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- srv.serveLink(ctx, port, time.Millisecond) }()
+			go func() { done <- srv.ServeLink(ctx, port, time.Millisecond) }()
 			defer func() {
 				cancel()
 				port.Close()

@@ -16,8 +16,8 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
-// uptime is the kernel's CLOCK_BOOTTIME: time since the guest kernel started.
-func uptime() time.Duration {
+// Uptime is the kernel's CLOCK_BOOTTIME: time since the guest kernel started.
+func Uptime() time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0
@@ -25,7 +25,8 @@ func uptime() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-func kernelRelease() string {
+// KernelRelease is the guest kernel's release (uname -r).
+func KernelRelease() string {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return ""
@@ -34,7 +35,7 @@ func kernelRelease() string {
 }
 
 func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
-	st := agentproto.Stats{Uptime: uptime(), CPUs: runtime.NumCPU()}
+	st := agentproto.Stats{Uptime: Uptime(), CPUs: runtime.NumCPU()}
 	load, err := os.ReadFile(filepath.Join(s.cfg.ProcDir, "loadavg"))
 	if err != nil {
 		return st, fmt.Errorf("read loadavg: %w", err)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -122,10 +123,9 @@ type Engine struct {
 	active map[string]*active // run id -> its execution
 	closed bool
 	wg     sync.WaitGroup
-	// bg bounds notifications, which outlive their run's context (a
-	// cancelled run is still reported); cancelled when Close gives up.
-	bg     context.Context
-	stopBG context.CancelFunc
+	// stopBG bounds notifications, which outlive their run's context (a
+	// cancelled run is still reported); closed when Close gives up.
+	stopBG *shutdown.Signal
 }
 
 type active struct {
@@ -146,12 +146,11 @@ var (
 // without sandboxes) fails every run it executes, saying so.
 func NewEngine(store *Store, wf Workflows, sbx Sandboxes, cfg Config) *Engine {
 	cfg.setDefaults()
-	bg, stop := context.WithCancel(context.Background())
 	if cfg.Outbox != nil {
 		store.outbox = cfg.Outbox
 	}
 	return &Engine{store: store, wf: wf, sbx: sbx, cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), active: map[string]*active{},
-		bg: bg, stopBG: stop}
+		stopBG: shutdown.New()}
 }
 
 // Store is the engine's store.
@@ -338,12 +337,12 @@ func (e *Engine) Close(ctx context.Context) error {
 	go func() { e.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		e.stopBG()
+		e.stopBG.Close()
 		return nil
 	case <-ctx.Done():
 		// Notifications still retrying are abandoned (their delivery log
 		// says how far they got).
-		e.stopBG()
+		e.stopBG.Close()
 		return fmt.Errorf("close run engine: %w", ctx.Err())
 	}
 }
@@ -420,7 +419,9 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 		go func(r Run) {
 			defer e.wg.Done()
 			defer close(started)
-			if err := e.cfg.Notifier.RunStarted(e.bg, v.Def, r); err != nil {
+			nctx, cancel := e.stopBG.Bound(context.Background())
+			defer cancel()
+			if err := e.cfg.Notifier.RunStarted(nctx, v.Def, r); err != nil {
 				e.cfg.Logger.Warn("notify run start", "run", r.ID, "err", err)
 			}
 		}(r)
@@ -714,7 +715,8 @@ func (e *Engine) notify(def workflow.Definition, r Run) {
 	if e.cfg.Notifier == nil {
 		return
 	}
-	nctx := e.bg
+	nctx, cancel := e.stopBG.Bound(context.Background())
+	defer cancel()
 	_, steps, err := e.store.Get(nctx, r.TenantID, r.ID)
 	if err != nil {
 		e.cfg.Logger.Warn("notify run end", "run", r.ID, "err", err)

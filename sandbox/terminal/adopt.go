@@ -34,7 +34,7 @@ func (s *Service) adoptOrphans() {
 	}
 	s.mu.Unlock()
 	for _, sess := range list {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		ctx, cancel := s.stop.WithTimeout(context.Background(), 30*time.Second)
 		done := s.adopt(ctx, sess)
 		cancel()
 		if done {

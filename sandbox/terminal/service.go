@@ -23,6 +23,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
@@ -131,9 +132,8 @@ type Service struct {
 	sbx   Sandboxes
 	log   *slog.Logger
 
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	stop *shutdown.Signal // closed by Close
+	wg   sync.WaitGroup
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -158,7 +158,7 @@ func NewService(store *Store, sbx Sandboxes, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{cfg: cfg, store: store, sbx: sbx, log: cfg.Logger.With("component", "terminal"),
 		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}, orphans: map[string]Session{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.stop = shutdown.New()
 	return s
 }
 
@@ -229,7 +229,7 @@ func (s *Service) Close() error {
 		hubs = append(hubs, l.hub)
 	}
 	s.mu.Unlock()
-	s.cancel()
+	s.stop.Close()
 	for _, h := range hubs {
 		h.End("the server is shutting down")
 	}
@@ -634,12 +634,14 @@ func (s *Service) EndSandbox(tenantID, sandboxID, reason string) {
 
 func (s *Service) loop() {
 	defer s.wg.Done()
+	ctx, cancel := s.stop.Bound(context.Background())
+	defer cancel()
 	t := time.NewTicker(s.cfg.CheckInterval)
 	defer t.Stop()
 	var lastSeen, lastSweep time.Time
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -649,11 +651,11 @@ func (s *Service) loop() {
 		if now.Sub(lastSeen) >= seenInterval {
 			lastSeen = now
 			s.refresh()
-			s.reapLost(s.ctx, s.cfg.Clock().Add(-lostAfter))
+			s.reapLost(ctx, s.cfg.Clock().Add(-lostAfter))
 		}
 		if now.Sub(lastSweep) >= time.Hour {
 			lastSweep = now
-			s.sweep(s.ctx)
+			s.sweep(ctx)
 		}
 	}
 }
@@ -680,7 +682,7 @@ func (s *Service) check() {
 		k := key{l.sess.TenantID, l.sess.SandboxID}
 		why, ok := verdict[k]
 		if !ok {
-			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			ctx, cancel := s.stop.WithTimeout(context.Background(), 5*time.Second)
 			ended, reason, err := s.sbx.SandboxEnded(ctx, k.tenant, k.sandbox)
 			cancel()
 			switch {
@@ -708,7 +710,7 @@ func (s *Service) refresh() {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	ctx, cancel := s.stop.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.store.seen(ctx, ids); err != nil {
 		s.log.Warn("refresh live terminals", "err", err)

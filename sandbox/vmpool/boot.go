@@ -152,7 +152,8 @@ func (s *Service) startTask(rt *runtime, fn func(ctx context.Context)) bool {
 			return false
 		}
 	}
-	ctx, cancel := context.WithCancelCause(s.ctx)
+	bctx, unbind := s.stop.Bound(context.Background())
+	ctx, cancel := context.WithCancelCause(bctx)
 	done := make(chan struct{})
 	rt.cancel, rt.done = cancel, done
 	rt.mu.Unlock()
@@ -160,6 +161,7 @@ func (s *Service) startTask(rt *runtime, fn func(ctx context.Context)) bool {
 	go func() {
 		defer s.wg.Done()
 		defer close(done)
+		defer unbind()
 		defer cancel(nil)
 		fn(ctx)
 	}()
@@ -236,11 +238,14 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	took := time.Since(start)
 	hello := client.Hello()
-	ok, err := s.store.markRunning(s.ctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took})
+	// Not the task's ctx: a destroy cancels that; only Close cuts this short.
+	mctx, cancel := s.stop.Bound(context.Background())
+	ok, err := s.store.markRunning(mctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took})
+	cancel()
 	if err != nil || !ok {
 		// Destroyed or lost meanwhile: whoever did that records the end.
 		client.Close()
-		if err != nil && s.ctx.Err() == nil {
+		if err != nil && s.stop.Err() == nil {
 			s.log.Error("record vm running", "vm", vm.ID, "err", err)
 		}
 		return
@@ -276,7 +281,7 @@ func (s *Service) templateDisks() []hypervisor.Disk {
 // if any, is left for the next Start to adopt).
 func (s *Service) bootCancelled(ctx context.Context, vm VM, hv Hypervisor) {
 	cause := context.Cause(ctx)
-	if s.ctx.Err() != nil {
+	if s.stop.Err() != nil {
 		return
 	}
 	if hv != nil && (errors.Is(cause, errDestroyed) || errors.Is(cause, errLost)) {
@@ -290,7 +295,7 @@ func (s *Service) bootCancelled(ctx context.Context, vm VM, hv Hypervisor) {
 
 // failBoot destroys what a failed boot made and records the VM failed.
 func (s *Service) failBoot(vm VM, hv Hypervisor, cause error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if hv != nil {
 		if err := hv.Destroy(ctx, vm.ID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
@@ -311,7 +316,7 @@ func (s *Service) failBoot(vm VM, hv Hypervisor, cause error) {
 }
 
 func (s *Service) phase(id string, p Phase) {
-	if err := s.store.setPhase(context.WithoutCancel(s.ctx), id, p); err != nil {
+	if err := s.store.setPhase(context.Background(), id, p); err != nil {
 		s.log.Warn("record boot phase", "vm", id, "phase", p, "err", err)
 	}
 }
@@ -367,7 +372,7 @@ func (s *Service) watchAgent(rt *runtime, c *agentproto.Client) {
 	go func() {
 		defer s.wg.Done()
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 		case <-c.Done():
 			if rt.clientGone(c) {
 				s.log.Info("agent session ended", "vm", rt.id)

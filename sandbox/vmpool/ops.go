@@ -170,7 +170,7 @@ func (s *Service) Stop(ctx context.Context, actor audit.Actor, tenantID, id stri
 			wait = 0
 		}
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 			return
 		case <-time.After(wait):
 		}
@@ -181,17 +181,19 @@ func (s *Service) Stop(ctx context.Context, actor audit.Actor, tenantID, id stri
 
 // finishStop destroys a VM whose graceful stop did not end it in time.
 func (s *Service) finishStop(hv Hypervisor, vm VM, actor audit.Actor) {
-	cur, err := s.store.vmByID(s.ctx, vm.ID)
+	ctx, cancel := s.stop.Bound(context.Background())
+	defer cancel()
+	cur, err := s.store.vmByID(ctx, vm.ID)
 	if err != nil || cur.State != StateStopping {
 		return
 	}
 	rt := s.runtimeFor(vm)
 	rt.setDestroying(true)
-	if err := s.destroyDomain(s.ctx, rt, hv, vm.ID); err != nil {
+	if err := s.destroyDomain(ctx, rt, hv, vm.ID); err != nil {
 		s.log.Warn("destroy vm after stop timeout", "vm", vm.ID, "err", err)
 		return
 	}
-	if _, changed, err := s.store.end(s.ctx, vm.ID, []State{StateStopping}, StateStopped, "shutdown timed out: destroyed",
+	if _, changed, err := s.store.end(ctx, vm.ID, []State{StateStopping}, StateStopped, "shutdown timed out: destroyed",
 		eventPtr(actor.Event(vm.TenantID, audit.TypeVMStopped, "vm", vm.ID, map[string]any{"forced": true}))); err != nil {
 		s.log.Warn("record stopped vm", "vm", vm.ID, "err", err)
 	} else if changed {
@@ -250,22 +252,22 @@ func (s *Service) Recycle(ctx context.Context, actor audit.Actor, tenantID, id s
 
 // recycleAged destroys an idle VM past its recycle time (audited
 // vm.recycled); the pool's warm setting decides whether it is replaced.
-func (s *Service) recycleAged(vm VM) {
+func (s *Service) recycleAged(ctx context.Context, vm VM) {
 	_, hv, err := s.liveHost(vm.HostURI)
 	if err != nil {
 		return
 	}
 	rt := s.runtimeFor(vm)
 	rt.setDestroying(true)
-	if _, err := s.store.beginStop(s.ctx, SystemActor(), vm.TenantID, vm.ID, "recycled", audit.TypeVMRecycled); err != nil {
+	if _, err := s.store.beginStop(ctx, SystemActor(), vm.TenantID, vm.ID, "recycled", audit.TypeVMRecycled); err != nil {
 		rt.setDestroying(false)
 		return
 	}
-	if err := s.destroyDomain(s.ctx, rt, hv, vm.ID); err != nil {
+	if err := s.destroyDomain(ctx, rt, hv, vm.ID); err != nil {
 		s.log.Warn("recycle vm", "vm", vm.ID, "err", err)
 		return
 	}
-	if _, _, err := s.store.end(s.ctx, vm.ID, []State{StateStopping}, StateStopped, "recycled", nil); err != nil {
+	if _, _, err := s.store.end(ctx, vm.ID, []State{StateStopping}, StateStopped, "recycled", nil); err != nil {
 		s.log.Warn("record recycled vm", "vm", vm.ID, "err", err)
 	}
 	s.dropRuntime(vm.ID)

@@ -16,7 +16,7 @@ import (
 func (s *Service) watchEvents(h *hostConn, hv Hypervisor) {
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 			return
 		case ev, ok := <-hv.Events():
 			if !ok {
@@ -51,7 +51,7 @@ func (s *Service) onEvent(h *hostConn, hv Hypervisor, ev hypervisor.Event) {
 // domainEnded handles a domain of ours that stopped: a VM we are stopping
 // is now stopped; any other active VM is lost.
 func (s *Service) domainEnded(h *hostConn, ev hypervisor.Event) {
-	ctx := context.WithoutCancel(s.ctx)
+	ctx := context.Background()
 	vm, err := s.store.vmByID(ctx, ev.ID)
 	if err != nil {
 		return // not a VM we know: an orphan that reconcile destroys
@@ -83,7 +83,7 @@ func (s *Service) stopped(vm VM, rt *runtime, reason string) {
 		}
 		rt.mu.Unlock()
 	}
-	_, changed, err := s.store.end(context.WithoutCancel(s.ctx), vm.ID, []State{StateStopping}, StateStopped, reason,
+	_, changed, err := s.store.end(context.Background(), vm.ID, []State{StateStopping}, StateStopped, reason,
 		eventPtr(actor.Event(vm.TenantID, audit.TypeVMStopped, "vm", vm.ID, map[string]any{"reason": reason})))
 	if err != nil {
 		s.log.Error("record stopped vm", "vm", vm.ID, "err", err)
@@ -99,7 +99,7 @@ func (s *Service) stopped(vm VM, rt *runtime, reason string) {
 // markLost records that an active VM ended without us (audited vm.lost,
 // once however many observers notice) and lets the pool replace it.
 func (s *Service) markLost(vm VM, reason string) {
-	_, changed, err := s.store.end(context.WithoutCancel(s.ctx), vm.ID, []State{StateBooting, StateRunning}, StateLost, reason,
+	_, changed, err := s.store.end(context.Background(), vm.ID, []State{StateBooting, StateRunning}, StateLost, reason,
 		eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"reason": reason, "host": vm.HostURI})))
 	if err != nil {
 		s.log.Error("record lost vm", "vm", vm.ID, "err", err)
@@ -131,7 +131,7 @@ func (s *Service) markLost(vm VM, reason string) {
 //     handshake, no reboot;
 //   - a row already stopping has its domain destroyed.
 func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
-	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	ctx, cancel := s.stop.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	doms, err := hv.List(ctx)
 	if err != nil {
@@ -229,14 +229,17 @@ func (s *Service) adopt(ctx context.Context, rt *runtime, hv Hypervisor, vm VM, 
 	}
 	hello := client.Hello()
 	r := ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: d.UUID}
+	// Not ctx: the adopt timeout bounds the handshake only; Close cuts this short.
+	mctx, cancel := s.stop.Bound(context.Background())
+	defer cancel()
 	if vm.State == StateBooting {
 		r.Boot = time.Since(vm.CreatedAt)
-		ok, err := s.store.markRunning(s.ctx, vm.ID, r)
+		ok, err := s.store.markRunning(mctx, vm.ID, r)
 		if err != nil || !ok {
 			client.Close()
 			return
 		}
-	} else if err := s.store.adopted(s.ctx, vm.ID, r); err != nil {
+	} else if err := s.store.adopted(mctx, vm.ID, r); err != nil {
 		s.log.Warn("record adopted vm", "vm", vm.ID, "err", err)
 	}
 	rt.setClient(client)
@@ -282,56 +285,58 @@ func (s *Service) destroyOrphan(ctx context.Context, h *hostConn, hv Hypervisor,
 // every ReconcileInterval and whenever a tenant is kicked.
 func (s *Service) reconcileLoop() {
 	defer s.wg.Done()
+	ctx, cancel := s.stop.Bound(context.Background())
+	defer cancel()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
-	s.reconcileAll()
+	s.reconcileAll(ctx)
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.reconcileAll()
+			s.reconcileAll(ctx)
 		case tenantID := <-s.kickc:
-			s.reconcileTenant(tenantID)
+			s.reconcileTenant(ctx, tenantID)
 		}
 	}
 }
 
-func (s *Service) reconcileAll() {
+func (s *Service) reconcileAll(ctx context.Context) {
 	if s.Available() != nil {
 		return
 	}
-	due, err := s.store.recycleDue(s.ctx)
+	due, err := s.store.recycleDue(ctx)
 	if err != nil {
 		s.log.Warn("reconcile: recycle", "err", err)
 	}
 	for _, vm := range due {
-		s.recycleAged(vm)
+		s.recycleAged(ctx, vm)
 	}
-	pools, err := s.store.Pools(s.ctx)
+	pools, err := s.store.Pools(ctx)
 	if err != nil {
 		s.log.Warn("reconcile: pools", "err", err)
 		return
 	}
 	for _, p := range pools {
 		if p.WarmVMs > 0 {
-			s.reconcileTenant(p.TenantID)
+			s.reconcileTenant(ctx, p.TenantID)
 		}
 	}
-	s.sweepScratch(s.ctx)
+	s.sweepScratch(ctx)
 }
 
 // reconcileTenant boots VMs until the tenant has its warm count of idle
 // (running and not handed out) or booting VMs, within its pool and quota.
-func (s *Service) reconcileTenant(tenantID string) {
-	if s.ctx.Err() != nil || s.Available() != nil || s.backedOff(tenantID) {
+func (s *Service) reconcileTenant(ctx context.Context, tenantID string) {
+	if ctx.Err() != nil || s.Available() != nil || s.backedOff(tenantID) {
 		return
 	}
-	pool, err := s.store.Pool(s.ctx, tenantID)
+	pool, err := s.store.Pool(ctx, tenantID)
 	if err != nil || pool.WarmVMs == 0 {
 		return
 	}
-	active, err := s.store.activeOf(s.ctx, tenantID)
+	active, err := s.store.activeOf(ctx, tenantID)
 	if err != nil {
 		s.log.Warn("reconcile: vms", "tenant", tenantID, "err", err)
 		return
@@ -343,10 +348,10 @@ func (s *Service) reconcileTenant(tenantID string) {
 		}
 	}
 	for need := pool.WarmVMs - idle; need > 0; need-- {
-		vm, err := s.Create(s.ctx, SystemActor(), tenantID)
+		vm, err := s.Create(ctx, SystemActor(), tenantID)
 		switch {
 		case err == nil:
-		case s.ctx.Err() != nil:
+		case ctx.Err() != nil:
 			return
 		case errors.Is(err, tenants.ErrQuota), errors.As(err, new(*tenants.FrozenError)):
 			// Warm VMs only fill what the pool and quota allow, and none
@@ -372,7 +377,7 @@ func (s *Service) monitorLoop() {
 	var lastRefresh time.Time
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-s.stop.Done():
 			return
 		case <-t.C:
 		}
@@ -391,7 +396,7 @@ func (s *Service) monitorLoop() {
 }
 
 func (s *Service) monitorHost(h *hostConn, hv Hypervisor, refresh bool) {
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := s.stop.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	doms, err := hv.List(ctx)
 	if err != nil {

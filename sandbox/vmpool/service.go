@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -188,10 +189,9 @@ type Service struct {
 	log       *slog.Logger
 	installID string
 
-	// ctx ends at Close; it bounds background work only.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// stop is closed by Close; it bounds background work only.
+	stop *shutdown.Signal
+	wg   sync.WaitGroup
 
 	hosts     []*hostConn
 	bootSlots chan struct{}
@@ -231,7 +231,7 @@ func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID 
 	for _, u := range cfg.URIs {
 		s.hosts = append(s.hosts, &hostConn{uri: u, reason: "not connected yet", cpu: map[string]cpuSample{}})
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.stop = shutdown.New()
 	return s, nil
 }
 
@@ -295,7 +295,7 @@ func (s *Service) Start(ctx context.Context) error {
 // connections. Running VMs are left running: the next Start adopts them.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.cancel()
+		s.stop.Close()
 		s.wg.Wait()
 		s.mu.Lock()
 		rts := make([]*runtime, 0, len(s.vms))
@@ -467,10 +467,10 @@ func (s *Service) superviseHost(h *hostConn, first chan struct{}) {
 	defer signal()
 	delay := time.Second
 	for {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
+		ctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.ConnectTimeout)
 		hv, err := s.cfg.Connect(ctx, h.uri, s.installID, s.log)
 		cancel()
-		if s.ctx.Err() != nil {
+		if s.stop.Err() != nil {
 			if hv != nil {
 				hv.Close()
 			}
@@ -484,7 +484,7 @@ func (s *Service) superviseHost(h *hostConn, first chan struct{}) {
 			}
 			signal()
 			select {
-			case <-s.ctx.Done():
+			case <-s.stop.Done():
 				return
 			case <-time.After(delay):
 			}
@@ -508,7 +508,7 @@ func (s *Service) refreshHost(h *hostConn) {
 		s.recordHost(h)
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := s.stop.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	capacity, err := hv.Capacity(ctx)
 	if err != nil {
@@ -542,7 +542,7 @@ func (s *Service) recordHost(h *hostConn) {
 		rec.Health, rec.HealthReason = HealthUnavailable, truncate(h.reason, 500)
 	}
 	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.store.upsertHost(ctx, rec); err != nil {
 		s.log.Warn("record host", "uri", h.uri, "err", err)

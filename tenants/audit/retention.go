@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 )
 
@@ -50,7 +51,10 @@ type RetentionConfig struct {
 	Days func(ctx context.Context, tenantID string) (int, error)
 	// Interval between passes; default 1 h.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// Clock times the passes (the cut-off is the Log's own clock); default
+	// the real one.
+	Clock  clockwork.Clock
+	Logger *slog.Logger
 }
 
 // Retention deletes each tenant's audit events older than its retention.
@@ -63,6 +67,9 @@ type Retention struct {
 func NewRetention(l *Log, cfg RetentionConfig) *Retention {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Hour
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -110,14 +117,14 @@ func (r *Retention) PruneOnce(ctx context.Context) (int64, error) {
 
 // Run prunes at once and then every Interval until ctx ends.
 func (r *Retention) Run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Interval)
+	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
 		_, _ = r.PruneOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -114,4 +115,66 @@ func TestRetentionErrors(t *testing.T) {
 			t.Errorf("Got(events of the broken tenant) = %d; want 1 kept", len(left))
 		}
 	})
+}
+
+// TestRetentionRun: the loop prunes at once, then once every Interval on
+// its clock (a fake one here: the hour passes at once).
+func TestRetentionRun(t *testing.T) {
+	each(t, func(t *testing.T, db *gorm.DB) {
+		clk := clockwork.NewFakeClockAt(time.Date(2031, 5, 6, 12, 0, 0, 0, time.UTC))
+		log := audit.NewLog(db, clk.Now)
+		record := func(age int) {
+			t.Helper()
+			e := user.Event("t1", audit.TypeLogin, "user", "u1", map[string]any{"age_days": age})
+			e.Time = clk.Now().AddDate(0, 0, -age)
+			if err := log.Record(ctx, e); err != nil {
+				t.Fatalf("Record = %v", err)
+			}
+		}
+		logins := func() int {
+			t.Helper()
+			l, err := log.List(ctx, "t1", audit.Filter{Type: audit.TypeLogin})
+			if err != nil {
+				t.Fatalf("List = %v", err)
+			}
+			return len(l)
+		}
+		passes := make(chan struct{}, 8)
+		r := audit.NewRetention(log, audit.RetentionConfig{Interval: time.Hour, Clock: clk,
+			Tenants: func(context.Context) ([]string, error) { passes <- struct{}{}; return []string{"t1"}, nil },
+			Days:    func(context.Context, string) (int, error) { return 30, nil },
+		})
+		record(40)
+		record(1)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { r.Run(rctx); close(done) }()
+		defer func() { cancel(); <-done }()
+
+		<-passes // the first pass, at once
+		waitLogins(t, logins, 1)
+		record(40)
+		if err := clk.BlockUntilContext(ctx, 1); err != nil { // the loop's ticker
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour)
+		<-passes // the next one, an Interval later
+		waitLogins(t, logins, 1)
+		if n := len(passes); n != 0 {
+			t.Errorf("Got(%d more passes) after one Interval; want none", n)
+		}
+	})
+}
+
+// waitLogins waits for a pass running in the background to leave want
+// login events.
+func waitLogins(t *testing.T, logins func() int, want int) {
+	t.Helper()
+	got := logins()
+	for deadline := time.Now().Add(time.Minute); got != want && time.Now().Before(deadline); got = logins() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got != want {
+		t.Fatalf("Got(login events left) = %d; want %d", got, want)
+	}
 }

@@ -211,8 +211,7 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	ctx     context.Context
-	cancel  context.CancelFunc
+	cancel  context.CancelFunc // ends the cycle's context (set by Start, under mu)
 	wg      sync.WaitGroup
 	startAt time.Time
 
@@ -220,6 +219,7 @@ type Service struct {
 	evalMu  map[string]*sync.Mutex
 	probing map[string]string // tenant -> run id under way
 	started bool
+	closed  bool
 	once    sync.Once
 }
 
@@ -230,7 +230,6 @@ func New(db *gorm.DB, cfg Config) (*Service, error) {
 	}
 	s := &Service{db: db, cfg: cfg, log: cfg.Logger.With("component", "compliance"),
 		evalMu: map[string]*sync.Mutex{}, probing: map[string]string{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -527,17 +526,20 @@ func (s *Service) Start(ctx context.Context) error {
 		return errors.New("compliance: Tenants is required to run the cycle")
 	}
 	s.mu.Lock()
-	if s.started {
+	if s.started || s.closed {
 		s.mu.Unlock()
-		return errors.New("compliance: already started")
+		return errors.New("compliance: already started or closed")
 	}
 	s.started, s.startAt = true, s.now()
+	// The cycle's own context: it outlives Start's and ends at Close.
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.evalLoop()
+	go s.evalLoop(bg)
 	if s.cfg.Prober != nil && s.cfg.ProbeInterval > 0 {
 		s.wg.Add(1)
-		go s.probeLoop()
+		go s.probeLoop(bg)
 	}
 	return nil
 }
@@ -546,35 +548,41 @@ func (s *Service) Start(ctx context.Context) error {
 // still destroyed and the run recorded failed).
 func (s *Service) Close() error {
 	s.once.Do(func() {
-		s.cancel()
+		s.mu.Lock()
+		s.closed = true
+		cancel := s.cancel
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
 		s.wg.Wait()
 	})
 	return nil
 }
 
-func (s *Service) evalLoop() {
+func (s *Service) evalLoop(bg context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		s.evaluateAll()
+		s.evaluateAll(bg)
 		select {
-		case <-s.ctx.Done():
+		case <-bg.Done():
 			return
 		case <-t.C:
 		}
 	}
 }
 
-func (s *Service) evaluateAll() {
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.Interval, time.Minute))
+func (s *Service) evaluateAll(bg context.Context) {
+	ctx, cancel := context.WithTimeout(bg, max(s.cfg.Interval, time.Minute))
 	defer cancel()
-	if err := s.failInterrupted(ctx); err != nil && s.ctx.Err() == nil {
+	if err := s.failInterrupted(ctx); err != nil && bg.Err() == nil {
 		s.log.Warn("close interrupted probe runs", "err", err)
 	}
 	ts, err := s.cfg.Tenants.ListTenants(ctx)
 	if err != nil {
-		if s.ctx.Err() == nil {
+		if bg.Err() == nil {
 			s.log.Warn("list tenants", "err", err)
 		}
 		return
@@ -583,7 +591,7 @@ func (s *Service) evaluateAll() {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := s.Evaluate(ctx, t.ID); err != nil && s.ctx.Err() == nil {
+		if _, err := s.Evaluate(ctx, t.ID); err != nil && bg.Err() == nil {
 			s.log.Warn("evaluate compliance", "tenant", t.ID, "err", err)
 		}
 	}
@@ -612,32 +620,32 @@ func (s *Service) failInterrupted(ctx context.Context) error {
 		"error": "interrupted: the server running it stopped", "output": gorm.Expr("output || ?", "\nprobe failed: interrupted: the server running it stopped\n")}).Error
 }
 
-func (s *Service) probeLoop() {
+func (s *Service) probeLoop(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(min(s.cfg.Interval, s.cfg.ProbeInterval))
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s.probeDue()
+		s.probeDue(ctx)
 	}
 }
 
 // probeDue probes, one at a time, every tenant whose last probe started
 // ProbeInterval ago (or, never probed, FirstProbeAfter after Start).
-func (s *Service) probeDue() {
-	ts, err := s.cfg.Tenants.ListTenants(s.ctx)
+func (s *Service) probeDue(ctx context.Context) {
+	ts, err := s.cfg.Tenants.ListTenants(ctx)
 	if err != nil {
 		return
 	}
 	for _, t := range ts {
-		if s.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
-		last, err := s.lastProbeStart(s.ctx, t.ID)
+		last, err := s.lastProbeStart(ctx, t.ID)
 		if err != nil {
 			continue
 		}
@@ -648,7 +656,7 @@ func (s *Service) probeDue() {
 		if s.now().Before(due) {
 			continue
 		}
-		if _, err := s.RunProbe(s.ctx, SystemActor(), t.ID); err != nil && !errors.Is(err, tenants.ErrConflict) && s.ctx.Err() == nil {
+		if _, err := s.RunProbe(ctx, SystemActor(), t.ID); err != nil && !errors.Is(err, tenants.ErrConflict) && ctx.Err() == nil {
 			s.log.Warn("scheduled probe", "tenant", t.ID, "err", err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/clocktest"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/notify"
@@ -146,19 +147,12 @@ func TestDispatchRetriesAndSigns(t *testing.T) {
 			if _, err := ss.Create(ctx, admin, tn.ID, secrets.NewSecret{Name: "HOOK_KEY", Value: secret, Hosts: []string{"127.0.0.1"}}); err != nil {
 				t.Fatal(err)
 			}
-			var (
-				mu     sync.Mutex
-				sleeps []time.Duration
-			)
+			// The sender's clock moves on by itself while it waits between
+			// attempts: the backoff costs no real time, and the delivery
+			// log's times show it.
 			sender := notify.New(d.DB, notify.HostScoped(ss), notify.Config{AllowPrivate: true,
-				Backoff: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}, AttemptTimeout: 2 * time.Second,
-				Sleep: func(ctx context.Context, d time.Duration) error {
-					mu.Lock()
-					sleeps = append(sleeps, d)
-					mu.Unlock()
-					time.Sleep(d)
-					return nil
-				}})
+				Backoff: []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second}, AttemptTimeout: 2 * time.Second,
+				Timers: clocktest.Auto(t, time.Now(), time.Second)})
 			store := integrations.NewStore(d.DB, integrations.Config{AllowPrivate: true})
 			flaky, other, off := newReceiver(t, 500, 500, 200), newReceiver(t, 200), newReceiver(t, 200)
 			ep, err := store.Create(ctx, admin, tn.ID, integrations.NewEndpoint{URL: flaky.URL + "/hook", SecretName: "HOOK_KEY",
@@ -240,15 +234,21 @@ func TestDispatchRetriesAndSigns(t *testing.T) {
 				env.Data.Usage["vcpu_seconds"] != 1.5 || env.Data.EventID != dl.EventID {
 				t.Errorf("Got(body) = %s; want the sandbox.destroyed event %s", hits[2].body, dl.EventID)
 			}
-			mu.Lock()
-			if len(sleeps) != 2 || sleeps[0] != 10*time.Millisecond || sleeps[1] != 20*time.Millisecond {
-				t.Errorf("Got(backoff) = %v; want [10ms 20ms]", sleeps)
+			log, err := sender.Deliveries(ctx, tn.ID, dl.MessageID, 0)
+			if err != nil || len(log) != 3 {
+				t.Fatalf("Got(sender log) = %v, %v; want 3 attempts", log, err)
 			}
-			mu.Unlock()
+			at := map[int]time.Time{}
+			for _, l := range log {
+				at[l.Attempt] = l.CreatedAt
+			}
+			if w1, w2 := at[2].Sub(at[1]), at[3].Sub(at[2]); w1 != 10*time.Second || w2 != 20*time.Second {
+				t.Errorf("Got(backoff, from the log's times) = %s, %s; want 10s, 20s", w1, w2)
+			}
 			if n := len(other.got()) + len(off.got()); n != 0 {
 				t.Errorf("Got(requests to endpoints not wanting it) = %d; want 0", n)
 			}
-			log, err := sender.Deliveries(ctx, tn.ID, dl.MessageID, 10)
+			log, err = sender.Deliveries(ctx, tn.ID, dl.MessageID, 10)
 			if err != nil {
 				t.Fatal(err)
 			}

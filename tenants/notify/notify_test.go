@@ -20,6 +20,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/tenants/clocktest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -35,13 +36,13 @@ type env struct {
 	db      *gorm.DB
 	secrets *secrets.Store
 	tenant  tenants.Tenant
-	sleeps  *[]time.Duration
 	sender  *notify.Sender
 }
 
 // newEnv makes a tenant with the given secrets (name -> value), all scoped
-// to 127.0.0.1, and a Sender allowed to reach loopback, with a recorded
-// backoff of 1, 2, 3 ms.
+// to 127.0.0.1, and a Sender allowed to reach loopback, with a backoff of
+// 1, 2, 3 s on a fake clock that moves on by itself while the sender waits
+// (the delivery log's times show the waits).
 func newEnv(t *testing.T, d dbtest.DB, vals map[string]string, tweak func(*notify.Config)) env {
 	t.Helper()
 	ctx := context.Background()
@@ -61,24 +62,14 @@ func newEnv(t *testing.T, d dbtest.DB, vals map[string]string, tweak func(*notif
 			t.Fatalf("create secret %s: %v", name, err)
 		}
 	}
-	var (
-		mu     sync.Mutex
-		sleeps []time.Duration
-	)
 	cfg := notify.Config{
-		Backoff: []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}, AttemptTimeout: 500 * time.Millisecond,
-		AllowPrivate: true, SlackWebhookHost: "127.0.0.1",
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			mu.Lock()
-			sleeps = append(sleeps, d)
-			mu.Unlock()
-			return nil
-		},
+		Backoff: []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}, AttemptTimeout: 500 * time.Millisecond,
+		AllowPrivate: true, SlackWebhookHost: "127.0.0.1", Timers: clocktest.Auto(t, time.Now(), time.Second),
 	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	return env{name: d.Name, db: d.DB, secrets: ss, tenant: tn, sleeps: &sleeps, sender: notify.New(d.DB, notify.HostScoped(ss), cfg)}
+	return env{name: d.Name, db: d.DB, secrets: ss, tenant: tn, sender: notify.New(d.DB, notify.HostScoped(ss), cfg)}
 }
 
 // server is an httptest server on 127.0.0.1 answering with the next status
@@ -200,22 +191,23 @@ func TestWebhookRetriesAndVerifies(t *testing.T) {
 			if err := verifyStandardWebhook("whsec_"+base64.StdEncoding.EncodeToString([]byte("another key of 24 bytes!")), reqs[0].header, reqs[0].body, time.Now()); err == nil {
 				t.Errorf("verify(other secret) = nil; want an error")
 			}
-			if got := *e.sleeps; len(got) != 2 || got[0] != time.Millisecond || got[1] != 2*time.Millisecond {
-				t.Errorf("backoff waits = %v; want [1ms 2ms]", got)
-			}
 			log, err := e.sender.Deliveries(ctx, e.tenant.ID, res.MessageID, 0)
 			if err != nil || len(log) != 3 {
 				t.Fatalf("Deliveries() = %v, %v; want 3 attempts", log, err)
 			}
 			codes := map[int]int{}
+			at := map[int]time.Time{}
 			for _, l := range log {
-				codes[l.Attempt] = l.StatusCode
+				codes[l.Attempt], at[l.Attempt] = l.StatusCode, l.CreatedAt
 				if strings.Contains(l.Target, "token") || l.Kind != notify.KindWebhook {
 					t.Errorf("delivery %+v: target keeps the query or kind is wrong", l)
 				}
 			}
 			if codes[1] != 503 || codes[2] != 500 || codes[3] != 204 {
 				t.Errorf("logged codes by attempt = %v; want 1:503 2:500 3:204", codes)
+			}
+			if w1, w2 := at[2].Sub(at[1]), at[3].Sub(at[2]); w1 != time.Second || w2 != 2*time.Second {
+				t.Errorf("Got(backoff waits, from the log's times) = %s, %s; want 1s, 2s", w1, w2)
 			}
 			// Another tenant sees none of the log.
 			if other, _ := e.sender.Deliveries(ctx, "other-tenant", "", 0); len(other) != 0 {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants"
@@ -51,9 +52,16 @@ type Config struct {
 	SlackWebhookHost string
 	// GitHubAPI is the GitHub REST API base (https://api.github.com).
 	GitHubAPI string
-	Clock     func() time.Time
-	// Sleep waits between attempts; nil waits for real (tests may record).
-	Sleep  func(ctx context.Context, d time.Duration) error
+	// Timers is the sender's clock: it times the waits between attempts
+	// (Backoff) and stamps signatures and the delivery log; default the
+	// real one.
+	Timers clockwork.Clock
+	// Clock, when set, stamps signatures and the delivery log instead of
+	// Timers.Now.
+	//
+	// Deprecated: a shim for callers that hand every package a
+	// func() time.Time (the composition root); set Timers.
+	Clock  func() time.Time
 	Logger *slog.Logger
 }
 
@@ -73,20 +81,11 @@ func (c *Config) setDefaults() {
 	if c.SlackWebhookHost == "" {
 		c.SlackWebhookHost = SlackWebhookHost
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
+	if c.Timers == nil {
+		c.Timers = clockwork.NewRealClock()
 	}
-	if c.Sleep == nil {
-		c.Sleep = func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	if c.Clock == nil {
+		c.Clock = c.Timers.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -215,12 +214,24 @@ func (s *Sender) send(ctx context.Context, q request) (Result, error) {
 		if errors.As(err, &perm) || attempt > len(s.cfg.Backoff) {
 			break
 		}
-		if err := s.cfg.Sleep(ctx, s.cfg.Backoff[attempt-1]); err != nil {
+		if err := s.wait(ctx, s.cfg.Backoff[attempt-1]); err != nil {
 			last = err
 			break
 		}
 	}
 	return res, fmt.Errorf("%s %s to %s: %w after %d attempts: %w", q.kind, q.event, q.target, ErrGaveUp, res.Attempts, last)
+}
+
+// wait waits d on the sender's clock, or until ctx ends.
+func (s *Sender) wait(ctx context.Context, d time.Duration) error {
+	t := s.cfg.Timers.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // permanentError is a failure that retrying will not fix.

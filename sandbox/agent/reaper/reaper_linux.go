@@ -1,4 +1,6 @@
-package agent
+// Package reaper is the child reaper of a PID 1: the VM init and every
+// sandbox's init.
+package reaper
 
 import (
 	"context"
@@ -13,21 +15,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reaper is PID 1's only caller of wait: it reaps every child, including
+// Reaper is PID 1's only caller of wait: it reaps every child, including
 // orphans the kernel re-parents to init, and hands the exit status of the
 // children it started to whoever waits for them. os/exec's Wait would race
 // with it, so PID 1 starts processes through Run only.
-type reaper struct {
+type Reaper struct {
 	log     *slog.Logger
 	mu      sync.Mutex // held across start+register and across each wait4 sweep
 	waiting map[int]chan unix.WaitStatus
 }
 
-func newReaper(log *slog.Logger) *reaper {
-	return &reaper{log: log, waiting: map[int]chan unix.WaitStatus{}}
+// New returns a Reaper; run its Loop.
+func New(log *slog.Logger) *Reaper {
+	return &Reaper{log: log, waiting: map[int]chan unix.WaitStatus{}}
 }
 
-func (r *reaper) loop(ctx context.Context) {
+// Loop reaps on every SIGCHLD until ctx ends.
+func (r *Reaper) Loop(ctx context.Context) {
 	ch := make(chan os.Signal, 16)
 	signal.Notify(ch, unix.SIGCHLD)
 	defer signal.Stop(ch)
@@ -44,7 +48,7 @@ func (r *reaper) loop(ctx context.Context) {
 
 // reap collects every exited child; signals coalesce, so one SIGCHLD may
 // stand for many.
-func (r *reaper) reap() {
+func (r *Reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for {
@@ -63,9 +67,9 @@ func (r *reaper) reap() {
 	}
 }
 
-// start starts a process whose exit status arrives on done (the reaper
+// Start starts a process whose exit status arrives on done (the reaper
 // collects it: never call p.Wait).
-func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error) {
+func (r *Reaper) Start(path string, argv []string, attr *os.ProcAttr) (*os.Process, <-chan unix.WaitStatus, error) {
 	done := make(chan unix.WaitStatus, 1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -81,8 +85,8 @@ func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (*os.Proce
 const maxOutput = 1 << 20
 
 // Run runs path to completion and returns its stdout (stderr goes to the
-// console). It has Config.Run's signature.
-func (r *reaper) Run(ctx context.Context, path string, args ...string) ([]byte, error) {
+// console). It has agent.Config.Run's signature.
+func (r *Reaper) Run(ctx context.Context, path string, args ...string) ([]byte, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", path, err)
@@ -95,7 +99,7 @@ func (r *reaper) Run(ctx context.Context, path string, args ...string) ([]byte, 
 	}
 	defer devnull.Close()
 
-	p, done, err := r.start(path, append([]string{path}, args...), &os.ProcAttr{
+	p, done, err := r.Start(path, append([]string{path}, args...), &os.ProcAttr{
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Files: []*os.File{devnull, pw, os.Stderr},
 	})

@@ -1,4 +1,7 @@
-package agent
+// Package vminit is PID 1 of a Stockade VM (stockade-agent as /init): it
+// mounts the guest's file systems, loads its modules, reaps, finds the
+// virtio-serial channel and serves the agent (sandbox/agent) on it.
+package vminit
 
 import (
 	"bufio"
@@ -15,6 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/sandbox/agent"
+	"github.com/stockade-dev/stockade/sandbox/agent/reaper"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -57,9 +62,9 @@ func (b *bootState) get() agentproto.Boot {
 // the caller then powers off (PID 1 must never exit: the kernel panics).
 func Init(ctx context.Context, version string, log *slog.Logger) error {
 	var bs bootState
-	bs.set(func(b *agentproto.Boot) { b.InitStart = uptime() })
+	bs.set(func(b *agentproto.Boot) { b.InitStart = agent.Uptime() })
 
-	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := agent.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
 	onRootfs, err := rootIsRootfs("/proc/self/mountinfo")
@@ -76,8 +81,8 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 		if err := switchRoot(); err != nil {
 			return err
 		}
-		bs.set(func(b *agentproto.Boot) { b.SwitchRoot = uptime() })
-		if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		bs.set(func(b *agentproto.Boot) { b.SwitchRoot = agent.Uptime() })
+		if err := agent.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return err
 		}
 	}
@@ -85,26 +90,26 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 		return err
 	}
 	// Sandbox quotas bind the agent's own writes into sandboxes too.
-	if err := dropQuotaOverride(); err != nil {
+	if err := agent.DropQuotaOverride(); err != nil {
 		return err
 	}
-	bs.set(func(b *agentproto.Boot) { b.Mounted = uptime() })
+	bs.set(func(b *agentproto.Boot) { b.Mounted = agent.Uptime() })
 
-	release := kernelRelease()
+	release := agent.KernelRelease()
 	modDir := filepath.Join("/lib/modules", release)
 	now, later, err := readModuleList(modDir)
 	if err != nil {
 		return err
 	}
 
-	r := newReaper(log)
-	go r.loop(ctx)
+	r := reaper.New(log)
+	go r.Loop(ctx)
 	go handleSignals(ctx, log)
 
 	if err := loadModules(now); err != nil {
 		return err
 	}
-	bs.set(func(b *agentproto.Boot) { b.ChannelModules = uptime(); b.Modules = len(now) })
+	bs.set(func(b *agentproto.Boot) { b.ChannelModules = agent.Uptime(); b.Modules = len(now) })
 	port, err := findPort(ctx, "/sys/class/virtio-ports", agentproto.ChannelName, log)
 	if err != nil {
 		return err
@@ -113,14 +118,14 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	bs.set(func(b *agentproto.Boot) { b.ChannelOpen = uptime() })
+	bs.set(func(b *agentproto.Boot) { b.ChannelOpen = agent.Uptime() })
 
 	// The initramfs's /init is this binary: it becomes every sandbox's
 	// init. A guest without working cgroups still serves the host, without
 	// the sandbox ops.
 	disksReady := make(chan struct{})
-	sandboxes, err := NewManager(ManagerConfig{
-		Logger: log, InitPath: "/init", DisksReady: disksReady, start: r.start,
+	sandboxes, err := agent.NewManager(agent.ManagerConfig{
+		Logger: log, InitPath: "/init", DisksReady: disksReady, Start: r.Start,
 	})
 	if err != nil {
 		log.Error("sandboxes unavailable", "err", err)
@@ -128,7 +133,7 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	}
 	helloed := make(chan struct{})
 	var helloOnce sync.Once
-	srv, err := NewServer(Config{
+	srv, err := agent.NewServer(agent.Config{
 		Version: version, Logger: log, PowerOff: PowerOff, PID1: true, Boot: bs.get, Run: r.Run,
 		Sandboxes: sandboxes, OnHello: func() { helloOnce.Do(func() { close(helloed) }) },
 	})
@@ -157,7 +162,7 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 			log.Error("load modules", "err", err)
 			return
 		}
-		bs.set(func(b *agentproto.Boot) { b.ModulesLoaded = uptime(); b.Modules += len(later) })
+		bs.set(func(b *agentproto.Boot) { b.ModulesLoaded = agent.Uptime(); b.Modules += len(later) })
 	}()
 	return serveChannel(ctx, srv, port, f, log)
 }
@@ -167,16 +172,6 @@ func PowerOff() error {
 	unix.Sync()
 	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
 		return fmt.Errorf("power off: %w", err)
-	}
-	return nil
-}
-
-func mount(source, target, fstype string, flags uintptr, data string) error {
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return fmt.Errorf("mount %s: %w", target, err)
-	}
-	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
-		return fmt.Errorf("mount %s on %s: %w", fstype, target, err)
 	}
 	return nil
 }
@@ -197,7 +192,7 @@ func mountAll() error {
 		{"cgroup2", "/sys/fs/cgroup", "cgroup2", nsx, "nsdelegate"},
 	}
 	for _, m := range mounts {
-		if err := mount(m.src, m.target, m.fstype, m.flags, m.data); err != nil {
+		if err := agent.Mount(m.src, m.target, m.fstype, m.flags, m.data); err != nil {
 			return err
 		}
 	}
@@ -340,15 +335,17 @@ func openPort(path string) (*os.File, error) {
 
 // serveChannel serves the port forever. While no host is connected reads
 // return EOF: serveLink polls. A failing port is reopened.
-func serveChannel(ctx context.Context, srv *Server, path string, f *os.File, log *slog.Logger) error {
+func serveChannel(ctx context.Context, srv *agent.Server, path string, f *os.File, log *slog.Logger) error {
 	for {
-		err := srv.serveLink(ctx, f, hostPoll)
+		err := srv.ServeLink(ctx, f, hostPoll)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		log.Error("serve channel; reopening", "err", err)
-		if !sleepCtx(ctx, time.Second) {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 		if f, err = openPort(path); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package agent
+package sandboxinit
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stockade-dev/stockade/sandbox/agent/reaper"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 )
 
@@ -63,8 +64,8 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs)
 	defer signal.Stop(sigs)
-	r := newReaper(o.Logger)
-	go r.loop(ctx)
+	r := reaper.New(o.Logger)
+	go r.Loop(ctx)
 	go func() {
 		for {
 			select {
@@ -118,7 +119,7 @@ func peerOutside(c *net.UnixConn) bool {
 type sandboxInit struct {
 	o   InitOptions
 	log *slog.Logger
-	r   *reaper
+	r   *reaper.Reaper
 }
 
 func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
@@ -242,7 +243,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 			std.agent = append(std.agent, r)
 		}
 	}
-	p, done, err := si.r.start(path, req.Argv, &os.ProcAttr{Dir: dir, Env: env, Files: std.child, Sys: sys})
+	p, done, err := si.r.Start(path, req.Argv, &os.ProcAttr{Dir: dir, Env: env, Files: std.child, Sys: sys})
 	if err != nil {
 		code := agentproto.CodeInternal
 		switch {
