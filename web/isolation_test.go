@@ -226,6 +226,7 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 					})
 					t.Run("other tenant", func(t *testing.T) {
 						o, _ := fb.objectFor(t, r.Path)
+						env.Settled(t) // a run the own-tenant call started ends on its own
 						snap := snapshot(t, env, b.tenant.ID, r.Path, o.params)
 						before := env.Counts(t)
 						form, in := fa.input(r, self, o.path)

@@ -200,6 +200,13 @@ func (e *Engine) register(parent context.Context, r Run) (context.Context, *acti
 	return ctx, a, nil
 }
 
+// Executing is how many runs execute here now (every tenant's).
+func (e *Engine) Executing() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.active)
+}
+
 // Log returns the live log of the tenant's executing run; false when it is
 // not executing here (ended runs: read the steps' stored output).
 func (e *Engine) Log(tenantID, id string) (*Log, bool) {

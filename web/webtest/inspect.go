@@ -78,6 +78,28 @@ func (e *Env) Counts(t testing.TB) map[string]int64 {
 	return dbtest.Count(t, e.DB)
 }
 
+// Settled waits until the app's background work is done: no workflow run
+// executing and no table's row count moving. Call it before Counts when an
+// earlier request started work that ends on its own (a run ending writes
+// its outbox rows whenever it ends).
+func (e *Env) Settled(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	prev := e.Counts(t)
+	for {
+		time.Sleep(50 * time.Millisecond)
+		cur := e.Counts(t)
+		n := e.Runs.Executing()
+		if same, _ := dbtest.Equal(prev, cur); same && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background work did not settle in a minute: %d runs executing", n)
+		}
+		prev = cur
+	}
+}
+
 // Unchanged fails the test when any table's row count differs from before.
 func (e *Env) Unchanged(t testing.TB, before map[string]int64) {
 	t.Helper()
