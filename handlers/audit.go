@@ -13,9 +13,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/csvexport"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -56,7 +56,7 @@ func parseTime(field, s string, endOfDay bool) (time.Time, error) {
 		}
 		return t, nil
 	}
-	return time.Time{}, tenants.Invalid(field, "time_format", "must be a date (2026-11-30) or an RFC 3339 time")
+	return time.Time{}, errdefs.Invalid(field, "time_format", "must be a date (2026-11-30) or an RFC 3339 time")
 }
 
 func auditFilter(q url.Values) (audit.Filter, error) {
@@ -69,12 +69,12 @@ func auditFilter(q url.Values) (audit.Filter, error) {
 		return f, err
 	}
 	if f.Outcome != "" && !slices.Contains(audit.Outcomes(), f.Outcome) {
-		return f, tenants.Invalid("outcome", "enum", `must be "success", "failure" or "denied"`)
+		return f, errdefs.Invalid("outcome", "enum", `must be "success", "failure" or "denied"`)
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			return f, tenants.Invalid("limit", "range", "must be a whole number from 1 to 1000")
+			return f, errdefs.Invalid("limit", "range", "must be a whole number from 1 to 1000")
 		}
 		f.Limit = n
 	}
@@ -184,7 +184,7 @@ func (h *Handlers) AuditExport(c echo.Context) error {
 		format = "jsonl"
 	}
 	if format != "jsonl" && format != "csv" && format != "json" {
-		return tenants.Invalid("format", "enum", `must be "jsonl", "csv" or "json"`)
+		return errdefs.Invalid("format", "enum", `must be "jsonl", "csv" or "json"`)
 	}
 	if err := h.audit.Record(ctx, cl.Actor(c).Event(cl.Tenant.ID, audit.TypeAuditExported, "tenant", cl.Tenant.ID,
 		map[string]any{"format": format, "filter": exportFilter(c.QueryParams())})); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -111,7 +112,7 @@ func (h *Handlers) LoginCallback(c echo.Context) error {
 func (h *Handlers) Logout(c echo.Context) error {
 	cl := CallerOf(c)
 	if cl.Session != nil {
-		if err := h.store.DeleteSession(c.Request().Context(), cl.Session.ID); err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		if err := h.store.DeleteSession(c.Request().Context(), cl.Session.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
 		_ = h.audit.Record(c.Request().Context(), audit.Event{
@@ -147,5 +148,5 @@ func (h *Handlers) SwitchTenant(c echo.Context) error {
 			return redirect(c, "/")
 		}
 	}
-	return tenants.ErrNotFound
+	return errdefs.ErrNotFound
 }

@@ -14,21 +14,13 @@ import (
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
-// ErrMalformed and MalformedError are the error vocabulary's (shims of
-// errdefs.ErrMalformed and errdefs.MalformedError, removed by a later
-// sweep): a body that could not be decoded at all, and where; 400.
-var ErrMalformed = errdefs.ErrMalformed
-
-// MalformedError is errdefs.MalformedError (shim).
-type MalformedError = errdefs.MalformedError
-
 // decodeJSON decodes exactly one JSON object into v, rejecting unknown
 // fields, wrong types and trailing data, and naming the field at fault.
 // Body size is already bounded by web/'s body limit.
 func decodeJSON(c echo.Context, v any) error {
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" {
-		return &MalformedError{Field: "Content-Type", Detail: "must be application/json"}
+		return &errdefs.MalformedError{Field: "Content-Type", Detail: "must be application/json"}
 	}
 	dec := json.NewDecoder(c.Request().Body)
 	dec.DisallowUnknownFields()
@@ -36,7 +28,7 @@ func decodeJSON(c echo.Context, v any) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &MalformedError{Detail: "unexpected data after the JSON object"}
+		return &errdefs.MalformedError{Detail: "unexpected data after the JSON object"}
 	}
 	return nil
 }
@@ -52,21 +44,21 @@ func jsonError(err error) error {
 	case errors.As(err, &mbe):
 		return echo.ErrStatusRequestEntityTooLarge
 	case errors.As(err, &syn):
-		return &MalformedError{Field: "body", Detail: fmt.Sprintf("invalid JSON at byte %d: %v", syn.Offset, syn)}
+		return &errdefs.MalformedError{Field: "body", Detail: fmt.Sprintf("invalid JSON at byte %d: %v", syn.Offset, syn)}
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
 			field = "body"
 		}
-		return &MalformedError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", typ.Type.Kind(), typ.Value)}
+		return &errdefs.MalformedError{Field: field, Detail: fmt.Sprintf("must be a JSON %s, not %s", typ.Type.Kind(), typ.Value)}
 	case errors.Is(err, io.EOF):
-		return &MalformedError{Field: "body", Detail: "empty body; a JSON object is required"}
+		return &errdefs.MalformedError{Field: "body", Detail: "empty body; a JSON object is required"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &MalformedError{Field: "body", Detail: "truncated JSON"}
+		return &errdefs.MalformedError{Field: "body", Detail: "truncated JSON"}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json has no typed error for unknown fields.
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &MalformedError{Field: name, Detail: "unknown field"}
+		return &errdefs.MalformedError{Field: name, Detail: "unknown field"}
 	}
-	return &MalformedError{Field: "body", Detail: err.Error()}
+	return &errdefs.MalformedError{Field: "body", Detail: err.Error()}
 }

@@ -28,7 +28,7 @@ type Compliance interface {
 	// it is done.
 	RunProbe(ctx context.Context, actor audit.Actor, tenantID string) (compliance.ProbeRun, error)
 	ProbeRuns(ctx context.Context, tenantID string, limit int) ([]compliance.ProbeRun, error)
-	// ProbeRun returns one run; another tenant's is tenants.ErrNotFound.
+	// ProbeRun returns one run; another tenant's is errdefs.ErrNotFound.
 	ProbeRun(ctx context.Context, tenantID, id string) (compliance.ProbeRun, error)
 	// Incident is the tenant's incident-response process: its policy's
 	// contacts and runbook, else the platform's.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/egress"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -25,12 +25,12 @@ func egressFilter(c echo.Context) (egress.Filter, error) {
 	switch f.Decision {
 	case "", egress.DecisionAllow, egress.DecisionDeny:
 	default:
-		return f, tenants.Invalid("decision", "enum", "must be allow, deny or empty")
+		return f, errdefs.Invalid("decision", "enum", "must be allow, deny or empty")
 	}
 	if l := c.QueryParam("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > egress.MaxEvents {
-			return f, tenants.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", egress.MaxEvents))
+			return f, errdefs.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", egress.MaxEvents))
 		}
 		f.Limit = n
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -84,7 +85,7 @@ func (h *Handlers) OperatorFreezeTenant(c echo.Context) error {
 	}
 	out, err := h.freeze(ctx, CallerOf(c).Actor(c), t.ID, strings.TrimSpace(c.FormValue("reason")))
 	switch {
-	case errors.Is(err, tenants.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is already frozen.")
 	case err != nil:
 		return err
@@ -105,7 +106,7 @@ func (h *Handlers) OperatorUnfreezeTenant(c echo.Context) error {
 	}
 	err = h.store.UnfreezeTenant(ctx, CallerOf(c).Actor(c), t.ID)
 	switch {
-	case errors.Is(err, tenants.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is not frozen.")
 	case err != nil:
 		return err

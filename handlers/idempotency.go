@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // IdempotencyHeader and ReplayedHeader are the API's (kept here for the
@@ -50,11 +51,11 @@ func IdempotencyKeyOf(c echo.Context) string {
 
 func checkIdempotencyKey(k string) error {
 	if len(k) > maxIdempotencyKey {
-		return tenants.Invalid(tenants.IdempotencyField, "syntax", fmt.Sprintf("at most %d characters", maxIdempotencyKey))
+		return errdefs.Invalid(tenants.IdempotencyField, "syntax", fmt.Sprintf("at most %d characters", maxIdempotencyKey))
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x21 || k[i] > 0x7e {
-			return tenants.Invalid(tenants.IdempotencyField, "syntax", "printable ASCII without spaces (a UUID, say)")
+			return errdefs.Invalid(tenants.IdempotencyField, "syntax", "printable ASCII without spaces (a UUID, say)")
 		}
 	}
 	return nil
@@ -119,7 +120,7 @@ func (h *Handlers) Idempotent(kind string, next echo.HandlerFunc) echo.HandlerFu
 				return err
 			}
 			if !ok {
-				return fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", tenants.ErrConflict)
+				return fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", errdefs.ErrConflict)
 			}
 		}
 		return h.runIdempotent(c, k, kind, key, next)
@@ -189,7 +190,7 @@ func (h *Handlers) replay(c echo.Context, k tenants.IdemKey) error {
 // recorded nothing: the retry then runs.
 func (h *Handlers) recoverSandbox(c echo.Context, k tenants.IdemKey) (bool, error) {
 	sb, err := h.sbx.Store().ByIdempotencyKey(c.Request().Context(), k.TenantID, k.Principal, k.Key)
-	if errors.Is(err, tenants.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -197,7 +198,7 @@ func (h *Handlers) recoverSandbox(c echo.Context, k tenants.IdemKey) (bool, erro
 	}
 	switch sb.State {
 	case sandbox.StateCreating:
-		return true, fmt.Errorf("%w: the sandbox of this Idempotency-Key (%s) is still being created; retry later", tenants.ErrConflict, sb.ID)
+		return true, fmt.Errorf("%w: the sandbox of this Idempotency-Key (%s) is still being created; retry later", errdefs.ErrConflict, sb.ID)
 	case sandbox.StateRunning:
 	default:
 		return false, nil // it never ran, or ended: like any failed create, the retry runs again
@@ -205,7 +206,7 @@ func (h *Handlers) recoverSandbox(c echo.Context, k tenants.IdemKey) (bool, erro
 	ok, err := h.store.TakeOverIdempotent(c.Request().Context(), k, h.instance)
 	if err != nil || !ok {
 		if err == nil {
-			err = fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", tenants.ErrConflict)
+			err = fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", errdefs.ErrConflict)
 		}
 		return true, err
 	}

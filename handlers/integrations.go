@@ -77,7 +77,7 @@ func (h *Handlers) CreateWebhook(c echo.Context) error {
 	}
 	cl := CallerOf(c)
 	if err := c.Request().ParseForm(); err != nil {
-		return fmt.Errorf("%w: %v", tenants.ErrInvalid, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrInvalid, err)
 	}
 	form := views.WebhookForm{URL: strings.TrimSpace(c.FormValue("url")), SecretName: strings.TrimSpace(c.FormValue("secret_name")),
 		Description: strings.TrimSpace(c.FormValue("description")), EventTypes: c.Request().Form["event_types"]}
@@ -197,7 +197,7 @@ func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
 		return err
 	}
 	if in.Enabled == nil {
-		return tenants.Invalid("enabled", "required", "must be true or false")
+		return errdefs.Invalid("enabled", "required", "must be true or false")
 	}
 	cl := CallerOf(c)
 	ep, err := s.SetEnabled(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), *in.Enabled)
@@ -245,7 +245,7 @@ func (h *Handlers) APIWebhookDeliveries(c echo.Context) error {
 	limit := 0
 	if l := c.QueryParam("limit"); l != "" {
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 500 {
-			return tenants.Invalid("limit", "range", "must be 1 to 500")
+			return errdefs.Invalid("limit", "range", "must be 1 to 500")
 		}
 	}
 	list, err := s.Deliveries(c.Request().Context(), CallerOf(c).Tenant.ID, c.QueryParam("endpoint_id"), limit)

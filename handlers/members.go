@@ -82,7 +82,7 @@ func (h *Handlers) SetMemberRole(c echo.Context) error {
 	cl := CallerOf(c)
 	role := c.FormValue("role")
 	if err := h.store.SetMemberRole(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), tenants.Role(role)); err != nil {
-		if errors.Is(err, tenants.ErrConflict) || errors.Is(err, tenants.ErrInvalid) {
+		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalid) {
 			h.flash(c, "error", "Role not changed: "+err.Error())
 			return redirect(c, "/settings/members")
 		}
@@ -96,7 +96,7 @@ func (h *Handlers) SetMemberRole(c echo.Context) error {
 func (h *Handlers) RemoveMember(c echo.Context) error {
 	cl := CallerOf(c)
 	if err := h.store.RemoveMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
-		if errors.Is(err, tenants.ErrConflict) {
+		if errors.Is(err, errdefs.ErrConflict) {
 			h.flash(c, "error", "Not removed: "+err.Error())
 			return redirect(c, "/settings/members")
 		}

@@ -42,7 +42,7 @@ func operatorPeriod(now time.Time, from, to string) (usage.Range, error) {
 		}
 		t, err := time.Parse(opDateOnly, s)
 		if err != nil {
-			return time.Time{}, &MalformedError{Field: field, Detail: "must be a date (YYYY-MM-DD) or an RFC 3339 time"}
+			return time.Time{}, &errdefs.MalformedError{Field: field, Detail: "must be a date (YYYY-MM-DD) or an RFC 3339 time"}
 		}
 		if end {
 			t = t.AddDate(0, 0, 1)
@@ -66,7 +66,7 @@ func operatorPeriod(now time.Time, from, to string) (usage.Range, error) {
 		r.To = t
 	}
 	if !r.To.After(r.From) {
-		return usage.Range{}, &MalformedError{Field: "to", Detail: "the period must end after it starts"}
+		return usage.Range{}, &errdefs.MalformedError{Field: "to", Detail: "the period must end after it starts"}
 	}
 	return r, nil
 }
@@ -187,7 +187,7 @@ func (h *Handlers) OperatorUsageExport(c echo.Context) error {
 		format = usage.FormatCSV
 	}
 	if format != usage.FormatCSV && format != usage.FormatJSON {
-		return &MalformedError{Field: "format", Detail: `must be "csv" or "json"`}
+		return &errdefs.MalformedError{Field: "format", Detail: `must be "csv" or "json"`}
 	}
 	w := c.Response()
 	name := "usage-all-" + r.From.Format("20060102") + "-" + r.To.Format("20060102") + "." + format
@@ -291,7 +291,7 @@ func (h *Handlers) APISetPrice(c echo.Context) error {
 	}{{"currency", in.Currency != nil}, {"vcpu_second", in.VCPUSecond != nil}, {"gib_second", in.GiBSecond != nil},
 		{"cpu_second", in.CPUSecond != nil}, {"egress_gb", in.EgressGB != nil}} {
 		if !f.set {
-			return tenants.Invalid(f.name, "required", "is required")
+			return errdefs.Invalid(f.name, "required", "is required")
 		}
 	}
 	p := usage.Price{TenantID: strings.TrimSpace(in.TenantID), Currency: strings.TrimSpace(*in.Currency), VCPUSecond: *in.VCPUSecond,
@@ -299,7 +299,7 @@ func (h *Handlers) APISetPrice(c echo.Context) error {
 	if s := strings.TrimSpace(in.EffectiveFrom); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return tenants.Invalid("effective_from", "rfc3339", "must be an RFC 3339 time such as 2026-12-01T00:00:00Z")
+			return errdefs.Invalid("effective_from", "rfc3339", "must be an RFC 3339 time such as 2026-12-01T00:00:00Z")
 		}
 		p.EffectiveFrom = t
 	}
@@ -377,11 +377,11 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 	}{{"vcpu_second", f.VCPUSecond, &p.VCPUSecond}, {"gib_second", f.GiBSecond, &p.GiBSecond},
 		{"cpu_second", f.CPUSecond, &p.CPUSecond}, {"egress_gb", f.EgressGB, &p.EgressGB}} {
 		if x.value == "" {
-			return tenants.Invalid(x.name, "required", "is required (0 for free)")
+			return errdefs.Invalid(x.name, "required", "is required (0 for free)")
 		}
 		v, err := strconv.ParseFloat(x.value, 64)
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return tenants.Invalid(x.name, "number", "must be a number such as 0.000014")
+			return errdefs.Invalid(x.name, "number", "must be a number such as 0.000014")
 		}
 		*x.dst = v
 	}
@@ -394,7 +394,7 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 			}
 		}
 		if err != nil {
-			return tenants.Invalid("effective_from", "datetime", "must be a date and time (UTC), or empty for now")
+			return errdefs.Invalid("effective_from", "datetime", "must be a date and time (UTC), or empty for now")
 		}
 		p.EffectiveFrom = t.UTC()
 	}
@@ -521,7 +521,7 @@ func (h *Handlers) APISetTenantQuota(c echo.Context) error {
 		{tenants.QuotaMaxMemoryMiB, in.MaxMemoryMiB, &q.MaxMemoryMiB}, {tenants.QuotaMaxSandboxes, in.MaxSandboxes, &q.MaxSandboxes},
 		{tenants.QuotaMaxCPUHoursMonthly, in.MaxCPUHoursMonthly, &q.MaxCPUHoursMonthly}} {
 		if f.src == nil {
-			return tenants.Invalid(f.name, "required", "is required: PUT replaces the whole quota")
+			return errdefs.Invalid(f.name, "required", "is required: PUT replaces the whole quota")
 		}
 		*f.dst = *f.src
 	}
@@ -572,7 +572,7 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 		values[f.name] = s
 		n, perr := strconv.Atoi(s)
 		if perr != nil && err == nil {
-			err = tenants.Invalid(f.name, "integer", "must be a whole number, 0 or more")
+			err = errdefs.Invalid(f.name, "integer", "must be a whole number, 0 or more")
 		}
 		*f.dst = n
 	}

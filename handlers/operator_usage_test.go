@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestOperatorPeriod: the period of the operators' usage page and export:
@@ -33,8 +35,8 @@ func TestOperatorPeriod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := operatorPeriod(now, tc.from, tc.to)
 			if tc.wantField != "" {
-				var me *MalformedError
-				if !errors.As(err, &me) || me.Field != tc.wantField || !errors.Is(err, ErrMalformed) {
+				var me *errdefs.MalformedError
+				if !errors.As(err, &me) || me.Field != tc.wantField || !errors.Is(err, errdefs.ErrMalformed) {
 					t.Fatalf("Got(operatorPeriod(%q, %q)) = %v, %v; want a malformed %s", tc.from, tc.to, r, err, tc.wantField)
 				}
 				return

@@ -90,7 +90,7 @@ var policyForm = []policySection{
 
 func (h *Handlers) policies() (*policy.Store, error) {
 	if h.pol == nil {
-		return nil, fmt.Errorf("policy: %w: this server runs without policies", tenants.ErrNotFound)
+		return nil, fmt.Errorf("policy: %w: this server runs without policies", errdefs.ErrNotFound)
 	}
 	return h.pol, nil
 }
@@ -241,14 +241,14 @@ func fieldFor(path, detail string, lines map[string][]int) (string, string) {
 	return path, detail
 }
 
-func policyErrors(err error) ([]*tenants.FieldError, error) {
+func policyErrors(err error) ([]*errdefs.FieldError, error) {
 	var errs policy.Errors
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	switch {
 	case errors.As(err, &errs):
 		return errs, nil
 	case errors.As(err, &fe):
-		return []*tenants.FieldError{fe}, nil
+		return []*errdefs.FieldError{fe}, nil
 	}
 	return nil, err
 }
@@ -375,7 +375,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		}
 	}
 	if si < 0 {
-		return tenants.Invalid("section", "unknown", "no such policy section")
+		return errdefs.Invalid("section", "unknown", "no such policy section")
 	}
 	cur, err := ps.Current(ctx, cl.Tenant.ID)
 	if err != nil {
@@ -383,7 +383,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 	}
 	base, err := strconv.Atoi(c.FormValue("base_version"))
 	if err != nil {
-		return tenants.Invalid("base_version", "required", "the form lost its version; reload the page")
+		return errdefs.Invalid("base_version", "required", "the form lost its version; reload the page")
 	}
 	tree := docTree(cur.Doc)
 	form, err := c.FormParams()
@@ -432,7 +432,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		if sec.Preview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
 			return err
 		}
-	case errors.Is(perr, tenants.ErrConflict):
+	case errors.Is(perr, errdefs.ErrConflict):
 		sec.Error, status = perr.Error(), errdefs.HTTPStatus(perr)
 	default:
 		fes, err := policyErrors(perr)
@@ -464,7 +464,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 	return render(c, status, views.Policy(h.page(c, "Policy", "policy"), v))
 }
 
-func onlyReason(fes []*tenants.FieldError) (*tenants.FieldError, bool) {
+func onlyReason(fes []*errdefs.FieldError) (*errdefs.FieldError, bool) {
 	if len(fes) == 1 && fes[0].Field == "reason" {
 		return fes[0], true
 	}
@@ -509,7 +509,7 @@ func (h *Handlers) SavePolicyRaw(c echo.Context) error {
 		if v.RawPreview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
 			return err
 		}
-	} else if errors.Is(perr, tenants.ErrConflict) {
+	} else if errors.Is(perr, errdefs.ErrConflict) {
 		status = errdefs.HTTPStatus(perr)
 		v.RawErrors = []views.PolicyPathError{{Path: "/", Detail: perr.Error()}}
 	} else {
@@ -534,7 +534,7 @@ func (h *Handlers) PolicyVersionPage(c echo.Context) error {
 	ctx, cl := c.Request().Context(), CallerOf(c)
 	n, err := strconv.Atoi(c.Param("version"))
 	if err != nil || n < 0 {
-		return fmt.Errorf("policy version %q: %w", c.Param("version"), tenants.ErrNotFound)
+		return fmt.Errorf("policy version %q: %w", c.Param("version"), errdefs.ErrNotFound)
 	}
 	ver, err := ps.Get(ctx, cl.Tenant.ID, n)
 	if err != nil {
@@ -568,7 +568,7 @@ func (h *Handlers) RollbackPolicy(c echo.Context) error {
 	cl := CallerOf(c)
 	n, err := strconv.Atoi(c.FormValue("version"))
 	if err != nil {
-		return tenants.Invalid("version", "required", "names the version to roll back to")
+		return errdefs.Invalid("version", "required", "names the version to roll back to")
 	}
 	saved, err := ps.Rollback(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, n, c.FormValue("reason"))
 	if err != nil {
@@ -639,7 +639,7 @@ func bindPolicy(c echo.Context) (policyIn, error) {
 		return in, err
 	}
 	if len(in.Policy) == 0 || string(in.Policy) == "null" {
-		return in, tenants.Invalid("policy", "required", "the whole policy document is required (GET /api/v1/policy gives the current one)")
+		return in, errdefs.Invalid("policy", "required", "the whole policy document is required (GET /api/v1/policy gives the current one)")
 	}
 	return in, nil
 }
@@ -718,7 +718,7 @@ func (h *Handlers) APIPolicyVersions(c echo.Context) error {
 func versionParam(name, value string) (int, error) {
 	n, err := strconv.Atoi(value)
 	if err != nil || n < 0 {
-		return 0, tenants.Invalid(name, "version", "must be a version number (0 is the defaults)")
+		return 0, errdefs.Invalid(name, "version", "must be a version number (0 is the defaults)")
 	}
 	return n, nil
 }
@@ -731,7 +731,7 @@ func (h *Handlers) APIPolicyVersion(c echo.Context) error {
 	}
 	n, err := strconv.Atoi(c.Param("version"))
 	if err != nil || n < 0 {
-		return fmt.Errorf("policy version %q: %w", c.Param("version"), tenants.ErrNotFound)
+		return fmt.Errorf("policy version %q: %w", c.Param("version"), errdefs.ErrNotFound)
 	}
 	v, err := ps.Get(c.Request().Context(), CallerOf(c).Tenant.ID, n)
 	if err != nil {
@@ -801,7 +801,7 @@ func (h *Handlers) APIRollbackPolicy(c echo.Context) error {
 		return err
 	}
 	if in.Version == nil {
-		return tenants.Invalid("version", "required", "names the version to roll back to")
+		return errdefs.Invalid("version", "required", "names the version to roll back to")
 	}
 	cl := CallerOf(c)
 	v, err := ps.Rollback(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, *in.Version, in.Reason)

@@ -347,7 +347,7 @@ func (h *Handlers) APIResumeExec(c echo.Context) error {
 	var offset int64
 	if v := c.QueryParam("offset"); v != "" {
 		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-			return tenants.Invalid("offset", "invalid", "offset must be a whole number of bytes, 0 or more")
+			return errdefs.Invalid("offset", "invalid", "offset must be a whole number of bytes, 0 or more")
 		}
 	}
 	cl := CallerOf(c)
@@ -448,7 +448,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 	var mode uint64
 	if m := c.QueryParam("mode"); m != "" {
 		if mode, err = strconv.ParseUint(m, 8, 32); err != nil {
-			return tenants.Invalid("mode", "syntax", "must be octal permission bits, such as 0644 or 755")
+			return errdefs.Invalid("mode", "syntax", "must be octal permission bits, such as 0644 or 755")
 		}
 	}
 	body := http.MaxBytesReader(c.Response(), c.Request().Body, limit.Bytes+1)
@@ -623,12 +623,12 @@ func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
 		}
 		n, err := strconv.Atoi(x.raw)
 		if err != nil || n < 1 {
-			return sandbox.Spec{}, tenants.Invalid(x.name, "number", "must be a whole number of at least 1")
+			return sandbox.Spec{}, errdefs.Invalid(x.name, "number", "must be a whole number of at least 1")
 		}
 		*x.dst = n
 	}
 	if spec.TimeoutSeconds > sandbox.MaxTimeoutSeconds/60 {
-		return sandbox.Spec{}, tenants.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60))
+		return sandbox.Spec{}, errdefs.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60))
 	}
 	spec.TimeoutSeconds *= 60
 	return spec, nil
@@ -723,9 +723,9 @@ func (h *Handlers) DestroySandbox(c echo.Context) error {
 	switch {
 	case err == nil:
 		h.flash(c, views.FlashSuccess, "Sandbox "+shortID(c.Param("id"))+" destroyed.")
-	case errors.Is(err, tenants.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return err
-	case errors.Is(err, vmpool.ErrUnavailable), errors.Is(err, tenants.ErrConflict):
+	case errors.Is(err, vmpool.ErrUnavailable), errors.Is(err, errdefs.ErrConflict):
 		h.flash(c, views.FlashError, "Not destroyed: "+err.Error())
 	default:
 		return err

@@ -113,7 +113,7 @@ func formInject(f views.SecretForm) ([]string, error) {
 		locs = append(locs, secrets.InjectHeaderPrefix+h)
 	}
 	if len(locs) == 0 {
-		return nil, tenants.Invalid("inject", "inject_none", "tick at least one place the secret may go")
+		return nil, errdefs.Invalid("inject", "inject_none", "tick at least one place the secret may go")
 	}
 	return secrets.NormalizeInject(locs)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -130,7 +131,7 @@ func (h *Handlers) TerminalSocket(c echo.Context) error {
 	q := r.URL.Query()
 	sandboxID, sessionID := c.Param("id"), q.Get("session")
 	// The sandbox first: another tenant's is not found whatever the query.
-	if err := svc.CheckSandbox(ctx, cl.Tenant.ID, sandboxID); err != nil && (sessionID == "" || !errors.Is(err, tenants.ErrConflict)) {
+	if err := svc.CheckSandbox(ctx, cl.Tenant.ID, sandboxID); err != nil && (sessionID == "" || !errors.Is(err, errdefs.ErrConflict)) {
 		return err
 	}
 	// Driving (no ?watch=1) needs terminals.drive: the route table checks
@@ -138,15 +139,15 @@ func (h *Handlers) TerminalSocket(c echo.Context) error {
 	watch := q.Get("watch") == "1" || q.Get("watch") == "true"
 	canDrive := tenants.Can(cl.Role, tenants.PermTerminalsDrive)
 	if !websocket.IsWebSocketUpgrade(r) {
-		return &MalformedError{Field: "Upgrade", Detail: "this endpoint speaks WebSocket: connect with a WebSocket client"}
+		return &errdefs.MalformedError{Field: "Upgrade", Detail: "this endpoint speaks WebSocket: connect with a WebSocket client"}
 	}
 	if !h.sameOrigin(r) {
-		return fmt.Errorf("%w: a page of another site may not open this server's terminals (Origin %q)", tenants.ErrForbidden, r.Header.Get("Origin"))
+		return fmt.Errorf("%w: a page of another site may not open this server's terminals (Origin %q)", errdefs.ErrForbidden, r.Header.Get("Origin"))
 	}
 	offset := int64(-1)
 	if v := q.Get("offset"); v != "" {
 		if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-			return tenants.Invalid("offset", "number", "the count of output bytes seen: a whole number of at least 0")
+			return errdefs.Invalid("offset", "number", "the count of output bytes seen: a whole number of at least 0")
 		}
 	}
 	actor := cl.Actor(c)
@@ -193,7 +194,7 @@ func size(v, field string) (uint16, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > terminal.MaxSize {
-		return 0, tenants.Invalid(field, "range", fmt.Sprintf("a whole number from 1 to %d", terminal.MaxSize))
+		return 0, errdefs.Invalid(field, "range", fmt.Sprintf("a whole number from 1 to %d", terminal.MaxSize))
 	}
 	return uint16(n), nil
 }
@@ -336,7 +337,7 @@ func (h *Handlers) SandboxTerminalPage(c echo.Context) error {
 		CanDrive: tenants.Can(cl.Role, tenants.PermTerminalsDrive), Live: h.liveList(c, id, liveURL(id))}
 	v.Live.Empty = noLiveInSandbox
 	if err := svc.CheckSandbox(c.Request().Context(), cl.Tenant.ID, id); err != nil {
-		if !errors.Is(err, tenants.ErrConflict) {
+		if !errors.Is(err, errdefs.ErrConflict) {
 			return err
 		}
 		v.Unavailable = "No terminal can be opened: " + err.Error()

@@ -59,7 +59,7 @@ func (h *Handlers) revokeToken(c echo.Context) error {
 	}
 	owner := tokenOwner(cl)
 	if owner == "" {
-		return fmt.Errorf("revoke token %s: %w", id, tenants.ErrNotFound)
+		return fmt.Errorf("revoke token %s: %w", id, errdefs.ErrNotFound)
 	}
 	return h.store.RevokeTokenOf(ctx, cl.Actor(c), cl.Tenant.ID, owner, id)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -57,10 +58,10 @@ func usagePeriodOf(c echo.Context, now time.Time, maxSpan time.Duration) (usage.
 		to = usage.MonthStart(from).AddDate(0, 1, 0)
 	}
 	if !to.After(from) {
-		return usage.Range{}, &MalformedError{Field: "to", Detail: "must be after from (the period ends before it starts)"}
+		return usage.Range{}, &errdefs.MalformedError{Field: "to", Detail: "must be after from (the period ends before it starts)"}
 	}
 	if maxSpan > 0 && to.Sub(from) > maxSpan {
-		return usage.Range{}, &MalformedError{Field: "to", Detail: fmt.Sprintf("the period may span at most %d days here (exports take any period)", int(maxSpan.Hours()/24))}
+		return usage.Range{}, &errdefs.MalformedError{Field: "to", Detail: fmt.Sprintf("the period may span at most %d days here (exports take any period)", int(maxSpan.Hours()/24))}
 	}
 	return usage.Range{From: from, To: to}, nil
 }
@@ -81,7 +82,7 @@ func usageTime(field, s string, end bool) (time.Time, error) {
 		}
 		return t.UTC(), nil
 	}
-	return time.Time{}, &MalformedError{Field: field, Detail: "must be a date (2026-11-30) or an RFC 3339 time (2026-11-30T12:00:00Z)"}
+	return time.Time{}, &errdefs.MalformedError{Field: field, Detail: "must be a date (2026-11-30) or an RFC 3339 time (2026-11-30T12:00:00Z)"}
 }
 
 // usageReport is the tenant's usage over a period, as the page and the
@@ -328,13 +329,13 @@ func (h *Handlers) SandboxUsagePage(c echo.Context) error {
 			if !v.Metered {
 				v.Template, v.User, v.VCPUs, v.MemoryMiB = sb.Template, sb.CreatedByName, sb.VCPUs, sb.MemoryMiB
 			}
-		case errors.Is(err, tenants.ErrNotFound) && v.Metered:
+		case errors.Is(err, errdefs.ErrNotFound) && v.Metered:
 			v.State = "destroyed" // its record is gone; its usage stays
 		default:
 			return err
 		}
 	case !v.Metered:
-		return fmt.Errorf("sandbox %s: %w", id, tenants.ErrNotFound)
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
 	entries, err := st.Entries(ctx, cl.Tenant.ID, id)
 	if err != nil {
@@ -474,7 +475,7 @@ func (h *Handlers) APIUsageExport(c echo.Context) error {
 	case usage.FormatJSON:
 		ctype = echo.MIMEApplicationJSON
 	default:
-		return &MalformedError{Field: "format", Detail: `must be "csv" or "json"`}
+		return &errdefs.MalformedError{Field: "format", Detail: `must be "csv" or "json"`}
 	}
 	name := fmt.Sprintf("usage-%s-%s-%s.%s", cl.Tenant.Slug, r.From.UTC().Format("20060102T150405Z"), r.To.UTC().Format("20060102T150405Z"), format)
 	w := c.Response()

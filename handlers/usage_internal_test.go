@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
@@ -43,8 +44,8 @@ func TestUsagePeriodOf(t *testing.T) {
 			c := echo.New().NewContext(httptest.NewRequest("GET", "/usage?"+tc.query, nil), httptest.NewRecorder())
 			r, err := usagePeriodOf(c, now, usageMaxSpan)
 			if tc.field != "" {
-				var me *MalformedError
-				if !errors.As(err, &me) || !errors.Is(err, ErrMalformed) || me.Field != tc.field {
+				var me *errdefs.MalformedError
+				if !errors.As(err, &me) || !errors.Is(err, errdefs.ErrMalformed) || me.Field != tc.field {
 					t.Fatalf("Got(usagePeriodOf(%s)) err = %v; want malformed %s", tc.query, err, tc.field)
 				}
 				return

@@ -221,7 +221,7 @@ func (h *Handlers) APISetVMPool(c echo.Context) error {
 		{"warm_vms", in.WarmVMs, &set.WarmVMs}, {"recycle_after_hours", in.RecycleAfterHours, &set.RecycleAfterHours},
 	} {
 		if f.v == nil {
-			return tenants.Invalid(f.name, "required", "is required")
+			return errdefs.Invalid(f.name, "required", "is required")
 		}
 		*f.dst = *f.v
 	}
@@ -370,7 +370,7 @@ func (h *Handlers) vmActionResult(c echo.Context, err error, success string) err
 		switch {
 		case errors.Is(err, vmpool.ErrUnavailable):
 			h.flash(c, views.FlashError, "Hypervisor unavailable: "+err.Error())
-		case errors.Is(err, tenants.ErrQuota), errors.Is(err, tenants.ErrConflict):
+		case errors.Is(err, errdefs.ErrQuota), errors.Is(err, errdefs.ErrConflict):
 			h.flash(c, views.FlashError, "Not done: "+err.Error())
 		default:
 			return err
@@ -449,7 +449,7 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 	} {
 		n, perr := strconv.Atoi(f.raw)
 		if perr != nil {
-			err = tenants.Invalid(f.name, "number", "must be a whole number")
+			err = errdefs.Invalid(f.name, "number", "must be a whole number")
 			break
 		}
 		*f.dst = n

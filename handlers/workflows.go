@@ -16,7 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -99,13 +99,13 @@ func (h *Handlers) APIPutWorkflow(c echo.Context) error {
 		return err
 	}
 	if mt, _, _ := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType)); !yamlTypes[mt] {
-		return &MalformedError{Field: "Content-Type", Detail: "must be application/yaml (or application/json)"}
+		return &errdefs.MalformedError{Field: "Content-Type", Detail: "must be application/yaml (or application/json)"}
 	}
 	var base *int
 	if s := c.QueryParam("base_version"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {
-			return tenants.Invalid("base_version", "integer", "must be a version number")
+			return errdefs.Invalid("base_version", "integer", "must be a version number")
 		}
 		base = &n
 	}
@@ -120,7 +120,7 @@ func (h *Handlers) APIPutWorkflow(c echo.Context) error {
 		return err
 	}
 	if def.Name != c.Param("name") {
-		return tenants.Invalid("/name", "mismatch", fmt.Sprintf("the document is workflow %q, not %q", def.Name, c.Param("name")))
+		return errdefs.Invalid("/name", "mismatch", fmt.Sprintf("the document is workflow %q, not %q", def.Name, c.Param("name")))
 	}
 	v, err := ws.Save(ctx, cl.Actor(c), cl.Tenant.ID, src, base)
 	if err != nil {
@@ -253,7 +253,7 @@ func (h *Handlers) APIRuns(c echo.Context) error {
 	if s := c.QueryParam("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > runs.MaxList {
-			return tenants.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", runs.MaxList))
+			return errdefs.Invalid("limit", "range", fmt.Sprintf("must be 1-%d", runs.MaxList))
 		}
 		f.Limit = n
 	}
@@ -363,8 +363,8 @@ func (h *Handlers) APICancelRun(c echo.Context) error {
 	cl := CallerOf(c)
 	r, err := eng.Cancel(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	if err != nil {
-		if errors.Is(err, tenants.ErrConflict) {
-			return fmt.Errorf("%w: the run has already ended", tenants.ErrConflict)
+		if errors.Is(err, errdefs.ErrConflict) {
+			return fmt.Errorf("%w: the run has already ended", errdefs.ErrConflict)
 		}
 		return err
 	}

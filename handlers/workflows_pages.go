@@ -143,7 +143,7 @@ func (h *Handlers) SaveWorkflowSettings(c echo.Context) error {
 	cl := CallerOf(c)
 	name := strings.TrimSpace(c.FormValue("github_secret_name"))
 	if _, err := ws.SetGitHubSecret(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, name); err != nil {
-		var fe *tenants.FieldError
+		var fe *errdefs.FieldError
 		if !errors.As(err, &fe) {
 			return err
 		}
@@ -187,7 +187,7 @@ func (h *Handlers) WorkflowPage(c echo.Context) error {
 	if s := c.QueryParam("version"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return tenants.Invalid("version", "integer", "must be a version number")
+			return errdefs.Invalid("version", "integer", "must be a version number")
 		}
 		if n != cur.Version {
 			old, err := ws.Get(ctx, cl.Tenant.ID, cur.Name, n)
@@ -231,15 +231,15 @@ var lineRE = regexp.MustCompile(`\bline (\d+):\s*`)
 // workflowErrors are the errors of a failed save, each with its line and
 // field, or false when err is not about the document.
 func workflowErrors(err error) ([]views.WorkflowError, bool) {
-	var list []*tenants.FieldError
+	var list []*errdefs.FieldError
 	var we workflow.Errors
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	switch {
 	case errors.As(err, &we):
 		list = we
 	case errors.As(err, &fe):
-		list = []*tenants.FieldError{fe}
-	case errors.Is(err, tenants.ErrConflict), errors.Is(err, tenants.ErrQuota):
+		list = []*errdefs.FieldError{fe}
+	case errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrQuota):
 		return []views.WorkflowError{{Detail: err.Error()}}, true
 	default:
 		return nil, false
@@ -269,7 +269,7 @@ func (h *Handlers) SaveWorkflow(c echo.Context) error {
 	name, src := c.FormValue("name"), strings.ReplaceAll(c.FormValue("source"), "\r\n", "\n")
 	base, err := strconv.Atoi(c.FormValue("base_version"))
 	if err != nil || base < 0 {
-		return tenants.Invalid("base_version", "integer", "must be a version number")
+		return errdefs.Invalid("base_version", "integer", "must be a version number")
 	}
 	saved, err := func() (workflow.Version, error) {
 		def, err := ws.Parser().Parse([]byte(src))
@@ -277,7 +277,7 @@ func (h *Handlers) SaveWorkflow(c echo.Context) error {
 			return workflow.Version{}, err
 		}
 		if name != "" && def.Name != name {
-			return workflow.Version{}, tenants.Invalid("/name", "mismatch",
+			return workflow.Version{}, errdefs.Invalid("/name", "mismatch",
 				fmt.Sprintf("line 1: this editor saves workflow %q; to make workflow %q, use New workflow", name, def.Name))
 		}
 		return ws.Save(ctx, cl.Actor(c), cl.Tenant.ID, []byte(src), &base)
@@ -319,7 +319,7 @@ func (h *Handlers) StartWorkflowRun(c echo.Context) error {
 	}
 	cl := CallerOf(c)
 	r, err := eng.StartManual(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("name"), runs.Manual{Ref: c.FormValue("ref")})
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	switch {
 	case errors.As(err, &fe):
 		detail := fe.Detail
@@ -547,7 +547,7 @@ func (h *Handlers) CancelRun(c echo.Context) error {
 	cl := CallerOf(c)
 	r, err := eng.Cancel(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	switch {
-	case errors.Is(err, tenants.ErrConflict):
+	case errors.Is(err, errdefs.ErrConflict):
 		h.flash(c, views.FlashError, "The run has already ended.")
 		return redirect(c, "/runs/"+c.Param("id"))
 	case err != nil:
@@ -566,9 +566,9 @@ func (h *Handlers) RerunRun(c echo.Context) error {
 	}
 	cl := CallerOf(c)
 	r, err := eng.Rerun(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
-	if errors.Is(err, tenants.ErrConflict) {
+	if errors.Is(err, errdefs.ErrConflict) {
 		// A skipped run, or a deleted workflow: the run page says why.
-		h.flash(c, views.FlashError, "Not re-run: "+strings.TrimPrefix(err.Error(), tenants.ErrConflict.Error()+": "))
+		h.flash(c, views.FlashError, "Not re-run: "+strings.TrimPrefix(err.Error(), errdefs.ErrConflict.Error()+": "))
 		return redirect(c, "/runs/"+c.Param("id"))
 	}
 	if err != nil {
@@ -591,11 +591,11 @@ func (h *Handlers) RunArtifact(c echo.Context) error {
 	arts := r.Artifacts()
 	i, err := strconv.Atoi(c.Param("index"))
 	if err != nil || i < 0 || i >= len(arts) || arts[i].Error != "" {
-		return fmt.Errorf("artifact %s of run %s: %w", c.Param("index"), r.ID, tenants.ErrNotFound)
+		return fmt.Errorf("artifact %s of run %s: %w", c.Param("index"), r.ID, errdefs.ErrNotFound)
 	}
 	f, err := os.Open(eng.ArtifactPath(r, i, arts[i].Path))
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("artifact %s of run %s is no longer kept: %w", arts[i].Path, r.ID, tenants.ErrNotFound)
+		return fmt.Errorf("artifact %s of run %s is no longer kept: %w", arts[i].Path, r.ID, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("open artifact %d of run %s: %w", i, r.ID, err)

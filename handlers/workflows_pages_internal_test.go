@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -53,9 +53,9 @@ func TestWorkflowErrors(t *testing.T) {
 			{Line: 5, Field: "/steps/0/run", Detail: "is required"},
 			{Line: 6, Field: "/steps/0/rn", Detail: `"rn" is not a workflow setting here`},
 		}, true},
-		{"one field error", tenants.Invalid("/", "unchanged", "the workflow is the same as version 2: nothing to save"),
+		{"one field error", errdefs.Invalid("/", "unchanged", "the workflow is the same as version 2: nothing to save"),
 			[]views.WorkflowError{{Field: "/", Detail: "the workflow is the same as version 2: nothing to save"}}, true},
-		{"conflict", fmt.Errorf("%w: changed since", tenants.ErrConflict), []views.WorkflowError{{Detail: "conflict: changed since"}}, true},
+		{"conflict", fmt.Errorf("%w: changed since", errdefs.ErrConflict), []views.WorkflowError{{Detail: "conflict: changed since"}}, true},
 		{"other errors are not the document's", errors.New("disk full"), nil, false},
 	}
 	for _, tc := range tests {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // admit refuses, before anything is written, a sandbox the tenant's VM pool
@@ -93,7 +94,7 @@ func (s *Service) admit(ctx context.Context, pool vmpool.Pool, sb Sandbox) error
 	if fit(sb) {
 		return nil
 	}
-	return &tenants.QuotaError{Quota: vmpool.QuotaPoolMaxVMs, Limit: pool.MaxVMs, Want: pool.MaxVMs + 1,
+	return &errdefs.QuotaError{Quota: vmpool.QuotaPoolMaxVMs, Limit: pool.MaxVMs, Want: pool.MaxVMs + 1,
 		Detail: fmt.Sprintf("the tenant's VM pool is full: its %d VM(s) of %d MiB (at most %d, within the quota) hold %d sandbox(es) running or being created, "+
 			"with no room for %d MiB more; destroy sandboxes, or raise the pool's max VMs", len(bins), pool.MemoryMiB, pool.MaxVMs,
 			len(waiting)+sumSandboxes(load), sb.MemoryMiB)}

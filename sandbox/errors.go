@@ -7,21 +7,8 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
-
-// Compatibility shims of the error vocabulary (tenants/errdefs): the same
-// values and type, removed by a later sweep.
-var (
-	// ErrTooLarge: a file or upload over the size bound (413).
-	ErrTooLarge = errdefs.ErrTooLarge
-	// ErrNoSpace: the sandbox's disk or workspace is full (507).
-	ErrNoSpace = errdefs.ErrNoSpace
-)
-
-// TooLargeError is errdefs.TooLargeError (shim); FileLimit.TooLarge makes one.
-type TooLargeError = errdefs.TooLargeError
 
 // FileLimit is the size bound of one file moved through the API for a
 // tenant, and the setting it comes from.
@@ -52,7 +39,7 @@ func (l FileLimit) String() string {
 }
 
 // TooLarge is the error of a file or upload of size bytes (-1: unknown, cut
-// off while read) over l; errors.Is matches ErrTooLarge, and its problem
+// off while read) over l; errors.Is matches errdefs.ErrTooLarge, and its problem
 // names l's setting.
 func (l FileLimit) TooLarge(op string, size int64) error {
 	return &errdefs.TooLargeError{Op: op, Size: size, Max: l.Bytes, Setting: l.Setting, Bound: l.String()}
@@ -65,17 +52,17 @@ func agentErr(op string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, agentproto.ErrFileTooLarge):
-		return fmt.Errorf("%s: %w: %w", op, ErrTooLarge, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrTooLarge, err)
 	case errors.Is(err, agentproto.ErrExhausted):
-		return fmt.Errorf("%s: %w: %w", op, ErrNoSpace, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrNoSpace, err)
 	case errors.Is(err, agentproto.ErrNotFound):
-		return fmt.Errorf("%s: %w: %w", op, tenants.ErrNotFound, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrNotFound, err)
 	case errors.Is(err, agentproto.ErrPermission):
-		return fmt.Errorf("%s: %w: %w", op, tenants.ErrForbidden, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrForbidden, err)
 	case errors.Is(err, agentproto.ErrBadRequest):
-		return fmt.Errorf("%s: %w: %w", op, tenants.ErrInvalid, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrInvalid, err)
 	case errors.Is(err, agentproto.ErrConflict):
-		return fmt.Errorf("%s: %w: %w", op, tenants.ErrConflict, err)
+		return fmt.Errorf("%s: %w: %w", op, errdefs.ErrConflict, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, agentproto.ErrRemote):

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // ExecResult is how a command ended.
@@ -105,7 +105,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 		if errors.Is(xerr, agentproto.ErrNotFound) {
 			// The sandbox is running: what is missing is the program or
 			// the working directory.
-			return ExecResult{ExecID: rec.ID}, tenants.Invalid("cmd", "not_found",
+			return ExecResult{ExecID: rec.ID}, errdefs.Invalid("cmd", "not_found",
 				fmt.Sprintf("no such program or working directory in the sandbox: %s", remoteMessage(xerr)))
 		}
 		reason := ""
@@ -126,8 +126,8 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 // until it ends, and its record gets the end. start is where the output
 // really starts (past offset when the agent's bounded buffer dropped
 // bytes), known before the first byte arrives. Another tenant's command,
-// or one the agent no longer has, is tenants.ErrNotFound; one that ended,
-// or that this server still streams, tenants.ErrConflict.
+// or one the agent no longer has, is errdefs.ErrNotFound; one that ended,
+// or that this server still streams, errdefs.ErrConflict.
 func (s *Service) ResumeExec(ctx context.Context, actor audit.Actor, tenantID, id, execID string, offset int64,
 	started func(start int64, pid int), stdout, stderr io.Writer) (ExecResult, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, id)
@@ -135,23 +135,23 @@ func (s *Service) ResumeExec(ctx context.Context, actor audit.Actor, tenantID, i
 		return ExecResult{}, err
 	}
 	if offset < 0 {
-		return ExecResult{}, tenants.Invalid("offset", "invalid", "the offset must not be negative")
+		return ExecResult{}, errdefs.Invalid("offset", "invalid", "the offset must not be negative")
 	}
 	var rec ExecRecord
 	if err := s.store.db.WithContext(ctx).Where("id = ? AND tenant_id = ? AND sandbox_id = ?", execID, tenantID, sb.ID).Take(&rec).Error; err != nil {
 		return ExecResult{}, fmt.Errorf("command %s: %w", execID, notFound(err))
 	}
 	if rec.EndedAt != nil {
-		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: it ended (%s)", execID, tenants.ErrConflict, rec.Reason)
+		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: it ended (%s)", execID, errdefs.ErrConflict, rec.Reason)
 	}
 	if !s.serveOnce(rec.ID) {
-		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: this server streams it already", execID, tenants.ErrConflict)
+		return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: this server streams it already", execID, errdefs.ErrConflict)
 	}
 	defer s.serving(rec.ID, false)
 	e, err := c.AttachExec(ctx, rec.ID, offset, stdout, stderr, s.nextAgent(sb, c))
 	if err != nil {
 		if errors.Is(err, agentproto.ErrNotFound) {
-			return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: its process is gone", execID, tenants.ErrNotFound)
+			return ExecResult{ExecID: rec.ID}, fmt.Errorf("command %s: %w: its process is gone", execID, errdefs.ErrNotFound)
 		}
 		return ExecResult{ExecID: rec.ID}, agentErr("resume command "+execID, err)
 	}

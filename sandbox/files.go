@@ -7,8 +7,8 @@ import (
 	"io"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -43,12 +43,12 @@ func (l FileLimit) withPolicy(pol policy.Version) FileLimit {
 }
 
 // ReadFile copies a file of the tenant's running sandbox. Once the file is
-// found and within the tenant's FileLimit (else a *TooLargeError, before
+// found and within the tenant's FileLimit (else a *errdefs.TooLargeError, before
 // anything is written) open is called with its size and returns where the
 // bytes go. path is absolute in the sandbox or relative to /workspace; one
-// that climbs with ".." is a *tenants.FieldError; a missing file
-// tenants.ErrNotFound; one the sandbox user may not read
-// tenants.ErrForbidden. It is audited sandbox.file_read.
+// that climbs with ".." is a *errdefs.FieldError; a missing file
+// errdefs.ErrNotFound; one the sandbox user may not read
+// errdefs.ErrForbidden. It is audited sandbox.file_read.
 func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, open func(size int64) (io.Writer, error)) (FileInfo, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, id)
 	if err != nil {
@@ -92,8 +92,8 @@ func (s *Service) ReadFile(ctx context.Context, actor audit.Actor, tenantID, id,
 
 // WriteFile writes r into a file of the tenant's running sandbox (missing
 // folders are made; mode 0 means 0644), with the sandbox user's rights (a
-// folder it may not write: tenants.ErrForbidden). More than the tenant's
-// FileLimit is a *TooLargeError and writes nothing: the file appears whole
+// folder it may not write: errdefs.ErrForbidden). More than the tenant's
+// FileLimit is a *errdefs.TooLargeError and writes nothing: the file appears whole
 // or not at all. It is audited sandbox.file_written.
 func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id, path string, r io.Reader, mode uint32) (FileInfo, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, id)
@@ -104,7 +104,7 @@ func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id
 		return FileInfo{}, err
 	}
 	if mode > 0o7777 {
-		return FileInfo{}, tenants.Invalid("mode", "range", "must be permission bits in octal, 0 to 7777")
+		return FileInfo{}, errdefs.Invalid("mode", "range", "must be permission bits in octal, 0 to 7777")
 	}
 	lim, err := s.FileLimit(ctx, tenantID)
 	if err != nil {
@@ -113,7 +113,7 @@ func (s *Service) WriteFile(ctx context.Context, actor audit.Actor, tenantID, id
 	lr := &boundedReader{r: r, left: lim.Bytes}
 	fi, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: sb.ID, Path: path, Mode: mode, MaxBytes: lim.Bytes}, lr)
 	if err != nil {
-		if lr.over || errors.Is(err, ErrTooLarge) || errors.Is(err, agentproto.ErrFileTooLarge) {
+		if lr.over || errors.Is(err, errdefs.ErrTooLarge) || errors.Is(err, agentproto.ErrFileTooLarge) {
 			return FileInfo{}, lim.TooLarge("write "+path, -1)
 		}
 		return FileInfo{}, agentErr("write "+path, err)
@@ -138,7 +138,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	b.left -= int64(n)
 	if b.left < 0 {
 		b.over = true
-		return 0, ErrTooLarge
+		return 0, errdefs.ErrTooLarge
 	}
 	return n, err
 }

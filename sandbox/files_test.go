@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -34,8 +35,8 @@ func TestFileLimit(t *testing.T) {
 				t.Errorf("Got(withPolicy()) = %+v %q; want %+v %q", got, got.String(), tt.want, tt.text)
 			}
 			err := got.TooLarge("write /workspace/x", 2<<30)
-			if !errors.Is(err, ErrTooLarge) || err.Error() != "write /workspace/x: too large: 2147483648 bytes, over the limit of "+tt.text {
-				t.Errorf("Got(TooLargeError) = %q, Is(ErrTooLarge) %v; want it to name the limit", err, errors.Is(err, ErrTooLarge))
+			if !errors.Is(err, errdefs.ErrTooLarge) || err.Error() != "write /workspace/x: too large: 2147483648 bytes, over the limit of "+tt.text {
+				t.Errorf("Got(errdefs.TooLargeError) = %q, Is(errdefs.ErrTooLarge) %v; want it to name the limit", err, errors.Is(err, errdefs.ErrTooLarge))
 			}
 		})
 	}

@@ -16,7 +16,7 @@ const ReasonFrozen = "frozen"
 
 // Freezes tells whether a tenant is frozen (incident response).
 // *tenants.Store implements it; a frozen tenant's error wraps
-// tenants.ErrConflict and names the freeze.
+// errdefs.ErrConflict and names the freeze.
 type Freezes interface {
 	CheckNotFrozen(ctx context.Context, tenantID string) error
 }

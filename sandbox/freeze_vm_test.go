@@ -8,6 +8,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestFreezeDestroysSandboxes (real VMs): freezing a tenant and destroying
@@ -41,7 +42,7 @@ func TestFreezeDestroysSandboxes(t *testing.T) {
 		t.Fatalf("FreezeTenant = %v", err)
 	}
 	defer func() {
-		if err := store.UnfreezeTenant(ctx, op, e.a.ID); err != nil && !errors.Is(err, tenants.ErrConflict) {
+		if err := store.UnfreezeTenant(ctx, op, e.a.ID); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("UnfreezeTenant = %v", err)
 		}
 	}()
@@ -74,7 +75,7 @@ func TestFreezeDestroysSandboxes(t *testing.T) {
 	e.db.Model(&sandbox.Sandbox{}).Where("tenant_id = ?", e.a.ID).Count(&before)
 	_, err = svc.Create(ctx, dev, e.a.ID, sandbox.Spec{MemoryMiB: 48})
 	var fe *tenants.FrozenError
-	if !errors.As(err, &fe) || !errors.Is(err, tenants.ErrConflict) {
+	if !errors.As(err, &fe) || !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Got(Create while frozen) = %v; want a FrozenError", err)
 	}
 	var after int64

@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
@@ -227,7 +228,7 @@ func TestBrokenImage(t *testing.T) {
 			}
 			before := dbtest.Count(t, db)
 			_, err = svc.Create(ctx, sys, tn.ID, sandbox.Spec{Template: "busybox"})
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			switch {
 			case tt.broken != nil && !errors.Is(err, vmpool.ErrUnavailable):
 				t.Errorf("Got(Create with a broken image) = %v; want unavailable", err)

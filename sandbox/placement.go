@@ -9,8 +9,8 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // errNoRoom: no running VM of the tenant can take the sandbox now.
@@ -109,7 +109,7 @@ func (s *Service) placeNow(ctx context.Context, sb Sandbox) (vmpool.VM, *agentpr
 
 // growPool makes a VM of the tenant available for sb: it waits for one that
 // is booting already (a warm one on its way), or boots one. A pool or quota
-// that allows no more VMs is the *tenants.QuotaError saying which.
+// that allows no more VMs is the *errdefs.QuotaError saying which.
 func (s *Service) growPool(ctx context.Context, actor audit.Actor, sb Sandbox) error {
 	bmu := s.bootLock(sb.TenantID)
 	bmu.Lock()
@@ -197,7 +197,7 @@ func (s *Service) releaseIfEmpty(ctx context.Context, tenantID, vmID string) {
 	if n > 0 {
 		return
 	}
-	if err := s.vms.Release(ctx, tenantID, vmID); err != nil && !errors.Is(err, tenants.ErrConflict) && !errors.Is(err, tenants.ErrNotFound) {
+	if err := s.vms.Release(ctx, tenantID, vmID); err != nil && !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Warn("release vm", "vm", vmID, "err", err)
 	}
 }

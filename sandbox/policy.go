@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -26,7 +26,7 @@ func (c Config) withPolicy(p policy.Doc) Config {
 func (l limits) checkPolicy(p policy.Version) error {
 	r, lt := p.Doc.Resources, p.Doc.Lifetime
 	over := func(field string, got, bound int, setting string) error {
-		return tenants.Invalid(field, "policy", fmt.Sprintf("must be at most %d: the tenant policy (version %d, %s) allows %d; asked %d",
+		return errdefs.Invalid(field, "policy", fmt.Sprintf("must be at most %d: the tenant policy (version %d, %s) allows %d; asked %d",
 			bound, p.Version, setting, bound, got))
 	}
 	switch {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -48,11 +48,11 @@ func TestSpecPolicy(t *testing.T) {
 				}
 				return
 			}
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != tt.field || fe.Rule != "policy" {
 				t.Fatalf("Got(checkPolicy) = %v; want a policy error on %s", err, tt.field)
 			}
-			if !errors.Is(err, tenants.ErrInvalid) {
+			if !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Got(errors.Is(err, ErrInvalid)) = false; want true")
 			}
 		})

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -43,7 +43,7 @@ func TestPolicyOnVMs(t *testing.T) {
 		{sandbox.Spec{TimeoutSeconds: 901}, "timeout_seconds"},
 	} {
 		_, err := svc.Create(ctx, actor, e.a.ID, tc.spec)
-		var fe *tenants.FieldError
+		var fe *errdefs.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Rule != "policy" {
 			t.Errorf("Got(Create(%+v)) = %v; want a policy error on %s", tc.spec, err, tc.field)
 		}

@@ -7,14 +7,14 @@ import (
 	"io"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // StartTerminal starts argv (with env added) on a new terminal from the
 // tenant's running sandbox's own devpts, copying what it prints to output.
 // ctx bounds the start only: the terminal runs until its process ends, the
 // returned Exec closes it, or the service closes. Another tenant's sandbox
-// is tenants.ErrNotFound; one not running tenants.ErrConflict.
+// is errdefs.ErrNotFound; one not running errdefs.ErrConflict.
 func (s *Service) StartTerminal(ctx context.Context, tenantID, sandboxID string, argv, env []string, size agentproto.Winsize, output io.Writer) (*agentproto.Exec, error) {
 	id, err := newID()
 	if err != nil {
@@ -61,8 +61,8 @@ func terminalExecID(id string) string { return "term-" + id }
 // for its exec grace: its output from offset on (clamped to what the
 // agent's bounded buffer still holds; the Exec's Start says where it
 // starts) goes to output, and writes type into it again. A terminal the
-// agent no longer has is tenants.ErrNotFound, as is another tenant's
-// sandbox; a sandbox not running is tenants.ErrConflict.
+// agent no longer has is errdefs.ErrNotFound, as is another tenant's
+// sandbox; a sandbox not running is errdefs.ErrConflict.
 func (s *Service) AttachTerminal(ctx context.Context, tenantID, sandboxID, id string, offset int64, output io.Writer) (*agentproto.Exec, error) {
 	sb, c, err := s.runningAgent(ctx, tenantID, sandboxID)
 	if err != nil {
@@ -75,7 +75,7 @@ func (s *Service) AttachTerminal(ctx context.Context, tenantID, sandboxID, id st
 	if err != nil {
 		cancel()
 		if errors.Is(err, agentproto.ErrNotFound) {
-			return nil, fmt.Errorf("terminal %s: %w: its process is gone", id, tenants.ErrNotFound)
+			return nil, fmt.Errorf("terminal %s: %w: its process is gone", id, errdefs.ErrNotFound)
 		}
 		return nil, agentErr("re-attach terminal in sandbox "+sb.ID, err)
 	}

@@ -20,11 +20,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
-	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
@@ -317,9 +318,9 @@ func lockOf(mu *sync.Mutex, m map[string]*sync.Mutex, key string) *sync.Mutex {
 func (s *Service) tenantLock(tenantID string) *sync.Mutex { return lockOf(&s.mu, s.tenantMu, tenantID) }
 func (s *Service) bootLock(tenantID string) *sync.Mutex   { return lockOf(&s.mu, s.bootMu, tenantID) }
 
-// Create validates spec (a *tenants.FieldError naming the field), records
+// Create validates spec (a *errdefs.FieldError naming the field), records
 // the sandbox after checking the tenant quota in the same transaction (a
-// *tenants.QuotaError naming the quota; nothing is written), places it on
+// *errdefs.QuotaError naming the quota; nothing is written), places it on
 // the tenant's VM pool and starts it through the VM's agent. It returns once
 // the sandbox runs. A sandbox that was recorded but could not start is
 // failed, with the reason, and the error says why.
@@ -438,7 +439,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if !changed {
 		// It ended meanwhile (its VM was lost, say): its end is recorded.
 		s.removeFromAgent(client, sb.ID)
-		return out, fmt.Errorf("create sandbox %s: %w: it is %s (%s)", sb.ID, tenants.ErrConflict, out.State, out.StateReason)
+		return out, fmt.Errorf("create sandbox %s: %w: it is %s (%s)", sb.ID, errdefs.ErrConflict, out.State, out.StateReason)
 	}
 	s.log.Info("sandbox running", "sandbox", sb.ID, "tenant", tenantID, "vm", vm.ID, "template", sb.Template,
 		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond))
@@ -562,9 +563,9 @@ func (s *Service) Destroy(ctx context.Context, actor audit.Actor, tenantID, id s
 	}
 	switch {
 	case sb.State.Ended():
-		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is already %s", id, tenants.ErrConflict, sb.State)
+		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is already %s", id, errdefs.ErrConflict, sb.State)
 	case sb.State == StateCreating:
-		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is still being created; destroy it once it runs", id, tenants.ErrConflict)
+		return Sandbox{}, fmt.Errorf("destroy sandbox %s: %w: it is still being created; destroy it once it runs", id, errdefs.ErrConflict)
 	}
 	if err := s.unavailable("destroy sandbox"); err != nil {
 		return Sandbox{}, err
@@ -592,7 +593,7 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 				return Sandbox{}, agentErr("destroy sandbox "+sb.ID, err)
 			}
 			final = info.Final
-		case errors.Is(err, tenants.ErrConflict), errors.Is(err, tenants.ErrNotFound):
+		case errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrNotFound):
 			// Its VM no longer runs: nothing of the sandbox is left anywhere,
 			// and it is billed up to when it was last seen.
 			reason += " (its vm had ended)"
@@ -611,7 +612,7 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 	}
 	s.releaseIfEmpty(context.WithoutCancel(ctx), sb.TenantID, sb.VMID)
 	if !changed && out.State != StateDestroyed {
-		return out, fmt.Errorf("destroy sandbox %s: %w: it is %s (%s)", sb.ID, tenants.ErrConflict, out.State, out.StateReason)
+		return out, fmt.Errorf("destroy sandbox %s: %w: it is %s (%s)", sb.ID, errdefs.ErrConflict, out.State, out.StateReason)
 	}
 	if changed {
 		s.log.Info("sandbox destroyed", "sandbox", sb.ID, "tenant", sb.TenantID, "reason", reason)
@@ -634,7 +635,7 @@ func (s *Service) runningAgent(ctx context.Context, tenantID, id string) (Sandbo
 		if sb.StateReason != "" {
 			why += " (" + sb.StateReason + ")"
 		}
-		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: it is %s", id, tenants.ErrConflict, why)
+		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: it is %s", id, errdefs.ErrConflict, why)
 	}
 	c, err := s.vms.Agent(ctx, tenantID, sb.VMID)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Spec is what a sandbox is asked for. Zero values take the defaults of the
@@ -62,7 +62,7 @@ type limits struct {
 
 // resolve checks the spec against the templates that are built, the size of
 // the tenant's VMs and the bounds of cfg, and fills the defaults. Every
-// failure is a *tenants.FieldError naming the field.
+// failure is a *errdefs.FieldError naming the field.
 func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (limits, error) {
 	out := limits{Spec: sp.withDefaults(cfg, tpls, pool, true)}
 	tpl, ok := findTemplate(tpls, out.Template)
@@ -75,40 +75,40 @@ func (sp Spec) resolve(cfg Config, tpls []image.Template, pool vmpool.Pool) (lim
 		if len(names) == 0 {
 			detail = fmt.Sprintf("no template %q: no templates are built (stockade image build)", truncate(out.Template, 64))
 		}
-		return limits{}, tenants.Invalid("template", "unknown", detail)
+		return limits{}, errdefs.Invalid("template", "unknown", detail)
 	}
 	out.TemplateVersion = tpl.Version
 
 	maxMem := pool.MemoryMiB - cfg.GuestReserveMiB
 	switch {
 	case out.VCPUs < 1:
-		return limits{}, tenants.Invalid("vcpus", "range", "must be at least 1")
+		return limits{}, errdefs.Invalid("vcpus", "range", "must be at least 1")
 	case out.VCPUs > pool.VCPUs:
-		return limits{}, tenants.Invalid("vcpus", "vm_size",
+		return limits{}, errdefs.Invalid("vcpus", "vm_size",
 			fmt.Sprintf("must be at most %d: the tenant's VMs have %d vCPUs (VM pool settings)", pool.VCPUs, pool.VCPUs))
 	case out.MemoryMiB < MinMemoryMiB:
-		return limits{}, tenants.Invalid("memory_mib", "range", fmt.Sprintf("must be at least %d", MinMemoryMiB))
+		return limits{}, errdefs.Invalid("memory_mib", "range", fmt.Sprintf("must be at least %d", MinMemoryMiB))
 	case out.MemoryMiB > maxMem:
-		return limits{}, tenants.Invalid("memory_mib", "vm_size",
+		return limits{}, errdefs.Invalid("memory_mib", "vm_size",
 			fmt.Sprintf("must be at most %d: the tenant's VMs have %d MiB, %d of them for the guest itself (VM pool settings)",
 				max(maxMem, 0), pool.MemoryMiB, cfg.GuestReserveMiB))
 	case out.TimeoutSeconds < 1 || out.TimeoutSeconds > MaxTimeoutSeconds:
-		return limits{}, tenants.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d (a week)", MaxTimeoutSeconds))
+		return limits{}, errdefs.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d (a week)", MaxTimeoutSeconds))
 	case out.IdleTimeoutSeconds < 0 || out.IdleTimeoutSeconds > out.TimeoutSeconds:
-		return limits{}, tenants.Invalid("idle_timeout_seconds", "range", "must be between 0 (none) and timeout_seconds")
+		return limits{}, errdefs.Invalid("idle_timeout_seconds", "range", "must be between 0 (none) and timeout_seconds")
 	}
 	if err := checkEnv("env", out.Env); err != nil {
 		return limits{}, err
 	}
 	if len(out.Metadata) > maxMetadata {
-		return limits{}, tenants.Invalid("metadata", "size", fmt.Sprintf("at most %d keys", maxMetadata))
+		return limits{}, errdefs.Invalid("metadata", "size", fmt.Sprintf("at most %d keys", maxMetadata))
 	}
 	for k, v := range out.Metadata {
 		if len(k) > maxMetadataKey || !metadataKeyRE.MatchString(k) {
-			return limits{}, tenants.Invalid("metadata", "key", fmt.Sprintf("key %q: 1-%d of letters, digits and _.:/- starting with a letter or digit", truncate(k, 80), maxMetadataKey))
+			return limits{}, errdefs.Invalid("metadata", "key", fmt.Sprintf("key %q: 1-%d of letters, digits and _.:/- starting with a letter or digit", truncate(k, 80), maxMetadataKey))
 		}
 		if len(v) > maxMetadataValue || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return limits{}, tenants.Invalid("metadata", "value", fmt.Sprintf("value of %q: at most %d bytes of text", k, maxMetadataValue))
+			return limits{}, errdefs.Invalid("metadata", "value", fmt.Sprintf("value of %q: at most %d bytes of text", k, maxMetadataValue))
 		}
 	}
 	return out, nil
@@ -143,20 +143,20 @@ func (sp Spec) withDefaults(cfg Config, tpls []image.Template, pool vmpool.Pool,
 // checkEnv checks environment variables given as a map under field.
 func checkEnv(field string, env map[string]string) error {
 	if len(env) > maxEnvVars {
-		return tenants.Invalid(field, "size", fmt.Sprintf("at most %d variables", maxEnvVars))
+		return errdefs.Invalid(field, "size", fmt.Sprintf("at most %d variables", maxEnvVars))
 	}
 	size := 0
 	for k, v := range env {
 		if !envKeyRE.MatchString(k) {
-			return tenants.Invalid(field, "key", fmt.Sprintf("name %q: letters, digits and _, not starting with a digit", truncate(k, 80)))
+			return errdefs.Invalid(field, "key", fmt.Sprintf("name %q: letters, digits and _, not starting with a digit", truncate(k, 80)))
 		}
 		if strings.ContainsRune(v, 0) {
-			return tenants.Invalid(field, "value", fmt.Sprintf("value of %s contains a NUL byte", k))
+			return errdefs.Invalid(field, "value", fmt.Sprintf("value of %s contains a NUL byte", k))
 		}
 		size += len(k) + len(v) + 2
 	}
 	if size > maxEnvBytes {
-		return tenants.Invalid(field, "size", fmt.Sprintf("at most %d bytes in all", maxEnvBytes))
+		return errdefs.Invalid(field, "size", fmt.Sprintf("at most %d bytes in all", maxEnvBytes))
 	}
 	return nil
 }
@@ -223,20 +223,20 @@ const (
 
 func (r *ExecRequest) check(cfg Config) error {
 	if len(r.Cmd) == 0 || r.Cmd[0] == "" {
-		return tenants.Invalid("cmd", "required", "must name a program: a non-empty list whose first item is the program")
+		return errdefs.Invalid("cmd", "required", "must name a program: a non-empty list whose first item is the program")
 	}
 	size := 0
 	for i, a := range r.Cmd {
 		if strings.ContainsRune(a, 0) {
-			return tenants.Invalid("cmd", "nul", fmt.Sprintf("item %d contains a NUL byte", i))
+			return errdefs.Invalid("cmd", "nul", fmt.Sprintf("item %d contains a NUL byte", i))
 		}
 		size += len(a) + 1
 	}
 	if size > maxArgvBytes {
-		return tenants.Invalid("cmd", "size", fmt.Sprintf("at most %d bytes in all", maxArgvBytes))
+		return errdefs.Invalid("cmd", "size", fmt.Sprintf("at most %d bytes in all", maxArgvBytes))
 	}
 	if len(r.Cwd) > maxPathBytes || strings.ContainsRune(r.Cwd, 0) {
-		return tenants.Invalid("cwd", "path", fmt.Sprintf("must be a path of at most %d bytes without NUL", maxPathBytes))
+		return errdefs.Invalid("cwd", "path", fmt.Sprintf("must be a path of at most %d bytes without NUL", maxPathBytes))
 	}
 	if err := checkEnv("env", r.Env); err != nil {
 		return err
@@ -245,10 +245,10 @@ func (r *ExecRequest) check(cfg Config) error {
 		r.TimeoutSeconds = cfg.DefaultExecTimeoutSeconds
 	}
 	if r.TimeoutSeconds < 1 || r.TimeoutSeconds > MaxTimeoutSeconds {
-		return tenants.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d", MaxTimeoutSeconds))
+		return errdefs.Invalid("timeout_seconds", "range", fmt.Sprintf("must be between 1 and %d", MaxTimeoutSeconds))
 	}
 	if int64(len(r.Stdin)) > cfg.MaxStdinBytes {
-		return tenants.Invalid("stdin", "size", fmt.Sprintf("at most %d bytes", cfg.MaxStdinBytes))
+		return errdefs.Invalid("stdin", "size", fmt.Sprintf("at most %d bytes", cfg.MaxStdinBytes))
 	}
 	return nil
 }
@@ -259,19 +259,19 @@ func (r *ExecRequest) check(cfg Config) error {
 func checkPath(p string) error {
 	switch {
 	case p == "":
-		return tenants.Invalid("path", "required", "is required: ?path=/workspace/file or a path relative to /workspace")
+		return errdefs.Invalid("path", "required", "is required: ?path=/workspace/file or a path relative to /workspace")
 	case len(p) > maxPathBytes:
-		return tenants.Invalid("path", "size", fmt.Sprintf("at most %d bytes", maxPathBytes))
+		return errdefs.Invalid("path", "size", fmt.Sprintf("at most %d bytes", maxPathBytes))
 	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
-		return tenants.Invalid("path", "syntax", "must be text without NUL bytes")
+		return errdefs.Invalid("path", "syntax", "must be text without NUL bytes")
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return tenants.Invalid("path", "traversal", "must not contain '..': paths stay inside the sandbox")
+			return errdefs.Invalid("path", "traversal", "must not contain '..': paths stay inside the sandbox")
 		}
 	}
 	if strings.HasSuffix(p, "/") {
-		return tenants.Invalid("path", "syntax", "must name a file, not a folder")
+		return errdefs.Invalid("path", "syntax", "must name a file, not a folder")
 	}
 	return nil
 }

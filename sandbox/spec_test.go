@@ -7,7 +7,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func testConfig() Config {
@@ -58,7 +58,7 @@ func TestSpecResolve(t *testing.T) {
 				}
 				return
 			}
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != tt.field {
 				t.Errorf("Got(resolve) = %v; want a field error on %s", err, tt.field)
 			}
@@ -100,7 +100,7 @@ func TestCheckPath(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("Got(checkPath(%q)) = %v; want ok %v", tt.path, err, tt.ok)
 		}
-		var fe *tenants.FieldError
+		var fe *errdefs.FieldError
 		if err != nil && (!errors.As(err, &fe) || fe.Field != "path") {
 			t.Errorf("Got(checkPath(%q)) = %v; want a field error on path", tt.path, err)
 		}
@@ -134,7 +134,7 @@ func TestExecRequestCheck(t *testing.T) {
 				}
 				return
 			}
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != tt.field {
 				t.Errorf("Got(check) = %v; want a field error on %s", err, tt.field)
 			}

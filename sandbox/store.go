@@ -14,12 +14,13 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
 // Store is the GORM store of sandboxes, their events and their commands.
 // Every tenant-owned read takes the tenant: another tenant's sandbox is
-// tenants.ErrNotFound. State changes write their event row (and audit event,
+// errdefs.ErrNotFound. State changes write their event row (and audit event,
 // if any) in the same transaction.
 type Store struct {
 	db    *gorm.DB
@@ -47,7 +48,7 @@ func (s *Store) tx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 
 func notFound(err error) error {
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return tenants.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }
@@ -291,7 +292,7 @@ func (s *Store) place(ctx context.Context, id, vmID string) error {
 		return fmt.Errorf("place sandbox %s on vm %s: %w", id, vmID, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return fmt.Errorf("place sandbox %s: %w: it is no longer being created", id, tenants.ErrConflict)
+		return fmt.Errorf("place sandbox %s: %w: it is no longer being created", id, errdefs.ErrConflict)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 var testActor = audit.Actor{Kind: audit.ActorUser, ID: "u-1", Name: "dev@example.test"}
@@ -68,7 +69,7 @@ func TestStoreQuotaInCreate(t *testing.T) {
 			wg.Wait()
 			ok := 0
 			for _, err := range errs {
-				var qe *tenants.QuotaError
+				var qe *errdefs.QuotaError
 				switch {
 				case err == nil:
 					ok++
@@ -97,7 +98,7 @@ func TestStoreQuotaInCreate(t *testing.T) {
 			}{{7, 100, tenants.QuotaMaxVCPUs}, {1, 801, tenants.QuotaMaxMemoryMiB}} {
 				before := count(t, d.DB, "sandboxes", tn.ID)
 				err := st.create(ctx, testActor, newRecord(tn.ID, 99, tt.vcpus, tt.mem))
-				var qe *tenants.QuotaError
+				var qe *errdefs.QuotaError
 				if !errors.As(err, &qe) || qe.Quota != tt.quota {
 					t.Errorf("Got(create %d vCPUs %d MiB) = %v; want quota %s", tt.vcpus, tt.mem, err, tt.quota)
 				}
@@ -135,7 +136,7 @@ func TestStoreTenantScoped(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := st.Sandbox(ctx, a.ID, sb.ID); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := st.Sandbox(ctx, a.ID, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(A reads B's sandbox) = %v; want ErrNotFound", err)
 			}
 			if evs, err := st.Events(ctx, a.ID, sb.ID); err != nil || len(evs) != 0 {
@@ -220,7 +221,7 @@ func TestStoreIdempotencyKey(t *testing.T) {
 			if err != nil || got.ID != first.ID || got.IdempotencyKey != "k-1" || got.State != StateCreating {
 				t.Errorf("Got(ByIdempotencyKey) = %+v, %v; want %s, creating, as soon as recorded", got, err, first.ID)
 			}
-			if _, err := st.ByIdempotencyKey(ctx, a.ID, "someone-else", "k-1"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := st.ByIdempotencyKey(ctx, a.ID, "someone-else", "k-1"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(ByIdempotencyKey of another creator) err = %v; want ErrNotFound", err)
 			}
 			list, err := st.WithIdempotencyKey(ctx, b.ID, "k-1")

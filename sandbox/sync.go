@@ -11,8 +11,8 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // loop checks the sandboxes every SyncInterval until Close.
@@ -295,7 +295,7 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 			s.log.Error("a vm holds a sandbox of another tenant: destroying it", "vm", vm.ID, "sandbox", a.ID)
 		case err == nil && rec.State.Active():
 			continue // recorded since the list was read
-		case err != nil && !errors.Is(err, tenants.ErrNotFound):
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
 			continue
 		}
 		s.log.Warn("destroying a sandbox no active record accounts for", "vm", vm.ID, "sandbox", a.ID, "state", a.State)

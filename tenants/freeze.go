@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Freeze is a tenant's incident-response freeze: while it holds, the
@@ -21,7 +22,7 @@ type Freeze struct {
 	By       string // the operator's name as audited
 }
 
-// FrozenError refuses a start for a frozen tenant. It wraps ErrConflict, so
+// FrozenError refuses a start for a frozen tenant. It wraps errdefs.ErrConflict, so
 // the API answers 409 with a detail naming the freeze.
 type FrozenError struct{ Freeze Freeze }
 
@@ -33,8 +34,8 @@ func (e *FrozenError) Error() string {
 	return msg + ": no sandbox or VM may start until it is unfrozen"
 }
 
-// Unwrap makes a FrozenError an ErrConflict.
-func (e *FrozenError) Unwrap() error { return ErrConflict }
+// Unwrap makes a FrozenError an errdefs.ErrConflict.
+func (e *FrozenError) Unwrap() error { return errdefs.ErrConflict }
 
 // freezeRow is the freeze columns of tenants.
 type freezeRow struct {
@@ -48,8 +49,8 @@ type freezeRow struct {
 const maxFreezeReason = 500
 
 // FreezeTenant freezes the tenant (audited tenant.frozen, in the same
-// transaction). Freezing a frozen tenant is ErrConflict; an unknown one
-// ErrNotFound. Destroying its sandboxes is the caller's next step: tenants
+// transaction). Freezing a frozen tenant is errdefs.ErrConflict; an unknown one
+// errdefs.ErrNotFound. Destroying its sandboxes is the caller's next step: tenants
 // never calls sandbox.
 func (s *Store) FreezeTenant(ctx context.Context, actor audit.Actor, tenantID, reason string) (Freeze, error) {
 	reason = strings.TrimSpace(reason)
@@ -67,7 +68,7 @@ func (s *Store) FreezeTenant(ctx context.Context, actor audit.Actor, tenantID, r
 			return err
 		}
 		if cur.FrozenAt != nil {
-			return fmt.Errorf("%w: the tenant is already frozen since %s", ErrConflict, cur.FrozenAt.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: the tenant is already frozen since %s", errdefs.ErrConflict, cur.FrozenAt.UTC().Format(time.RFC3339))
 		}
 		if err := tx.Table("tenants").Where("id = ?", tenantID).
 			Updates(map[string]any{"frozen_at": now, "frozen_reason": reason, "frozen_by": f.By}).Error; err != nil {
@@ -82,7 +83,7 @@ func (s *Store) FreezeTenant(ctx context.Context, actor audit.Actor, tenantID, r
 }
 
 // UnfreezeTenant lifts the tenant's freeze (audited tenant.unfrozen). A
-// tenant that is not frozen is ErrConflict.
+// tenant that is not frozen is errdefs.ErrConflict.
 func (s *Store) UnfreezeTenant(ctx context.Context, actor audit.Actor, tenantID string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {
 		cur, err := freezeOf(tx, tenantID)
@@ -90,7 +91,7 @@ func (s *Store) UnfreezeTenant(ctx context.Context, actor audit.Actor, tenantID 
 			return err
 		}
 		if cur.FrozenAt == nil {
-			return fmt.Errorf("%w: the tenant is not frozen", ErrConflict)
+			return fmt.Errorf("%w: the tenant is not frozen", errdefs.ErrConflict)
 		}
 		if err := tx.Table("tenants").Where("id = ?", tenantID).
 			Updates(map[string]any{"frozen_at": nil, "frozen_reason": "", "frozen_by": ""}).Error; err != nil {
@@ -111,7 +112,7 @@ func freezeOf(tx *gorm.DB, tenantID string) (freezeRow, error) {
 		return freezeRow{}, err
 	}
 	if len(rows) == 0 {
-		return freezeRow{}, ErrNotFound
+		return freezeRow{}, errdefs.ErrNotFound
 	}
 	return rows[0], nil
 }
@@ -132,7 +133,7 @@ func (s *Store) TenantFreeze(ctx context.Context, tenantID string) (Freeze, bool
 // sandbox and VM create paths call it before they start anything.
 func (s *Store) CheckNotFrozen(ctx context.Context, tenantID string) error {
 	f, frozen, err := s.TenantFreeze(ctx, tenantID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil // an unknown tenant fails later with its own error
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 var operator = audit.Actor{Kind: audit.ActorUser, ID: "op1", Name: "op@platform.test", RemoteAddr: "192.0.2.9", RequestID: "r9"}
@@ -42,7 +43,7 @@ func TestFreezeTenant(t *testing.T) {
 		}
 		err = e.store.CheckNotFrozen(ctx, acme.ID)
 		var fe *tenants.FrozenError
-		if !errors.As(err, &fe) || !errors.Is(err, tenants.ErrConflict) || !strings.Contains(err.Error(), "agent exfiltrating") {
+		if !errors.As(err, &fe) || !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "agent exfiltrating") {
 			t.Errorf("Got(CheckNotFrozen) = %v; want a FrozenError (conflict) naming the reason", err)
 		}
 		if err := e.store.CheckNotFrozen(ctx, other.ID); err != nil {
@@ -63,13 +64,13 @@ func TestFreezeTenant(t *testing.T) {
 			err  error
 			want error
 		}{
-			{"freeze again", func() error { _, err := e.store.FreezeTenant(ctx, operator, acme.ID, ""); return err }(), tenants.ErrConflict},
-			{"unknown tenant", func() error { _, err := e.store.FreezeTenant(ctx, operator, "no-such-tenant", ""); return err }(), tenants.ErrNotFound},
+			{"freeze again", func() error { _, err := e.store.FreezeTenant(ctx, operator, acme.ID, ""); return err }(), errdefs.ErrConflict},
+			{"unknown tenant", func() error { _, err := e.store.FreezeTenant(ctx, operator, "no-such-tenant", ""); return err }(), errdefs.ErrNotFound},
 			{"reason too long", func() error {
 				_, err := e.store.FreezeTenant(ctx, operator, other.ID, strings.Repeat("x", 501))
 				return err
-			}(), tenants.ErrInvalid},
-			{"unfreeze a tenant not frozen", e.store.UnfreezeTenant(ctx, operator, other.ID), tenants.ErrConflict},
+			}(), errdefs.ErrInvalid},
+			{"unfreeze a tenant not frozen", e.store.UnfreezeTenant(ctx, operator, other.ID), errdefs.ErrConflict},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {

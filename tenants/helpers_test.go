@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // newClock is the injected clock tests move by hand; it drives timers too.
@@ -83,7 +84,7 @@ func (e *env) adminOf(t *testing.T, tn tenants.Tenant) audit.Actor {
 	t.Helper()
 	email := "token-admin@" + tn.Slug + ".example.com"
 	u := e.login(t, "token-admin-"+tn.Slug, email)
-	if _, err := e.store.RoleOf(ctx, tn.ID, u.ID); errors.Is(err, tenants.ErrNotFound) {
+	if _, err := e.store.RoleOf(ctx, tn.ID, u.ID); errors.Is(err, errdefs.ErrNotFound) {
 		if _, err := e.store.InviteMember(ctx, admin, tn.ID, email, tenants.RoleAdmin); err != nil {
 			t.Fatalf("InviteMember(%s) = %v", email, err)
 		}
@@ -103,18 +104,18 @@ func (e *env) events(t *testing.T, tenantID, typ string) []audit.Event {
 	return evs
 }
 
-// wantField checks err is a *FieldError of field and rule wrapping ErrInvalid.
+// wantField checks err is a *errdefs.FieldError of field and rule wrapping errdefs.ErrInvalid.
 func wantField(t *testing.T, err error, field, rule string) {
 	t.Helper()
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	if !errors.As(err, &fe) {
-		t.Fatalf("Got error %v; want *FieldError %s/%s", err, field, rule)
+		t.Fatalf("Got error %v; want *errdefs.FieldError %s/%s", err, field, rule)
 	}
 	if fe.Field != field || fe.Rule != rule {
-		t.Errorf("Got FieldError(%s, %s); want (%s, %s)", fe.Field, fe.Rule, field, rule)
+		t.Errorf("Got errdefs.FieldError(%s, %s); want (%s, %s)", fe.Field, fe.Rule, field, rule)
 	}
-	if !errors.Is(err, tenants.ErrInvalid) {
-		t.Errorf("errors.Is(%v, ErrInvalid) = false; want true", err)
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("errors.Is(%v, errdefs.ErrInvalid) = false; want true", err)
 	}
 }
 

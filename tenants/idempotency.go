@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"gorm.io/gorm"
 )
 
@@ -69,8 +70,8 @@ const IdempotencyField = "Idempotency-Key"
 // begun is true and the caller runs the request, then calls
 // CompleteIdempotent or AbandonIdempotent. Otherwise it returns the key as
 // stored: done (replay its answer), or pending in another (stopped) server.
-// The same key with another request is a *FieldError naming
-// Idempotency-Key; one still running in this server is ErrConflict.
+// The same key with another request is a *errdefs.FieldError naming
+// Idempotency-Key; one still running in this server is errdefs.ErrConflict.
 func (s *Store) BeginIdempotent(ctx context.Context, req IdemRequest) (k IdemKey, begun bool, err error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		id, err := newID()
@@ -105,14 +106,14 @@ func (s *Store) BeginIdempotent(ctx context.Context, req IdemRequest) (k IdemKey
 		}
 		switch {
 		case cur.RequestHash != req.RequestHash:
-			return IdemKey{}, false, Invalid(IdempotencyField, "reused",
+			return IdemKey{}, false, errdefs.Invalid(IdempotencyField, "reused",
 				fmt.Sprintf("this key was already used for a different request to %s (method, path or body differ); use a new key for a new request", req.Route))
 		case cur.State == IdemPending && cur.Owner == req.Owner:
-			return IdemKey{}, false, fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", ErrConflict)
+			return IdemKey{}, false, fmt.Errorf("%w: a request with this Idempotency-Key is still in progress; retry once it has answered", errdefs.ErrConflict)
 		}
 		return cur, false, nil
 	}
-	return IdemKey{}, false, fmt.Errorf("%w: the Idempotency-Key changed hands while it was read; retry", ErrConflict)
+	return IdemKey{}, false, fmt.Errorf("%w: the Idempotency-Key changed hands while it was read; retry", errdefs.ErrConflict)
 }
 
 // TakeOverIdempotent makes this server (owner) the runner of a pending key

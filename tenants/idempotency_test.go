@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestIdempotencyKeys(t *testing.T) {
@@ -22,8 +23,8 @@ func TestIdempotencyKeys(t *testing.T) {
 			t.Errorf("Got(expires_at) = %v; want created_at + 24 h", k.ExpiresAt)
 		}
 		// A retry while the first runs in this server: conflict.
-		if _, _, err := e.store.BeginIdempotent(ctx, req); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(BeginIdempotent while in flight) err = %v; want ErrConflict", err)
+		if _, _, err := e.store.BeginIdempotent(ctx, req); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(BeginIdempotent while in flight) err = %v; want errdefs.ErrConflict", err)
 		}
 		// The same key for another request: refused, naming the header.
 		other := req

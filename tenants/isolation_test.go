@@ -8,11 +8,12 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestTenantIsolation calls every tenant-scoped store method on an object of
 // tenant "own", once through its own tenant (works) and once through tenant
-// "other" (ErrNotFound, nothing written, nothing leaked).
+// "other" (errdefs.ErrNotFound, nothing written, nothing leaked).
 func TestTenantIsolation(t *testing.T) {
 	eachDB(t, func(t *testing.T, e *env) {
 		own := e.tenant(t, "own")
@@ -73,8 +74,8 @@ func TestTenantIsolation(t *testing.T) {
 			t.Run(c.method, func(t *testing.T) {
 				f := fresh(t)
 				before := dbtest.Count(t, e.db)
-				if err := c.call(other.ID, f); !errors.Is(err, tenants.ErrNotFound) {
-					t.Errorf("Got(%s via other tenant) = %v; want ErrNotFound", c.method, err)
+				if err := c.call(other.ID, f); !errors.Is(err, errdefs.ErrNotFound) {
+					t.Errorf("Got(%s via other tenant) = %v; want errdefs.ErrNotFound", c.method, err)
 				}
 				unchanged(t, e.db, before)
 				if err := c.call(own.ID, f); err != nil {
@@ -133,11 +134,11 @@ func TestTenantIsolation(t *testing.T) {
 
 		t.Run("create in missing tenant", func(t *testing.T) {
 			before := dbtest.Count(t, e.db)
-			if _, _, err := e.store.CreateToken(ctx, admin, "missing", tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, tenants.ErrNotFound) {
-				t.Errorf("Got(CreateToken in a missing tenant) = %v; want ErrNotFound", err)
+			if _, _, err := e.store.CreateToken(ctx, admin, "missing", tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Got(CreateToken in a missing tenant) = %v; want errdefs.ErrNotFound", err)
 			}
-			if _, err := e.store.InviteMember(ctx, admin, "missing", "z@example.com", tenants.RoleAdmin); !errors.Is(err, tenants.ErrNotFound) {
-				t.Errorf("Got(InviteMember in a missing tenant) = %v; want ErrNotFound", err)
+			if _, err := e.store.InviteMember(ctx, admin, "missing", "z@example.com", tenants.RoleAdmin); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Got(InviteMember in a missing tenant) = %v; want errdefs.ErrNotFound", err)
 			}
 			unchanged(t, e.db, before)
 		})

@@ -9,13 +9,14 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // normalizeEmail validates a bare address ("a@b.example", no display name)
 // and lowercases it: memberships are unique per lowercased email.
 func normalizeEmail(email string) (string, error) {
 	email = strings.TrimSpace(email)
-	bad := Invalid("email", "email_format", "must be an email address like name@example.com")
+	bad := errdefs.Invalid("email", "email_format", "must be an email address like name@example.com")
 	if email == "" || len(email) > 254 {
 		return "", bad
 	}
@@ -28,7 +29,7 @@ func normalizeEmail(email string) (string, error) {
 
 func checkRole(role Role) error {
 	if !role.Valid() {
-		return Invalid("role", "role", "must be one of admin, manager, developer, auditor, billing")
+		return errdefs.Invalid("role", "role", "must be one of admin, manager, developer, auditor, billing")
 	}
 	return nil
 }
@@ -36,7 +37,7 @@ func checkRole(role Role) error {
 // InviteMember invites email into the tenant with role. If exactly one user
 // already has that email the membership is active at once; otherwise it
 // waits for the invitee's first login. A second invite of the same email,
-// or of a user who is already a member, is ErrConflict.
+// or of a user who is already a member, is errdefs.ErrConflict.
 func (s *Store) InviteMember(ctx context.Context, actor audit.Actor, tenantID, email string, role Role) (Membership, error) {
 	email, err := normalizeEmail(email)
 	if err != nil {
@@ -72,7 +73,7 @@ func (s *Store) invite(tx *gorm.DB, actor audit.Actor, tenantID, email string, r
 		return Membership{}, err
 	}
 	if n > 0 {
-		return Membership{}, ErrConflict
+		return Membership{}, errdefs.ErrConflict
 	}
 	now := s.now()
 	m := Membership{ID: id, TenantID: tenantID, Email: email, Role: role, InvitedBy: actor.ID, CreatedAt: now}
@@ -88,13 +89,13 @@ func (s *Store) invite(tx *gorm.DB, actor audit.Actor, tenantID, email string, r
 			return Membership{}, err
 		}
 		if n > 0 {
-			return Membership{}, ErrConflict
+			return Membership{}, errdefs.ErrConflict
 		}
 		m.UserID, m.ActivatedAt = &u.ID, &now
 	}
 	if err := tx.Create(&m).Error; err != nil {
 		if s.duplicate(err) {
-			return Membership{}, ErrConflict
+			return Membership{}, errdefs.ErrConflict
 		}
 		return Membership{}, err
 	}
@@ -130,7 +131,7 @@ func lockedMembership(tx *gorm.DB, tenantID, membershipID string) (Membership, e
 }
 
 // errLastAdmin is the conflict of leaving a tenant with no active admin.
-var errLastAdmin = fmt.Errorf("%w: the tenant must keep at least one active admin", ErrConflict)
+var errLastAdmin = fmt.Errorf("%w: the tenant must keep at least one active admin", errdefs.ErrConflict)
 
 // lastActiveAdmin reports whether m is the tenant's only active admin.
 func lastActiveAdmin(tx *gorm.DB, m Membership) (bool, error) {
@@ -145,7 +146,7 @@ func lastActiveAdmin(tx *gorm.DB, m Membership) (bool, error) {
 }
 
 // SetMemberRole changes a member's role. Demoting the last active admin is
-// ErrConflict. The member's tokens are capped at the new role (each
+// errdefs.ErrConflict. The member's tokens are capped at the new role (each
 // audited token.role_capped), or revoked when CapRole refuses them.
 func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, membershipID string, role Role) error {
 	if err := checkRole(role); err != nil {
@@ -190,7 +191,7 @@ func (s *Store) SetMemberRole(ctx context.Context, actor audit.Actor, tenantID, 
 
 // RemoveMember deletes a membership and revokes the tokens its person made
 // in the tenant (each audited token.revoked, reason member_removed).
-// Removing the last active admin is ErrConflict.
+// Removing the last active admin is errdefs.ErrConflict.
 func (s *Store) RemoveMember(ctx context.Context, actor audit.Actor, tenantID, membershipID string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {
 		m, err := lockedMembership(tx, tenantID, membershipID)

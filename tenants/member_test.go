@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestInviteActivatesOnFirstLogin(t *testing.T) {
@@ -77,8 +78,8 @@ func TestInviteActivatesOnFirstLogin(t *testing.T) {
 		if uts, _ := e.store.UserTenants(ctx, other.ID); len(uts) != 0 {
 			t.Errorf("Got(UserTenants of second identity) = %+v; want none", uts)
 		}
-		if _, err := e.store.UserByID(ctx, "missing"); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(UserByID(missing)) = %v; want ErrNotFound", err)
+		if _, err := e.store.UserByID(ctx, "missing"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(UserByID(missing)) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -104,8 +105,8 @@ func TestInviteExistingUser(t *testing.T) {
 		conflicts := []string{"DAVE@example.com", "dave@example.com"}
 		for _, email := range conflicts {
 			before := dbtest.Count(t, e.db)
-			if _, err := e.store.InviteMember(ctx, admin, acme.ID, email, tenants.RoleAdmin); !errors.Is(err, tenants.ErrConflict) {
-				t.Errorf("Got(InviteMember(%s) again) = %v; want ErrConflict", email, err)
+			if _, err := e.store.InviteMember(ctx, admin, acme.ID, email, tenants.RoleAdmin); !errors.Is(err, errdefs.ErrConflict) {
+				t.Errorf("Got(InviteMember(%s) again) = %v; want errdefs.ErrConflict", email, err)
 			}
 			unchanged(t, e.db, before)
 		}
@@ -113,12 +114,12 @@ func TestInviteExistingUser(t *testing.T) {
 		// would give the same user two memberships.
 		e.login(t, "dave", "dave@new.example")
 		before := dbtest.Count(t, e.db)
-		if _, err := e.store.InviteMember(ctx, admin, acme.ID, "dave@new.example", tenants.RoleAdmin); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(InviteMember of a user already a member) = %v; want ErrConflict", err)
+		if _, err := e.store.InviteMember(ctx, admin, acme.ID, "dave@new.example", tenants.RoleAdmin); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(InviteMember of a user already a member) = %v; want errdefs.ErrConflict", err)
 		}
 		unchanged(t, e.db, before)
-		if _, err := e.store.InviteMember(ctx, admin, "missing-tenant", "x@example.com", tenants.RoleAdmin); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(InviteMember into a missing tenant) = %v; want ErrNotFound", err)
+		if _, err := e.store.InviteMember(ctx, admin, "missing-tenant", "x@example.com", tenants.RoleAdmin); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(InviteMember into a missing tenant) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -163,11 +164,11 @@ func TestLastAdminProtection(t *testing.T) {
 		}
 
 		before := dbtest.Count(t, e.db)
-		if err := e.store.SetMemberRole(ctx, admin, acme.ID, first.ID, tenants.RoleDeveloper); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(demote last admin) = %v; want ErrConflict", err)
+		if err := e.store.SetMemberRole(ctx, admin, acme.ID, first.ID, tenants.RoleDeveloper); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(demote last admin) = %v; want errdefs.ErrConflict", err)
 		}
-		if err := e.store.RemoveMember(ctx, admin, acme.ID, first.ID); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(remove last admin) = %v; want ErrConflict", err)
+		if err := e.store.RemoveMember(ctx, admin, acme.ID, first.ID); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(remove last admin) = %v; want errdefs.ErrConflict", err)
 		}
 		unchanged(t, e.db, before)
 
@@ -188,8 +189,8 @@ func TestLastAdminProtection(t *testing.T) {
 		if err := e.store.SetMemberRole(ctx, admin, acme.ID, first.ID, tenants.RoleBilling); err != nil {
 			t.Errorf("Got(demote one of two admins) = %v; want nil", err)
 		}
-		if err := e.store.RemoveMember(ctx, admin, acme.ID, second.ID); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(remove the remaining admin) = %v; want ErrConflict", err)
+		if err := e.store.RemoveMember(ctx, admin, acme.ID, second.ID); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(remove the remaining admin) = %v; want errdefs.ErrConflict", err)
 		}
 		if err := e.store.RemoveMember(ctx, admin, acme.ID, first.ID); err != nil {
 			t.Errorf("Got(remove a billing member) = %v; want nil", err)
@@ -239,8 +240,8 @@ func TestLastAdminRace(t *testing.T) {
 				t.Errorf("round %d: Got(admins after concurrent demotions) = %d (errors %v); want 1", round, admins, errs)
 			}
 			for _, err := range errs {
-				if err != nil && !errors.Is(err, tenants.ErrConflict) {
-					t.Errorf("round %d: Got(SetMemberRole) = %v; want nil or ErrConflict", round, err)
+				if err != nil && !errors.Is(err, errdefs.ErrConflict) {
+					t.Errorf("round %d: Got(SetMemberRole) = %v; want nil or errdefs.ErrConflict", round, err)
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Quota names, as they appear in errors, the API and the audit log.
@@ -70,7 +71,7 @@ type Usage struct {
 	Sandboxes int
 }
 
-// Check returns a *QuotaError naming the first quota u exceeds, or nil.
+// Check returns a *errdefs.QuotaError naming the first quota u exceeds, or nil.
 func (q Quota) Check(u Usage) error {
 	for _, c := range []struct {
 		name        string
@@ -82,19 +83,19 @@ func (q Quota) Check(u Usage) error {
 		{QuotaMaxSandboxes, u.Sandboxes, q.MaxSandboxes},
 	} {
 		if c.want > c.limit {
-			return &QuotaError{Quota: c.name, Limit: c.limit, Want: c.want}
+			return &errdefs.QuotaError{Quota: c.name, Limit: c.limit, Want: c.want}
 		}
 	}
 	return nil
 }
 
-// CheckCPUHours returns a *QuotaError when cpuSeconds, the CPU time the
+// CheckCPUHours returns a *errdefs.QuotaError when cpuSeconds, the CPU time the
 // tenant used this month, has reached the monthly CPU-hours quota.
 func (q Quota) CheckCPUHours(cpuSeconds float64) error {
 	if cpuSeconds < float64(q.MaxCPUHoursMonthly)*3600 {
 		return nil
 	}
-	return &QuotaError{Quota: QuotaMaxCPUHoursMonthly, Limit: q.MaxCPUHoursMonthly, Want: int(cpuSeconds / 3600),
+	return &errdefs.QuotaError{Quota: QuotaMaxCPUHoursMonthly, Limit: q.MaxCPUHoursMonthly, Want: int(cpuSeconds / 3600),
 		Detail: fmt.Sprintf("the tenant used %.2f CPU-hours this month, the limit is %d; new sandboxes start again next month or when a platform operator raises the quota",
 			cpuSeconds/3600, q.MaxCPUHoursMonthly)}
 }
@@ -111,7 +112,7 @@ func (q Quota) validate() error {
 		{QuotaMaxCPUHoursMonthly, q.MaxCPUHoursMonthly, maxQuotaCPUHours},
 	} {
 		if c.value < 0 || c.value > c.max {
-			return Invalid(c.name, "range", fmt.Sprintf("must be between 0 and %d", c.max))
+			return errdefs.Invalid(c.name, "range", fmt.Sprintf("must be between 0 and %d", c.max))
 		}
 	}
 	return nil
@@ -121,7 +122,7 @@ func (q Quota) validate() error {
 // (FOR UPDATE on PostgreSQL; SQLite transactions are serialized) so that a
 // check against the quota and the write it allows cannot race with another.
 // It creates the default row when the tenant has none. A missing tenant is
-// ErrNotFound. Other packages call it at the start of their own transaction.
+// errdefs.ErrNotFound. Other packages call it at the start of their own transaction.
 func LockQuota(tx *gorm.DB, tenantID string, now time.Time) (Quota, error) {
 	if _, err := lockTenant(tx, tenantID); err != nil {
 		return Quota{}, err

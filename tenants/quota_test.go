@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestQuotaDefaultsLazily(t *testing.T) {
@@ -41,8 +42,8 @@ func TestQuotaDefaultsLazily(t *testing.T) {
 		if n := countRows(); n != 1 {
 			t.Errorf("Got(quota rows after second read) = %d; want 1", n)
 		}
-		if _, err := e.store.Quota(ctx, "no-such-tenant"); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(Quota(missing tenant)) = %v; want ErrNotFound", err)
+		if _, err := e.store.Quota(ctx, "no-such-tenant"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(Quota(missing tenant)) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -116,8 +117,8 @@ func TestSetQuota(t *testing.T) {
 				}
 			})
 		}
-		if _, err := e.store.SetQuota(ctx, op, "no-such-tenant", in); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(SetQuota(missing tenant)) = %v; want ErrNotFound", err)
+		if _, err := e.store.SetQuota(ctx, op, "no-such-tenant", in); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(SetQuota(missing tenant)) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -158,12 +159,12 @@ func TestQuotaCheck(t *testing.T) {
 				}
 				return
 			}
-			var qe *tenants.QuotaError
+			var qe *errdefs.QuotaError
 			if !errors.As(err, &qe) || qe.Quota != tc.quota {
-				t.Fatalf("Got(Check(%+v)) = %v; want *QuotaError naming %s", tc.u, err, tc.quota)
+				t.Fatalf("Got(Check(%+v)) = %v; want *errdefs.QuotaError naming %s", tc.u, err, tc.quota)
 			}
-			if !errors.Is(err, tenants.ErrQuota) {
-				t.Errorf("errors.Is(%v, ErrQuota) = false; want true", err)
+			if !errors.Is(err, errdefs.ErrQuota) {
+				t.Errorf("errors.Is(%v, errdefs.ErrQuota) = false; want true", err)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // maxUserAgent bounds the stored User-Agent header.
@@ -31,7 +32,7 @@ func truncate(s string, n int) string {
 }
 
 // activeMember checks that userID is an active member of tenantID inside tx;
-// ErrNotFound otherwise (a tenant the user cannot see does not exist).
+// errdefs.ErrNotFound otherwise (a tenant the user cannot see does not exist).
 func activeMember(tx *gorm.DB, tenantID, userID string) error {
 	var n int64
 	err := tx.Model(&Membership{}).
@@ -40,7 +41,7 @@ func activeMember(tx *gorm.DB, tenantID, userID string) error {
 		return err
 	}
 	if n == 0 {
-		return ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return nil
 }
@@ -51,7 +52,7 @@ func activeMember(tx *gorm.DB, tenantID, userID string) error {
 // records auth.login (it knows the request id and the identity provider).
 func (s *Store) CreateSession(ctx context.Context, userID, tenantID, userAgent, remoteAddr string, absolute time.Duration) (string, Session, error) {
 	if absolute <= 0 {
-		return "", Session{}, Invalid("absolute", "duration", "must be positive")
+		return "", Session{}, errdefs.Invalid("absolute", "duration", "must be positive")
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -84,17 +85,17 @@ func (s *Store) CreateSession(ctx context.Context, userID, tenantID, userAgent, 
 
 // SessionBySecret returns the live session of a cookie secret. A missing
 // session, or one past its absolute expiry or idle for idle or longer
-// (idle 0: no idle limit), is ErrUnauthorized; an expired one is deleted.
+// (idle 0: no idle limit), is errdefs.ErrUnauthorized; an expired one is deleted.
 // LastSeenAt is written at most once a minute.
 func (s *Store) SessionBySecret(ctx context.Context, secret string, idle time.Duration) (Session, error) {
 	if secret == "" {
-		return Session{}, fmt.Errorf("session: no secret: %w", ErrUnauthorized)
+		return Session{}, fmt.Errorf("session: no secret: %w", errdefs.ErrUnauthorized)
 	}
 	db := s.db.WithContext(ctx)
 	var sess Session
 	if err := db.Take(&sess, "id = ?", sha256Hex(secret)).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return Session{}, fmt.Errorf("session: unknown: %w", ErrUnauthorized)
+			return Session{}, fmt.Errorf("session: unknown: %w", errdefs.ErrUnauthorized)
 		}
 		return Session{}, fmt.Errorf("session: %w", err)
 	}
@@ -103,7 +104,7 @@ func (s *Store) SessionBySecret(ctx context.Context, secret string, idle time.Du
 		if err := db.Where("id = ?", sess.ID).Delete(&Session{}).Error; err != nil {
 			return Session{}, fmt.Errorf("session: delete expired: %w", err)
 		}
-		return Session{}, fmt.Errorf("session: expired: %w", ErrUnauthorized)
+		return Session{}, fmt.Errorf("session: expired: %w", errdefs.ErrUnauthorized)
 	}
 	if now.Sub(sess.LastSeenAt) >= touchInterval {
 		res := db.Model(&Session{}).Where("id = ? AND last_seen_at <= ?", sess.ID, now.Add(-touchInterval)).
@@ -117,7 +118,7 @@ func (s *Store) SessionBySecret(ctx context.Context, secret string, idle time.Du
 }
 
 // SetSessionTenant switches the tenant a session acts in; tenantID must be
-// one the session's user is an active member of (ErrNotFound otherwise), or
+// one the session's user is an active member of (errdefs.ErrNotFound otherwise), or
 // "" to clear it. It records auth.tenant_selected in that tenant.
 func (s *Store) SetSessionTenant(ctx context.Context, sessionID, tenantID string) error {
 	err := s.tx(ctx, func(tx *gorm.DB) error {

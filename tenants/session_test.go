@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 const (
@@ -50,31 +51,31 @@ func TestSessionLifecycle(t *testing.T) {
 			t.Errorf("Got(%d auth.tenant_selected events); want 1", len(evs))
 		}
 		other := e.tenant(t, "other")
-		if err := e.store.SetSessionTenant(ctx, sess.ID, other.ID); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(SetSessionTenant to a tenant the user is not in) = %v; want ErrNotFound", err)
+		if err := e.store.SetSessionTenant(ctx, sess.ID, other.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(SetSessionTenant to a tenant the user is not in) = %v; want errdefs.ErrNotFound", err)
 		}
-		if err := e.store.SetSessionTenant(ctx, "missing", acme.ID); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(SetSessionTenant of a missing session) = %v; want ErrNotFound", err)
+		if err := e.store.SetSessionTenant(ctx, "missing", acme.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(SetSessionTenant of a missing session) = %v; want errdefs.ErrNotFound", err)
 		}
-		if _, _, err := e.store.CreateSession(ctx, u.ID, other.ID, "", "", absolute); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(CreateSession in a tenant the user is not in) = %v; want ErrNotFound", err)
+		if _, _, err := e.store.CreateSession(ctx, u.ID, other.ID, "", "", absolute); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(CreateSession in a tenant the user is not in) = %v; want errdefs.ErrNotFound", err)
 		}
-		if _, _, err := e.store.CreateSession(ctx, "missing", "", "", "", absolute); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(CreateSession of a missing user) = %v; want ErrNotFound", err)
+		if _, _, err := e.store.CreateSession(ctx, "missing", "", "", "", absolute); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(CreateSession of a missing user) = %v; want errdefs.ErrNotFound", err)
 		}
 
 		if err := e.store.DeleteSession(ctx, sess.ID); err != nil {
 			t.Fatalf("DeleteSession = %v", err)
 		}
-		if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, tenants.ErrUnauthorized) {
-			t.Errorf("Got(SessionBySecret after logout) = %v; want ErrUnauthorized", err)
+		if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Errorf("Got(SessionBySecret after logout) = %v; want errdefs.ErrUnauthorized", err)
 		}
 		if err := e.store.DeleteSession(ctx, sess.ID); err != nil {
 			t.Errorf("Got(DeleteSession twice) = %v; want nil", err)
 		}
 		for _, s := range []string{"", "nope", sess.ID} {
-			if _, err := e.store.SessionBySecret(ctx, s, idle); !errors.Is(err, tenants.ErrUnauthorized) {
-				t.Errorf("Got(SessionBySecret(%q)) = %v; want ErrUnauthorized", s, err)
+			if _, err := e.store.SessionBySecret(ctx, s, idle); !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("Got(SessionBySecret(%q)) = %v; want errdefs.ErrUnauthorized", s, err)
 			}
 		}
 	})
@@ -125,8 +126,8 @@ func TestSessionExpiry(t *testing.T) {
 			}
 			before := count()
 			e.clock.Advance(idle)
-			if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, tenants.ErrUnauthorized) {
-				t.Errorf("Got(SessionBySecret after idle) = %v; want ErrUnauthorized", err)
+			if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("Got(SessionBySecret after idle) = %v; want errdefs.ErrUnauthorized", err)
 			}
 			if after := count(); after != before-1 {
 				t.Errorf("Got(sessions after idle expiry) = %d; want %d (deleted)", after, before-1)
@@ -146,8 +147,8 @@ func TestSessionExpiry(t *testing.T) {
 				}
 			}
 			e.clock.Advance(5 * time.Minute)
-			if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, tenants.ErrUnauthorized) {
-				t.Errorf("Got(SessionBySecret after absolute expiry) = %v; want ErrUnauthorized", err)
+			if _, err := e.store.SessionBySecret(ctx, secret, idle); !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("Got(SessionBySecret after absolute expiry) = %v; want errdefs.ErrUnauthorized", err)
 			}
 		})
 

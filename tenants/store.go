@@ -13,11 +13,12 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Store is the tenant-scoped data access for tenants, users, memberships,
 // API tokens and sessions. Every tenant-owned method takes the tenant and
-// scopes its query by it: an object of another tenant is ErrNotFound. Every
+// scopes its query by it: an object of another tenant is errdefs.ErrNotFound. Every
 // change writes its audit event in the same transaction.
 type Store struct {
 	db    *gorm.DB
@@ -81,10 +82,10 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// notFound maps GORM's not-found to ErrNotFound and passes other errors on.
+// notFound maps GORM's not-found to errdefs.ErrNotFound and passes other errors on.
 func notFound(err error) error {
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }
@@ -103,7 +104,7 @@ func (s *Store) duplicate(err error) bool {
 
 // lockTenant reads the tenant row FOR UPDATE (PostgreSQL; SQLite transactions
 // are already serialized), so check-then-write rules per tenant, like keeping
-// one admin, cannot race. A missing tenant is ErrNotFound.
+// one admin, cannot race. A missing tenant is errdefs.ErrNotFound.
 func lockTenant(tx *gorm.DB, tenantID string) (Tenant, error) {
 	var t Tenant
 	err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&t, "id = ?", tenantID).Error

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 var slugPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{1,38}[a-z0-9]$`)
@@ -26,17 +27,17 @@ type TenantSummary struct {
 // characters.
 func checkName(field, name string, max int) error {
 	if utf8.RuneCountInString(name) > max {
-		return Invalid(field, "name_length", fmt.Sprintf("must be at most %d characters", max))
+		return errdefs.Invalid(field, "name_length", fmt.Sprintf("must be at most %d characters", max))
 	}
 	if strings.IndexFunc(name, unicode.IsControl) >= 0 || !utf8.ValidString(name) {
-		return Invalid(field, "name_format", "must not contain control characters")
+		return errdefs.Invalid(field, "name_format", "must not contain control characters")
 	}
 	return nil
 }
 
 // CreateTenant creates a tenant. The slug is 3-40 lowercase letters, digits
 // or '-', starting with a letter and not ending with '-'; name defaults to
-// the slug. A taken slug is ErrConflict.
+// the slug. A taken slug is errdefs.ErrConflict.
 func (s *Store) CreateTenant(ctx context.Context, actor audit.Actor, slug, name string) (Tenant, error) {
 	return s.CreateTenantWithAdmin(ctx, actor, slug, name, "")
 }
@@ -46,7 +47,7 @@ func (s *Store) CreateTenant(ctx context.Context, actor audit.Actor, slug, name 
 // transaction: either both exist afterwards or neither.
 func (s *Store) CreateTenantWithAdmin(ctx context.Context, actor audit.Actor, slug, name, adminEmail string) (Tenant, error) {
 	if !slugPattern.MatchString(slug) {
-		return Tenant{}, Invalid("slug", "slug_format",
+		return Tenant{}, errdefs.Invalid("slug", "slug_format",
 			"must be 3-40 lowercase letters, digits or '-', start with a letter and not end with '-'")
 	}
 	name = strings.TrimSpace(name)
@@ -59,9 +60,9 @@ func (s *Store) CreateTenantWithAdmin(ctx context.Context, actor audit.Actor, sl
 	if adminEmail != "" {
 		var err error
 		if adminEmail, err = normalizeEmail(adminEmail); err != nil {
-			var fe *FieldError
+			var fe *errdefs.FieldError
 			if errors.As(err, &fe) {
-				return Tenant{}, Invalid("admin_email", fe.Rule, fe.Detail)
+				return Tenant{}, errdefs.Invalid("admin_email", fe.Rule, fe.Detail)
 			}
 			return Tenant{}, err
 		}
@@ -77,11 +78,11 @@ func (s *Store) CreateTenantWithAdmin(ctx context.Context, actor audit.Actor, sl
 			return err
 		}
 		if n > 0 {
-			return ErrConflict
+			return errdefs.ErrConflict
 		}
 		if err := tx.Create(&t).Error; err != nil {
 			if s.duplicate(err) {
-				return ErrConflict
+				return errdefs.ErrConflict
 			}
 			return err
 		}

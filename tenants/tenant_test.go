@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestCreateTenant(t *testing.T) {
@@ -49,18 +50,18 @@ func TestCreateTenant(t *testing.T) {
 		}
 
 		before := dbtest.Count(t, e.db)
-		if _, err := e.store.CreateTenant(ctx, admin, "acme", "Other"); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(CreateTenant duplicate slug) = %v; want ErrConflict", err)
+		if _, err := e.store.CreateTenant(ctx, admin, "acme", "Other"); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(CreateTenant duplicate slug) = %v; want errdefs.ErrConflict", err)
 		}
 		unchanged(t, e.db, before)
 
 		for _, id := range []string{"missing", ""} {
-			if _, err := e.store.TenantByID(ctx, id); !errors.Is(err, tenants.ErrNotFound) {
-				t.Errorf("Got(TenantByID(%q)) = %v; want ErrNotFound", id, err)
+			if _, err := e.store.TenantByID(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Got(TenantByID(%q)) = %v; want errdefs.ErrNotFound", id, err)
 			}
 		}
-		if _, err := e.store.TenantBySlug(ctx, "nope"); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(TenantBySlug(nope)) = %v; want ErrNotFound", err)
+		if _, err := e.store.TenantBySlug(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(TenantBySlug(nope)) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -181,8 +182,8 @@ func TestCreateTenantWithAdmin(t *testing.T) {
 		before := dbtest.Count(t, e.db)
 		_, err = e.store.CreateTenantWithAdmin(ctx, admin, "gamma", "", "not-an-email")
 		wantField(t, err, "admin_email", "email_format")
-		if _, err := e.store.CreateTenantWithAdmin(ctx, admin, "acme", "", "x@example.com"); !errors.Is(err, tenants.ErrConflict) {
-			t.Errorf("Got(CreateTenantWithAdmin duplicate slug) = %v; want ErrConflict", err)
+		if _, err := e.store.CreateTenantWithAdmin(ctx, admin, "acme", "", "x@example.com"); !errors.Is(err, errdefs.ErrConflict) {
+			t.Errorf("Got(CreateTenantWithAdmin duplicate slug) = %v; want errdefs.ErrConflict", err)
 		}
 		unchanged(t, e.db, before)
 	})

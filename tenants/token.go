@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // NewToken describes an API token to create. TTL 0 means DefaultTokenTTL.
@@ -33,7 +34,7 @@ const (
 
 // ParseTTL reads a lifetime as people and the CLI write it (tokens,
 // secrets): a Go duration ("36h") or whole days ("30d"); "" is 0 (the
-// default). A malformed one is a *FieldError on "ttl". Whether the
+// default). A malformed one is a *errdefs.FieldError on "ttl". Whether the
 // lifetime is allowed is for the store that keeps it to say.
 func ParseTTL(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
@@ -43,13 +44,13 @@ func ParseTTL(s string) (time.Duration, error) {
 	if d, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(d)
 		if err != nil || n <= 0 {
-			return 0, Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+			return 0, errdefs.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
 		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	dur, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
+		return 0, errdefs.Invalid("ttl", "ttl_format", `must be a duration like "720h" or "30d"`)
 	}
 	return dur, nil
 }
@@ -78,7 +79,7 @@ func randomText(n int) (string, error) {
 func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID string, nt NewToken) (string, APIToken, error) {
 	name := strings.TrimSpace(nt.Name)
 	if name == "" || utf8.RuneCountInString(name) > 64 {
-		return "", APIToken{}, Invalid("name", "name_length", "must be 1-64 characters")
+		return "", APIToken{}, errdefs.Invalid("name", "name_length", "must be 1-64 characters")
 	}
 	if err := checkName("name", name, 64); err != nil {
 		return "", APIToken{}, err
@@ -91,7 +92,7 @@ func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID str
 		ttl = DefaultTokenTTL
 	}
 	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
-		return "", APIToken{}, Invalid("ttl", "ttl_range", "must be between 1h and 8760h (one year)")
+		return "", APIToken{}, errdefs.Invalid("ttl", "ttl_range", "must be between 1h and 8760h (one year)")
 	}
 	prefix, err := randomText(5)
 	if err != nil {
@@ -158,7 +159,7 @@ func tokenCreator(tx *gorm.DB, actor audit.Actor, tenantID string, role Role) (*
 	var m Membership
 	err := tx.Take(&m, "tenant_id = ? AND user_id = ? AND activated_at IS NOT NULL", tenantID, userID).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return nil, fmt.Errorf("%w: only a member of the tenant may make its tokens", ErrForbidden)
+		return nil, fmt.Errorf("%w: only a member of the tenant may make its tokens", errdefs.ErrForbidden)
 	}
 	if err != nil {
 		return nil, err
@@ -167,7 +168,7 @@ func tokenCreator(tx *gorm.DB, actor audit.Actor, tenantID string, role Role) (*
 	if parent != nil {
 		capped, ok := CapRole(parent.Role, m.Role)
 		if !ok {
-			return nil, fmt.Errorf("%w: this token may not act for its member", ErrForbidden)
+			return nil, fmt.Errorf("%w: this token may not act for its member", errdefs.ErrForbidden)
 		}
 		limit, whose = capped, "this token's"
 	}
@@ -187,7 +188,7 @@ func capTokenRole(role, limit Role, whose string) error {
 	for _, r := range RolesCoveredBy(limit) {
 		allowed = append(allowed, string(r))
 	}
-	return Invalid("role", "role_above_yours", fmt.Sprintf("may be at most %s role (%s): one of %s",
+	return errdefs.Invalid("role", "role_above_yours", fmt.Sprintf("may be at most %s role (%s): one of %s",
 		whose, limit, strings.Join(allowed, ", ")))
 }
 
@@ -285,7 +286,7 @@ func (s *Store) RevokeToken(ctx context.Context, actor audit.Actor, tenantID, to
 }
 
 // RevokeTokenOf revokes a token the user made in the tenant; another
-// member's token (or one no member made) is ErrNotFound.
+// member's token (or one no member made) is errdefs.ErrNotFound.
 func (s *Store) RevokeTokenOf(ctx context.Context, actor audit.Actor, tenantID, userID, tokenID string) error {
 	return s.revokeToken(ctx, actor, tenantID, tokenID, &userID)
 }
@@ -313,7 +314,7 @@ func (s *Store) revokeToken(ctx context.Context, actor audit.Actor, tenantID, to
 }
 
 // TokenError is a known token that may no longer be used: its tenant's
-// security team wants to hear of it. It wraps ErrUnauthorized.
+// security team wants to hear of it. It wraps errdefs.ErrUnauthorized.
 type TokenError struct {
 	// Reason: revoked, expired, creator_not_member (the person who made it
 	// left the tenant), creator_role (their role no longer covers it).
@@ -324,12 +325,12 @@ func (e *TokenError) Error() string {
 	return fmt.Sprintf("authenticate token %s: %s", e.Prefix, e.Reason)
 }
 
-// Unwrap makes errors.Is(err, ErrUnauthorized) hold.
-func (e *TokenError) Unwrap() error { return ErrUnauthorized }
+// Unwrap makes errors.Is(err, errdefs.ErrUnauthorized) hold.
+func (e *TokenError) Unwrap() error { return errdefs.ErrUnauthorized }
 
 // AuthenticateToken returns the live token whose secret this is, and its
 // tenant. Unknown, malformed, expired and revoked tokens are all
-// ErrUnauthorized. Lookup is by hash, so no constant-time compare is needed.
+// errdefs.ErrUnauthorized. Lookup is by hash, so no constant-time compare is needed.
 // Expired and revoked ones are a *TokenError naming their tenant.
 //
 // A token made by a person acts only while that person is an active member
@@ -339,13 +340,13 @@ func (e *TokenError) Unwrap() error { return ErrUnauthorized }
 // holds whatever the stored row says.
 func (s *Store) AuthenticateToken(ctx context.Context, secret string) (APIToken, Tenant, error) {
 	if !tokenPattern.MatchString(secret) {
-		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: malformed: %w", ErrUnauthorized)
+		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: malformed: %w", errdefs.ErrUnauthorized)
 	}
 	db := s.db.WithContext(ctx)
 	var tok APIToken
 	if err := db.Take(&tok, "hash = ?", sha256Hex(secret)).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: unknown: %w", ErrUnauthorized)
+			return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: unknown: %w", errdefs.ErrUnauthorized)
 		}
 		return APIToken{}, Tenant{}, fmt.Errorf("authenticate token: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestCreateAndAuthenticateToken(t *testing.T) {
@@ -94,13 +95,13 @@ func TestCreateAndAuthenticateToken(t *testing.T) {
 			// Well-formed but unknown.
 			secret[:13] + strings.Repeat("a", 52)}
 		for _, s := range bad {
-			if _, _, err := e.store.AuthenticateToken(ctx, s); !errors.Is(err, tenants.ErrUnauthorized) {
-				t.Errorf("Got(AuthenticateToken(%q)) = %v; want ErrUnauthorized", s, err)
+			if _, _, err := e.store.AuthenticateToken(ctx, s); !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("Got(AuthenticateToken(%q)) = %v; want errdefs.ErrUnauthorized", s, err)
 			}
 		}
 		// The stored hash is not a credential.
-		if _, _, err := e.store.AuthenticateToken(ctx, tok.Hash); !errors.Is(err, tenants.ErrUnauthorized) {
-			t.Errorf("Got(AuthenticateToken(hash)) = %v; want ErrUnauthorized", err)
+		if _, _, err := e.store.AuthenticateToken(ctx, tok.Hash); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Errorf("Got(AuthenticateToken(hash)) = %v; want errdefs.ErrUnauthorized", err)
 		}
 	})
 }
@@ -121,15 +122,15 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 			t.Errorf("Got(AuthenticateToken just before expiry) = %v; want nil", err)
 		}
 		e.clock.Advance(time.Microsecond)
-		if _, _, err := e.store.AuthenticateToken(ctx, short); !errors.Is(err, tenants.ErrUnauthorized) {
-			t.Errorf("Got(AuthenticateToken at expiry) = %v; want ErrUnauthorized", err)
+		if _, _, err := e.store.AuthenticateToken(ctx, short); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Errorf("Got(AuthenticateToken at expiry) = %v; want errdefs.ErrUnauthorized", err)
 		}
 
 		if err := e.store.RevokeToken(ctx, admin, acme.ID, longTok.ID); err != nil {
 			t.Fatalf("RevokeToken = %v", err)
 		}
-		if _, _, err := e.store.AuthenticateToken(ctx, long); !errors.Is(err, tenants.ErrUnauthorized) {
-			t.Errorf("Got(AuthenticateToken revoked) = %v; want ErrUnauthorized", err)
+		if _, _, err := e.store.AuthenticateToken(ctx, long); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Errorf("Got(AuthenticateToken revoked) = %v; want errdefs.ErrUnauthorized", err)
 		}
 		if err := e.store.RevokeToken(ctx, admin, acme.ID, longTok.ID); err != nil {
 			t.Errorf("Got(RevokeToken twice) = %v; want nil", err)
@@ -142,8 +143,8 @@ func TestTokenExpiryAndRevocation(t *testing.T) {
 		if err != nil || len(toks) != 2 || toks[0].ID != longTok.ID || toks[0].RevokedAt == nil {
 			t.Errorf("Got(ListTokens) = %+v, %v; want 2, newest first, long revoked", toks, err)
 		}
-		if err := e.store.RevokeToken(ctx, admin, acme.ID, "missing"); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(RevokeToken(missing)) = %v; want ErrNotFound", err)
+		if err := e.store.RevokeToken(ctx, admin, acme.ID, "missing"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(RevokeToken(missing)) = %v; want errdefs.ErrNotFound", err)
 		}
 	})
 }
@@ -263,7 +264,7 @@ func TestTokensFollowTheirCreator(t *testing.T) {
 		if got, err := role(adminSecret); err != nil || got != tenants.RoleManager {
 			t.Errorf("Got(authenticate ann's admin token after demotion) = %s, %v; want manager", got, err)
 		}
-		if _, err := role(devSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "revoked" {
+		if _, err := role(devSecret); !errors.Is(err, errdefs.ErrUnauthorized) || reason(err) != "revoked" {
 			t.Errorf("Got(authenticate ann's developer token after demotion) = %v; want revoked", err)
 		}
 		// Authentication caps whatever the row says.
@@ -276,7 +277,7 @@ func TestTokensFollowTheirCreator(t *testing.T) {
 		if err := e.db.Model(&tenants.APIToken{}).Where("id = ?", devTok.ID).Update("revoked_at", nil).Error; err != nil {
 			t.Fatal(err)
 		}
-		if _, err := role(devSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "creator_role" {
+		if _, err := role(devSecret); !errors.Is(err, errdefs.ErrUnauthorized) || reason(err) != "creator_role" {
 			t.Errorf("Got(authenticate an unrevoked developer token of a manager) = %v; want refused, creator_role", err)
 		}
 
@@ -300,15 +301,15 @@ func TestTokensFollowTheirCreator(t *testing.T) {
 			t.Errorf("Got(token.revoked member_removed) = %v (%d new events); want %v", revoked, len(evs)-before, want)
 		}
 		for _, s := range []string{adminSecret, audSecret, childSecret} {
-			if _, err := role(s); !errors.Is(err, tenants.ErrUnauthorized) {
-				t.Errorf("Got(authenticate a removed member's token) = %v; want ErrUnauthorized", err)
+			if _, err := role(s); !errors.Is(err, errdefs.ErrUnauthorized) {
+				t.Errorf("Got(authenticate a removed member's token) = %v; want errdefs.ErrUnauthorized", err)
 			}
 		}
 		// Authentication checks membership whatever the row says.
 		if err := e.db.Model(&tenants.APIToken{}).Where("id = ?", audTok.ID).Update("revoked_at", nil).Error; err != nil {
 			t.Fatal(err)
 		}
-		if _, err := role(audSecret); !errors.Is(err, tenants.ErrUnauthorized) || reason(err) != "creator_not_member" {
+		if _, err := role(audSecret); !errors.Is(err, errdefs.ErrUnauthorized) || reason(err) != "creator_not_member" {
 			t.Errorf("Got(authenticate an unrevoked token of a removed member) = %v; want refused, creator_not_member", err)
 		}
 		// The operator's token does not depend on any member.
@@ -325,12 +326,12 @@ func TestCreateTokenNeedsMember(t *testing.T) {
 		other := e.tenant(t, "other")
 		stranger := e.adminOf(t, other)
 		before := dbtest.Count(t, e.db)
-		if _, _, err := e.store.CreateToken(ctx, stranger, acme.ID, tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, tenants.ErrForbidden) {
-			t.Errorf("Got(CreateToken by another tenant's admin) = %v; want ErrForbidden", err)
+		if _, _, err := e.store.CreateToken(ctx, stranger, acme.ID, tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, errdefs.ErrForbidden) {
+			t.Errorf("Got(CreateToken by another tenant's admin) = %v; want errdefs.ErrForbidden", err)
 		}
 		if _, _, err := e.store.CreateToken(ctx, audit.Actor{Kind: audit.ActorToken, ID: "no-such-token"}, acme.ID,
-			tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, tenants.ErrNotFound) {
-			t.Errorf("Got(CreateToken by an unknown token) = %v; want ErrNotFound", err)
+			tenants.NewToken{Name: "x", Role: tenants.RoleAdmin}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Got(CreateToken by an unknown token) = %v; want errdefs.ErrNotFound", err)
 		}
 		unchanged(t, e.db, before)
 	})
@@ -390,8 +391,8 @@ func TestOwnTokens(t *testing.T) {
 		}
 		for _, tok := range []tenants.APIToken{bobs, ops, elsewhere} {
 			before := dbtest.Count(t, e.db)
-			if err := e.store.RevokeTokenOf(ctx, devActor, acme.ID, dev.ID, tok.ID); !errors.Is(err, tenants.ErrNotFound) {
-				t.Errorf("Got(dev revokes %s) = %v; want ErrNotFound", tok.Name, err)
+			if err := e.store.RevokeTokenOf(ctx, devActor, acme.ID, dev.ID, tok.ID); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Got(dev revokes %s) = %v; want errdefs.ErrNotFound", tok.Name, err)
 			}
 			unchanged(t, e.db, before)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestParseTTL: durations and whole days are read; anything else is a
@@ -32,8 +33,8 @@ func TestParseTTL(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := tenants.ParseTTL(tt.in)
 			if tt.bad {
-				var fe *tenants.FieldError
-				if !errors.As(err, &fe) || fe.Field != "ttl" || !errors.Is(err, tenants.ErrInvalid) {
+				var fe *errdefs.FieldError
+				if !errors.As(err, &fe) || fe.Field != "ttl" || !errors.Is(err, errdefs.ErrInvalid) {
 					t.Errorf("Got(ParseTTL(%q)) = %v, %v; want a field error on ttl", tt.in, got, err)
 				}
 				return

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Identity is what the identity provider says about a person at login.
@@ -38,11 +39,11 @@ func (s *Store) UpsertUserAtLogin(ctx context.Context, id Identity) (User, error
 	id.Name = strings.TrimSpace(id.Name)
 	switch {
 	case id.Issuer == "":
-		return User{}, Invalid("issuer", "required", "must not be empty")
+		return User{}, errdefs.Invalid("issuer", "required", "must not be empty")
 	case id.Subject == "":
-		return User{}, Invalid("subject", "required", "must not be empty")
+		return User{}, errdefs.Invalid("subject", "required", "must not be empty")
 	case len(id.Email) > 254:
-		return User{}, Invalid("email", "email_format", "must be at most 254 characters")
+		return User{}, errdefs.Invalid("email", "email_format", "must be at most 254 characters")
 	}
 	if err := checkName("name", id.Name, 200); err != nil {
 		return User{}, err
@@ -173,7 +174,7 @@ func (s *Store) UserTenants(ctx context.Context, userID string) ([]UserTenant, e
 	return out, nil
 }
 
-// RoleOf returns the user's role in the tenant; ErrNotFound without an
+// RoleOf returns the user's role in the tenant; errdefs.ErrNotFound without an
 // active membership.
 func (s *Store) RoleOf(ctx context.Context, tenantID, userID string) (Role, error) {
 	var m Membership

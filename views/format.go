@@ -97,9 +97,6 @@ func fieldID(form, field string) string { return form + "-" + strings.ReplaceAll
 
 func errorID(form, field string) string { return fieldID(form, field) + "-error" }
 
-// navItem is one entry of the left navigation (Page.Nav).
-type navItem = NavItem
-
 // defaultRole returns role when it is one of roles, else "developer" when that
 // is offered, else "" (no preselection). A fresh form thus never defaults to a
 // privileged role.

@@ -6,10 +6,12 @@ package views
 
 //lint:file-ignore SA4006 This context is only used if a nested component is present.
 
-import "github.com/a-h/templ"
-import templruntime "github.com/a-h/templ/runtime"
+import (
+	"time"
 
-import "time"
+	"github.com/a-h/templ"
+	templruntime "github.com/a-h/templ/runtime"
+)
 
 // htmxConfig keeps htmx inside the CSP: no injected indicator <style>, no eval,
 // no execution of scripts that arrive in swapped content.
@@ -934,7 +936,7 @@ func userMenu(p Page) templ.Component {
 	})
 }
 
-func navLink(p Page, it navItem) templ.Component {
+func navLink(p Page, it NavItem) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

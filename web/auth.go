@@ -24,10 +24,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && s.isAPI(c) {
 			scheme, secret, _ := strings.Cut(authz, " ")
 			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-				return tenants.ErrUnauthorized
+				return errdefs.ErrUnauthorized
 			}
 			tok, tenant, err := s.store.AuthenticateToken(ctx, strings.TrimSpace(secret))
-			if errors.Is(err, tenants.ErrUnauthorized) {
+			if errors.Is(err, errdefs.ErrUnauthorized) {
 				// Known but dead tokens go to their tenant's log; unknown ones
 				// to the platform's (never any part of the secret).
 				tenantID, details := "", map[string]any{"reason": "unknown or malformed", "path": c.Request().URL.Path}
@@ -49,7 +49,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		sess, err := s.store.SessionBySecret(ctx, ck.Value, s.cfg.SessionIdle)
-		if errors.Is(err, tenants.ErrUnauthorized) || errors.Is(err, tenants.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrUnauthorized) || errors.Is(err, errdefs.ErrNotFound) {
 			c.SetCookie(&http.Cookie{Name: ck.Name, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.cfg.SecureCookies, SameSite: http.SameSiteLaxMode})
 			return next(c)
 		}
@@ -89,7 +89,7 @@ func (s *Server) authorize(r Route) echo.MiddlewareFunc {
 			}
 			if cl.Kind == "anonymous" {
 				if r.API {
-					return tenants.ErrUnauthorized
+					return errdefs.ErrUnauthorized
 				}
 				return c.Redirect(http.StatusSeeOther, "/login?return_to="+url.QueryEscape(c.Request().URL.RequestURI()))
 			}

@@ -14,13 +14,6 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// Problem and ProblemField are the error vocabulary's (shims of
-// errdefs.Problem and errdefs.ProblemField, removed by a later sweep).
-type (
-	Problem      = errdefs.Problem
-	ProblemField = errdefs.ProblemField
-)
-
 // fromEcho makes echo's own refusals (no route, method not allowed, the
 // body limit) part of the vocabulary: a *errdefs.StatusError wrapping err.
 // Domain errors in err's chain still decide first.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // cliActor is who admin commands act as in the audit log.
@@ -85,7 +86,7 @@ func tenantCmd(ctx context.Context, args []string, getenv func(string) string, s
 			return exitError(2)
 		}
 		t, err := store.CreateTenantWithAdmin(ctx, cliActor, rest[0], *name, *admin)
-		if errors.Is(err, tenants.ErrConflict) && *existsOK {
+		if errors.Is(err, errdefs.ErrConflict) && *existsOK {
 			fmt.Fprintf(stderr, "tenant %s already exists\n", rest[0])
 			return nil
 		}

@@ -45,8 +45,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		a.Close()
 		return err
 	}
-	defer releaseLease() // last: everything else has closed
-	defer a.Close()      // leaves VMs and sandboxes running: the next start adopts them
+	// Released last, after every service has closed, while the database
+	// is still open.
+	a.LastOnDatabase(releaseLease)
+	defer a.Close() // leaves VMs and sandboxes running: the next start adopts them
 	if err := a.Start(ctx); err != nil {
 		return err
 	}

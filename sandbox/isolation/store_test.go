@@ -36,6 +36,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -318,6 +319,7 @@ type tenantFixture struct {
 	userEmail  string
 	pending    tenants.Membership // an invitation not yet accepted
 	tokenID    string
+	ownTokenID string // made by the admin: owned
 	sessionID  string
 	idem       tenants.IdemKey
 	secret     string
@@ -375,6 +377,9 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 	x.pending = must(f.tenants.InviteMember(ctx, sys, tid, "pending@"+slug+".test", tenants.RoleDeveloper))(t, "invite")
 	_, tok, err := f.tenants.CreateToken(ctx, sys, tid, tenants.NewToken{Name: slug + "-ci", Role: tenants.RoleAdmin})
 	x.tokenID = must(tok.ID, err)(t, "create token")
+	// And one the admin made, so it has an owner (ListTokensOf, RevokeTokenOf).
+	_, own, err := f.tenants.CreateToken(ctx, x.actor, tid, tenants.NewToken{Name: slug + "-own", Role: tenants.RoleDeveloper})
+	x.ownTokenID = must(own.ID, err)(t, "create the admin's own token")
 	_, sess, err := f.tenants.CreateSession(ctx, u.ID, tid, "test", "127.0.0.1", time.Hour)
 	x.sessionID = must(sess.ID, err)(t, "create session")
 	k, _, err := f.tenants.BeginIdempotent(ctx, tenants.IdemRequest{TenantID: tid, Principal: "principal-" + slug, Route: "POST /api/v1/sandboxes",
@@ -453,7 +458,7 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 		x.priceID = must(f.usage.SetPrice(ctx, sys, usage.Price{TenantID: tid, Currency: "USD", VCPUSecond: 0.00003,
 			GiBSecond: 0.000004, EgressGB: 0.07}))(t, "set price").ID
 	}
-	x.markers = []string{tid, x.userID, x.userEmail, x.pending.ID, x.tokenID, x.idem.ID, x.secretID, x.workflow.Name, x.runID,
+	x.markers = []string{tid, x.userID, x.userEmail, x.pending.ID, x.tokenID, x.ownTokenID, x.idem.ID, x.secretID, x.workflow.Name, x.runID,
 		x.delivery.DeliveryID, x.endpointID, x.hookDeliv, x.sandbox.ID, x.idemKey, x.execID, x.termID, x.vmID, x.egressID, x.probeID}
 	if x.priceID != "" {
 		x.markers = append(x.markers, x.priceID)
@@ -508,8 +513,8 @@ func (f *fixtures) noneOfA(t *testing.T, what string, v any) {
 
 func notFound(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, tenants.ErrNotFound) {
-		t.Errorf("Got(%s as B on A's object) = %v; want tenants.ErrNotFound", what, err)
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Got(%s as B on A's object) = %v; want errdefs.ErrNotFound", what, err)
 	}
 }
 
@@ -564,7 +569,7 @@ func cases(f *fixtures) []storeCase {
 		noErr(t, "UnfreezeTenant", f.tenants.UnfreezeTenant(ctx, b.actor, bID()))
 	})
 	out = append(out, storeCase{method: "tenants.Store.UnfreezeTenant", setup: freezeA, run: func(t *testing.T) {
-		if err := f.tenants.UnfreezeTenant(ctx, b.actor, bID()); !errors.Is(err, tenants.ErrConflict) {
+		if err := f.tenants.UnfreezeTenant(ctx, b.actor, bID()); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("Got(UnfreezeTenant of B while A is frozen) = %v; want ErrConflict (B is not frozen)", err)
 		}
 	}})
@@ -626,6 +631,9 @@ func cases(f *fixtures) []storeCase {
 	})
 	list("tenants.Store.ListTokens", func() (any, error) { return f.tenants.ListTokens(ctx, bID()) })
 	missing("tenants.Store.RevokeToken", func() error { return f.tenants.RevokeToken(ctx, b.actor, bID(), a.tokenID) })
+	// A's member's own tokens, asked for in B.
+	list("tenants.Store.ListTokensOf", func() (any, error) { return f.tenants.ListTokensOf(ctx, bID(), a.userID) })
+	missing("tenants.Store.RevokeTokenOf", func() error { return f.tenants.RevokeTokenOf(ctx, b.actor, bID(), a.userID, a.ownTokenID) })
 	missing("tenants.Store.RoleOf", func() error { _, err := f.tenants.RoleOf(ctx, bID(), a.userID); return err })
 
 	// audit.Log
@@ -671,14 +679,14 @@ func cases(f *fixtures) []storeCase {
 	add("policy.Store.Save", func(t *testing.T) {
 		base := a.policyVer
 		_, err := f.policy.Save(ctx, b.actor, bID(), policy.Edit{Doc: policy.Defaults(), Reason: "on A's version", Base: &base})
-		if !errors.Is(err, tenants.ErrConflict) && !errors.Is(err, tenants.ErrNotFound) {
+		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(Save in B on base %d, A's version) = %v; want a conflict (B has no such version)", base, err)
 		}
 	})
 	add("policy.Store.Propose", func(t *testing.T) {
 		base := a.policyVer
 		_, err := f.policy.Propose(ctx, bID(), policy.Edit{Doc: policy.Defaults(), Reason: "on A's version", Base: &base})
-		if !errors.Is(err, tenants.ErrConflict) && !errors.Is(err, tenants.ErrNotFound) {
+		if !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(Propose in B on base %d, A's version) = %v; want a conflict (B has no such version)", base, err)
 		}
 	})
@@ -850,7 +858,7 @@ func cases(f *fixtures) []storeCase {
 	list("workflow.Store.List", func() (any, error) { return f.workflow.List(ctx, bID()) })
 	add("workflow.Store.History", func(t *testing.T) {
 		vs, err := f.workflow.History(ctx, bID(), a.workflow.Name)
-		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(History of A's workflow as B) = %v; want none or not found", err)
 		}
 		empty(t, "History", vs, nil)
@@ -946,14 +954,14 @@ func cases(f *fixtures) []storeCase {
 	})
 	add("sandbox.Store.Events", func(t *testing.T) {
 		evs, err := f.sandbox.Events(ctx, bID(), a.sandbox.ID)
-		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(Events of A's sandbox as B) = %v; want none or not found", err)
 		}
 		empty(t, "Events", evs, nil)
 	})
 	add("sandbox.Store.Execs", func(t *testing.T) {
 		xs, err := f.sandbox.Execs(ctx, bID(), a.sandbox.ID)
-		if err != nil && !errors.Is(err, tenants.ErrNotFound) {
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(Execs of A's sandbox as B) = %v; want none or not found", err)
 		}
 		empty(t, "Execs", xs, nil)

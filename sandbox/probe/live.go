@@ -120,7 +120,7 @@ func (l *Live) Facts(ctx context.Context, tenantID string, since time.Time, grac
 }
 
 // Sandbox is one sandbox of the tenant; another tenant's is
-// tenants.ErrNotFound.
+// errdefs.ErrNotFound.
 func (l *Live) Sandbox(ctx context.Context, tenantID, id string) (compliance.SandboxRef, error) {
 	sb, err := l.store.Sandbox(ctx, tenantID, id)
 	if err != nil {

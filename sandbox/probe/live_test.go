@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 func TestLiveFacts(t *testing.T) {
@@ -73,7 +74,7 @@ func TestLiveFacts(t *testing.T) {
 			if got, err := live.Sandbox(ctx, a.ID, running.ID); err != nil || got.State != "running" {
 				t.Errorf("Got(Sandbox) = %+v, %v; want running", got, err)
 			}
-			if _, err := live.Sandbox(ctx, b.ID, running.ID); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := live.Sandbox(ctx, b.ID, running.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Sandbox of another tenant) = %v; want ErrNotFound", err)
 			}
 		})

@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 //go:embed probe.sh
@@ -254,7 +254,7 @@ func (r *Runner) filesAPI(ctx context.Context, actor audit.Actor, tenantID, id s
 		switch {
 		case err == nil:
 			escaped = append(escaped, fmt.Sprintf("%s (%d bytes)", what, n))
-		case errors.Is(err, tenants.ErrForbidden):
+		case errors.Is(err, errdefs.ErrForbidden):
 			refused = append(refused, what)
 		default:
 			failed = append(failed, what+": "+err.Error())
@@ -415,7 +415,7 @@ func (r *Runner) lifetime(ctx context.Context, actor audit.Actor, tenantID strin
 
 func errOr(err error, s string) string {
 	if err != nil {
-		if errors.Is(err, tenants.ErrConflict) {
+		if errors.Is(err, errdefs.ErrConflict) {
 			return "the sandbox had ended"
 		}
 		return err.Error()

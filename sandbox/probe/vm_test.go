@@ -27,6 +27,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
@@ -411,7 +412,7 @@ func TestVMComplianceProbe(t *testing.T) {
 		if err != nil || len(runs) != 2 || runs[0].ID != run2.ID {
 			t.Errorf("Got(ProbeRuns) = %d runs, %v; want 2, newest first", len(runs), err)
 		}
-		if _, err := e.svc.ProbeRun(ctx, e.other, run2.ID); !errors.Is(err, tenants.ErrNotFound) {
+		if _, err := e.svc.ProbeRun(ctx, e.other, run2.ID); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(ProbeRun of another tenant) = %v; want ErrNotFound", err)
 		}
 		evs, err := audit.NewLog(e.db, nil).List(ctx, e.tenant, audit.Filter{Type: audit.TypeComplianceProbeRun})

@@ -18,10 +18,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -189,7 +189,7 @@ func (e *Engine) register(parent context.Context, r Run) (context.Context, *acti
 		return nil, nil, fmt.Errorf("start run %s: %w", r.ID, errShutdown)
 	}
 	if _, ok := e.active[r.ID]; ok {
-		return nil, nil, fmt.Errorf("start run %s: %w: it is already executing", r.ID, tenants.ErrConflict)
+		return nil, nil, fmt.Errorf("start run %s: %w: it is already executing", r.ID, errdefs.ErrConflict)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	a := &active{tenantID: r.TenantID, log: NewLog(e.cfg.LogBytes, 0), done: make(chan struct{}), cancel: cancel}
@@ -221,7 +221,7 @@ func (e *Engine) Log(tenantID, id string) (*Log, bool) {
 
 // Cancel cancels the tenant's run: a queued one ends at once, an executing
 // one stops its step, destroys its sandbox and ends cancelled (Cancel waits
-// for that, within ctx). An ended run is tenants.ErrConflict.
+// for that, within ctx). An ended run is errdefs.ErrConflict.
 func (e *Engine) Cancel(ctx context.Context, actor audit.Actor, tenantID, id string) (Run, error) {
 	e.mu.Lock()
 	a, ok := e.active[id]
@@ -252,7 +252,7 @@ func (e *Engine) Cancel(ctx context.Context, actor audit.Actor, tenantID, id str
 // Rerun creates a new run of the workflow's current version with the same
 // trigger, trusted as far as the first one was, and starts it. A run of a
 // deleted workflow is not re-run, nor a skipped one (re-running it would
-// run what its trigger was not trusted to run): tenants.ErrConflict.
+// run what its trigger was not trusted to run): errdefs.ErrConflict.
 func (e *Engine) Rerun(ctx context.Context, actor audit.Actor, tenantID, id string) (Run, error) {
 	old, _, err := e.store.Get(ctx, tenantID, id)
 	if err != nil {
@@ -260,11 +260,11 @@ func (e *Engine) Rerun(ctx context.Context, actor audit.Actor, tenantID, id stri
 	}
 	if old.State == StateSkipped {
 		return Run{}, fmt.Errorf("%w: run #%d of %s was skipped (%s): it cannot be re-run; change the workflow (allow_forks, comment_authors) and trigger it again",
-			tenants.ErrConflict, old.Number, old.Workflow, old.TrustReason)
+			errdefs.ErrConflict, old.Number, old.Workflow, old.TrustReason)
 	}
 	v, err := e.wf.Current(ctx, tenantID, old.Workflow)
-	if errors.Is(err, tenants.ErrNotFound) {
-		return Run{}, fmt.Errorf("%w: workflow %s was deleted: its runs cannot be re-run (save the workflow again to run it)", tenants.ErrConflict, old.Workflow)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Run{}, fmt.Errorf("%w: workflow %s was deleted: its runs cannot be re-run (save the workflow again to run it)", errdefs.ErrConflict, old.Workflow)
 	}
 	if err != nil {
 		return Run{}, fmt.Errorf("re-run run %s: %w", id, err)
@@ -291,7 +291,7 @@ const maxRef = 255
 
 // StartManual starts a run of the tenant's workflow name by hand, as actor
 // (the page's Run now and POST /api/v1/workflows/:name/runs): the ref and
-// SHA are checked (a *tenants.FieldError naming ref or sha), the
+// SHA are checked (a *errdefs.FieldError naming ref or sha), the
 // workflow's current version must have a manual trigger (a FieldError on
 // name, rule manual), and the run is recorded, audited
 // (workflow_run.created, trusted: the caller may write runs) and started
@@ -299,17 +299,17 @@ const maxRef = 255
 func (e *Engine) StartManual(ctx context.Context, actor audit.Actor, tenantID, name string, m Manual) (Run, error) {
 	m.Ref = strings.TrimSpace(m.Ref)
 	if len(m.Ref) > maxRef || strings.ContainsAny(m.Ref, "\x00\n\r") {
-		return Run{}, tenants.Invalid("ref", "ref", fmt.Sprintf("must be a git ref of at most %d characters", maxRef))
+		return Run{}, errdefs.Invalid("ref", "ref", fmt.Sprintf("must be a git ref of at most %d characters", maxRef))
 	}
 	if m.SHA != "" && !isHex(m.SHA, 7, 64) {
-		return Run{}, tenants.Invalid("sha", "sha", "must be a commit id: 7-64 hexadecimal digits")
+		return Run{}, errdefs.Invalid("sha", "sha", "must be a commit id: 7-64 hexadecimal digits")
 	}
 	v, err := e.wf.Current(ctx, tenantID, name)
 	if err != nil {
 		return Run{}, err
 	}
 	if !v.Def.HasManual() {
-		return Run{}, tenants.Invalid("name", "manual", fmt.Sprintf("workflow %s has no manual trigger: add '- event: manual' to its triggers", v.Name))
+		return Run{}, errdefs.Invalid("name", "manual", fmt.Sprintf("workflow %s has no manual trigger: add '- event: manual' to its triggers", v.Name))
 	}
 	r, err := e.store.Create(ctx, actor, tenantID, NewRun{Version: v,
 		Trigger: Trigger{Kind: TriggerManual, Ref: m.Ref, SHA: strings.ToLower(m.SHA), Sender: actor.Name}})
@@ -371,7 +371,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, r := range queued {
-		if err := e.Start(r); err != nil && !errors.Is(err, tenants.ErrConflict) {
+		if err := e.Start(r); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			return err
 		}
 	}
@@ -648,7 +648,7 @@ func (e *Engine) collect(ctx context.Context, r Run, sandboxID string, paths []s
 		var f *os.File
 		fi, err := e.sbx.ReadFile(ctx, actorFor(r), r.TenantID, sandboxID, p, func(size int64) (io.Writer, error) {
 			if size > left {
-				return nil, fmt.Errorf("%w: %d bytes, %d left of the run's %d", sandbox.ErrTooLarge, size, left, e.cfg.MaxArtifactBytes)
+				return nil, fmt.Errorf("%w: %d bytes, %d left of the run's %d", errdefs.ErrTooLarge, size, left, e.cfg.MaxArtifactBytes)
 			}
 			if e.cfg.ArtifactDir == "" {
 				return h, nil
@@ -669,7 +669,7 @@ func (e *Engine) collect(ctx context.Context, r Run, sandboxID string, paths []s
 			}
 		}
 		switch {
-		case errors.Is(err, tenants.ErrNotFound):
+		case errors.Is(err, errdefs.ErrNotFound):
 			a.Error = "not found"
 		case err != nil:
 			a.Error = truncate(err.Error(), 300)
@@ -701,7 +701,7 @@ func (e *Engine) ArtifactPath(r Run, i int, p string) string {
 func (e *Engine) destroy(ctx context.Context, r Run) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.DestroyTimeout)
 	defer cancel()
-	if _, err := e.sbx.Destroy(dctx, actorFor(r), r.TenantID, r.SandboxID); err != nil && !errors.Is(err, tenants.ErrNotFound) {
+	if _, err := e.sbx.Destroy(dctx, actorFor(r), r.TenantID, r.SandboxID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		e.cfg.Logger.Error("destroy run sandbox", "run", r.ID, "sandbox", r.SandboxID, "err", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -178,7 +179,7 @@ var admin = audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada Admin"}
 func (e *vmEnv) create(t *testing.T, src string) runs.Run {
 	t.Helper()
 	v, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(src), nil)
-	var fe *tenants.FieldError
+	var fe *errdefs.FieldError
 	if errors.As(err, &fe) && fe.Rule == "unchanged" { // -count=N runs the same table again
 		name := strings.Fields(strings.SplitN(src, "\n", 2)[0])[1]
 		v, err = e.wf.Current(bg, e.tenant.ID, name)
@@ -356,7 +357,7 @@ steps:
 			t.Fatalf("no 'started' in the live log after 2 min; saw %q", seen.String())
 		}
 	}
-	if _, err := e.engine.Cancel(bg, admin, "other-tenant", r.ID); !errors.Is(err, tenants.ErrNotFound) {
+	if _, err := e.engine.Cancel(bg, admin, "other-tenant", r.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Cancel(other tenant) = %v; want ErrNotFound", err)
 	}
 	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
@@ -371,7 +372,7 @@ steps:
 		t.Errorf("live log still open after the run ended")
 	}
 	e.gone(t, got)
-	if _, err := e.engine.Cancel(ctx, admin, e.tenant.ID, r.ID); !errors.Is(err, tenants.ErrConflict) {
+	if _, err := e.engine.Cancel(ctx, admin, e.tenant.ID, r.ID); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Cancel(ended) = %v; want ErrConflict", err)
 	}
 	// Re-run: a new run of the same version and trigger.

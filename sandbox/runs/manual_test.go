@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -51,21 +51,21 @@ func TestStartManual(t *testing.T) {
 				want                   error
 				field                  string
 			}{
-				{"ref too long", e.a.ID, "tests", Manual{Ref: strings.Repeat("r", 256)}, tenants.ErrInvalid, "ref"},
-				{"ref with a newline", e.a.ID, "tests", Manual{Ref: "main\nX-Injected: 1"}, tenants.ErrInvalid, "ref"},
-				{"ref with NUL", e.a.ID, "tests", Manual{Ref: "ma\x00in"}, tenants.ErrInvalid, "ref"},
-				{"sha not hex", e.a.ID, "tests", Manual{SHA: "zzzzzzz"}, tenants.ErrInvalid, "sha"},
-				{"sha too short", e.a.ID, "tests", Manual{SHA: "abc"}, tenants.ErrInvalid, "sha"},
-				{"no manual trigger", e.a.ID, "pr-only", Manual{}, tenants.ErrInvalid, "name"},
-				{"unknown workflow", e.a.ID, "nope", Manual{}, tenants.ErrNotFound, ""},
-				{"deleted workflow", e.a.ID, "gone", Manual{}, tenants.ErrNotFound, ""},
-				{"another tenant's workflow", e.b.ID, "tests", Manual{}, tenants.ErrNotFound, ""},
+				{"ref too long", e.a.ID, "tests", Manual{Ref: strings.Repeat("r", 256)}, errdefs.ErrInvalid, "ref"},
+				{"ref with a newline", e.a.ID, "tests", Manual{Ref: "main\nX-Injected: 1"}, errdefs.ErrInvalid, "ref"},
+				{"ref with NUL", e.a.ID, "tests", Manual{Ref: "ma\x00in"}, errdefs.ErrInvalid, "ref"},
+				{"sha not hex", e.a.ID, "tests", Manual{SHA: "zzzzzzz"}, errdefs.ErrInvalid, "sha"},
+				{"sha too short", e.a.ID, "tests", Manual{SHA: "abc"}, errdefs.ErrInvalid, "sha"},
+				{"no manual trigger", e.a.ID, "pr-only", Manual{}, errdefs.ErrInvalid, "name"},
+				{"unknown workflow", e.a.ID, "nope", Manual{}, errdefs.ErrNotFound, ""},
+				{"deleted workflow", e.a.ID, "gone", Manual{}, errdefs.ErrNotFound, ""},
+				{"another tenant's workflow", e.b.ID, "tests", Manual{}, errdefs.ErrNotFound, ""},
 			}
 			for _, tt := range refused {
 				t.Run(tt.name, func(t *testing.T) {
 					before := dbtest.Count(t, e.db)
 					_, err := eng.StartManual(ctx, admin, tt.tenant, tt.workflow, tt.m)
-					var fe *tenants.FieldError
+					var fe *errdefs.FieldError
 					if !errors.Is(err, tt.want) || (tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field)) {
 						t.Errorf("Got(StartManual) = %v; want %v on field %q", err, tt.want, tt.field)
 					}

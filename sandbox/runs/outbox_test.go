@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 )
 
@@ -25,8 +25,8 @@ func TestCompletedInOutbox(t *testing.T) {
 			if err := e.s.finish(ctx, &r, StateFailed, `step "two": exit 1`, arts, 0.25); err != nil {
 				t.Fatalf("finish() = %v", err)
 			}
-			if err := e.s.finish(ctx, &r, StateSucceeded, "", nil, 0); !errors.Is(err, tenants.ErrConflict) {
-				t.Fatalf("Got(finish again) = %v; want tenants.ErrConflict", err)
+			if err := e.s.finish(ctx, &r, StateSucceeded, "", nil, 0); !errors.Is(err, errdefs.ErrConflict) {
+				t.Fatalf("Got(finish again) = %v; want errdefs.ErrConflict", err)
 			}
 			var evs []integrations.Event
 			if err := e.db.Where("tenant_id = ? AND event_type = ?", e.a.ID, EventCompleted).Find(&evs).Error; err != nil {

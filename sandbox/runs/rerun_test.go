@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -58,13 +58,13 @@ func TestRerunUsesCurrentVersion(t *testing.T) {
 				want   error
 				says   string
 			}{
-				{"skipped", skipped.ID, nil, tenants.ErrConflict, "was skipped (fork pull request from mallory/app (allow_forks not set))"},
-				{"another tenant's", trusted.ID, nil, tenants.ErrNotFound, ""},
+				{"skipped", skipped.ID, nil, errdefs.ErrConflict, "was skipped (fork pull request from mallory/app (allow_forks not set))"},
+				{"another tenant's", trusted.ID, nil, errdefs.ErrNotFound, ""},
 				{"deleted workflow", trusted.ID, func() {
 					if err := e.wf.Delete(ctx, admin, e.a.ID, "tests"); err != nil {
 						t.Fatal(err)
 					}
-				}, tenants.ErrConflict, "workflow tests was deleted: its runs cannot be re-run"},
+				}, errdefs.ErrConflict, "workflow tests was deleted: its runs cannot be re-run"},
 			}
 			for _, tt := range refused {
 				t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestRerunUsesCurrentVersion(t *testing.T) {
 						tt.before()
 					}
 					tenant := e.a.ID
-					if tt.want == tenants.ErrNotFound {
+					if tt.want == errdefs.ErrNotFound {
 						tenant = e.b.ID
 					}
 					before := dbtest.Count(t, e.db)

@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -20,7 +20,7 @@ import (
 var ErrDuplicateDelivery = errors.New("duplicate delivery")
 
 // Store keeps runs, their steps and GitHub deliveries. Every method takes
-// the tenant: another tenant's run is tenants.ErrNotFound.
+// the tenant: another tenant's run is errdefs.ErrNotFound.
 type Store struct {
 	db    *gorm.DB
 	clock func() time.Time
@@ -110,7 +110,7 @@ func (s *Store) retry(ctx context.Context, fn func(tx *gorm.DB) error) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: too many runs started at once; retry", tenants.ErrConflict)
+	return fmt.Errorf("%w: too many runs started at once; retry", errdefs.ErrConflict)
 }
 
 var errNumberTaken = errors.New("run number taken")
@@ -118,7 +118,7 @@ var errNumberTaken = errors.New("run number taken")
 func (s *Store) create(tx *gorm.DB, actor audit.Actor, tenantID string, nr NewRun) (Run, error) {
 	v := nr.Version
 	if v.TenantID != tenantID || v.Deleted || len(v.Def.Steps) == 0 {
-		return Run{}, fmt.Errorf("workflow %s: %w", v.Name, tenants.ErrNotFound)
+		return Run{}, fmt.Errorf("workflow %s: %w", v.Name, errdefs.ErrNotFound)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -179,7 +179,7 @@ func (s *Store) Get(ctx context.Context, tenantID, id string) (Run, []Step, erro
 	var r Run
 	err := s.db.WithContext(ctx).Take(&r, "id = ? AND tenant_id = ?", id, tenantID).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Run{}, nil, fmt.Errorf("run %s: %w", id, tenants.ErrNotFound)
+		return Run{}, nil, fmt.Errorf("run %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return Run{}, nil, fmt.Errorf("read run %s: %w", id, err)
@@ -207,7 +207,7 @@ const MaxList = 200
 // List returns the tenant's runs, newest first.
 func (s *Store) List(ctx context.Context, tenantID string, f Filter) ([]Run, error) {
 	if f.State != "" && !f.State.Valid() {
-		return nil, tenants.Invalid("state", "enum", "must be one of queued, running, succeeded, failed, cancelled, timed_out, skipped")
+		return nil, errdefs.Invalid("state", "enum", "must be one of queued, running, succeeded, failed, cancelled, timed_out, skipped")
 	}
 	if f.Limit <= 0 || f.Limit > MaxList {
 		f.Limit = MaxList
@@ -230,7 +230,7 @@ func (s *Store) List(ctx context.Context, tenantID string, f Filter) ([]Run, err
 }
 
 // start moves a queued run to running. A run no longer queued (cancelled
-// meanwhile) is tenants.ErrConflict.
+// meanwhile) is errdefs.ErrConflict.
 func (s *Store) start(ctx context.Context, r *Run) error {
 	now := s.now()
 	res := s.db.WithContext(ctx).Model(&Run{}).Where("id = ? AND tenant_id = ? AND state = ?", r.ID, r.TenantID, StateQueued).
@@ -239,7 +239,7 @@ func (s *Store) start(ctx context.Context, r *Run) error {
 		return fmt.Errorf("start run %s: %w", r.ID, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return fmt.Errorf("start run %s: %w: it is no longer queued", r.ID, tenants.ErrConflict)
+		return fmt.Errorf("start run %s: %w: it is no longer queued", r.ID, errdefs.ErrConflict)
 	}
 	r.State, r.StartedAt = StateRunning, &now
 	return nil
@@ -264,7 +264,7 @@ func (s *Store) saveStep(ctx context.Context, st *Step) error {
 }
 
 // finish ends a run that has not ended: steps still pending or running
-// become skipped. An ended run is left as it is (tenants.ErrConflict).
+// become skipped. An ended run is left as it is (errdefs.ErrConflict).
 func (s *Store) finish(ctx context.Context, r *Run, state State, reason string, artifacts []Artifact, cost float64) error {
 	if artifacts == nil {
 		artifacts = []Artifact{}
@@ -281,7 +281,7 @@ func (s *Store) finish(ctx context.Context, r *Run, state State, reason string, 
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return fmt.Errorf("%w: run %s already ended", tenants.ErrConflict, r.ID)
+			return fmt.Errorf("%w: run %s already ended", errdefs.ErrConflict, r.ID)
 		}
 		if err := s.completed(tx, *r, state, reason, artifacts, cost, now); err != nil {
 			return err
@@ -298,14 +298,14 @@ func (s *Store) finish(ctx context.Context, r *Run, state State, reason string, 
 
 // Cancel ends a queued run as cancelled, audited workflow.run_cancelled. A
 // running run is the engine's to cancel (Engine.Cancel); an ended one is
-// tenants.ErrConflict.
+// errdefs.ErrConflict.
 func (s *Store) cancelQueued(ctx context.Context, actor audit.Actor, tenantID, id string) (Run, error) {
 	r, _, err := s.Get(ctx, tenantID, id)
 	if err != nil {
 		return Run{}, err
 	}
 	if r.State != StateQueued {
-		return Run{}, fmt.Errorf("%w: run %s is %s", tenants.ErrConflict, id, r.State)
+		return Run{}, fmt.Errorf("%w: run %s is %s", errdefs.ErrConflict, id, r.State)
 	}
 	if err := s.finish(ctx, &r, StateCancelled, "cancelled by "+actorName(actor), nil, 0); err != nil {
 		return Run{}, err
@@ -342,7 +342,7 @@ func (s *Store) Interrupted(ctx context.Context) ([]Run, error) {
 	out := rs[:0]
 	for i := range rs {
 		if err := s.finish(ctx, &rs[i], StateFailed, "interrupted: the control plane restarted during the run", nil, 0); err != nil {
-			if errors.Is(err, tenants.ErrConflict) {
+			if errors.Is(err, errdefs.ErrConflict) {
 				continue
 			}
 			return nil, err

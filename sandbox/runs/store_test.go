@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -93,7 +94,7 @@ func TestCreateGetList(t *testing.T) {
 			if l, err := e.s.List(ctx, e.a.ID, Filter{State: StateRunning}); err != nil || len(l) != 0 {
 				t.Errorf("List(running) = %v, %v; want none", l, err)
 			}
-			if _, err := e.s.List(ctx, e.a.ID, Filter{State: "bogus"}); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := e.s.List(ctx, e.a.ID, Filter{State: "bogus"}); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("List(bogus state) = %v; want ErrInvalid", err)
 			}
 			var n int64
@@ -103,16 +104,16 @@ func TestCreateGetList(t *testing.T) {
 			}
 
 			// Tenant B sees none of it and cannot create runs of A's workflow.
-			if _, _, err := e.s.Get(ctx, e.b.ID, r1.ID); !errors.Is(err, tenants.ErrNotFound) {
+			if _, _, err := e.s.Get(ctx, e.b.ID, r1.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Get(B, A's run) = %v; want ErrNotFound", err)
 			}
 			if l, err := e.s.List(ctx, e.b.ID, Filter{}); err != nil || len(l) != 0 {
 				t.Errorf("List(B) = %v, %v; want none", l, err)
 			}
-			if _, err := e.s.Create(ctx, admin, e.b.ID, NewRun{Version: e.v, Trigger: Trigger{Kind: TriggerManual}}); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Create(ctx, admin, e.b.ID, NewRun{Version: e.v, Trigger: Trigger{Kind: TriggerManual}}); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Create(B, A's workflow) = %v; want ErrNotFound", err)
 			}
-			if _, err := e.s.cancelQueued(ctx, admin, e.b.ID, r1.ID); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.cancelQueued(ctx, admin, e.b.ID, r1.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("cancelQueued(B, A's run) = %v; want ErrNotFound", err)
 			}
 
@@ -124,10 +125,10 @@ func TestCreateGetList(t *testing.T) {
 			if _, steps, _ := e.s.Get(ctx, e.a.ID, r1.ID); steps[0].State != StepSkipped {
 				t.Errorf("steps after cancel = %+v; want skipped", steps)
 			}
-			if _, err := e.s.cancelQueued(ctx, admin, e.a.ID, r1.ID); !errors.Is(err, tenants.ErrConflict) {
+			if _, err := e.s.cancelQueued(ctx, admin, e.a.ID, r1.ID); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("cancelQueued(cancelled) = %v; want ErrConflict", err)
 			}
-			if err := e.s.start(ctx, &c); !errors.Is(err, tenants.ErrConflict) {
+			if err := e.s.start(ctx, &c); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("start(cancelled) = %v; want ErrConflict", err)
 			}
 		})
@@ -192,7 +193,7 @@ func TestConcurrentNumbers(t *testing.T) {
 			}
 			wg.Wait()
 			for _, err := range errs {
-				if err != nil && !errors.Is(err, tenants.ErrConflict) {
+				if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 					t.Errorf("concurrent Create() = %v", err)
 				}
 			}
@@ -237,7 +238,7 @@ func TestFinishAndInterrupted(t *testing.T) {
 				t.Errorf("steps = %+v; want one succeeded, two skipped", steps)
 			}
 			arts := []Artifact{{Path: "a.txt", Size: 3}}
-			if err := e.s.finish(ctx, &r, StateSucceeded, "", arts, 1.5); !errors.Is(err, tenants.ErrConflict) {
+			if err := e.s.finish(ctx, &r, StateSucceeded, "", arts, 1.5); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("finish(ended) = %v; want ErrConflict", err)
 			}
 			if again, _ := e.s.Interrupted(ctx); len(again) != 0 {

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Taking up the terminals a stopped server left (Config.Exclusive with a
@@ -56,7 +56,7 @@ func (s *Service) adopt(ctx context.Context, sess Session) bool {
 	}
 	ended, why, err := s.sbx.SandboxEnded(ctx, sess.TenantID, sess.SandboxID)
 	switch {
-	case errors.Is(err, tenants.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		s.closeLost(ctx, sess, "the sandbox is gone")
 		return true
 	case err == nil && ended:

@@ -11,12 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // ErrEnded: the session has ended; nobody can join it any more.
-var ErrEnded = fmt.Errorf("terminal session ended: %w", tenants.ErrConflict)
+var ErrEnded = fmt.Errorf("terminal session ended: %w", errdefs.ErrConflict)
 
 // WebSocket close codes the hub asks for (RFC 6455).
 const (

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/terminal"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestHubFanOut: what the driver types reaches the shell, and its output
@@ -339,7 +339,7 @@ func TestHubEnd(t *testing.T) {
 			t.Errorf("Got(end) = %q, close %d %q; want the reason in both", e.Reason, k.code, k.reason)
 		}
 	}
-	if _, err := h.Join(terminal.JoinOptions{Actor: person("late@x.test")}); !errors.Is(err, terminal.ErrEnded) || !errors.Is(err, tenants.ErrConflict) {
+	if _, err := h.Join(terminal.JoinOptions{Actor: person("late@x.test")}); !errors.Is(err, terminal.ErrEnded) || !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Got(Join after end) = %v; want ErrEnded (a conflict)", err)
 	}
 	if _, err := p.Wait(); err != nil {

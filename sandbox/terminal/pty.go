@@ -41,12 +41,12 @@ type PTYRequest struct {
 // Sandboxes is what the terminal service needs of the sandboxes.
 type Sandboxes interface {
 	// OpenPTY starts req's process on a new terminal in the tenant's
-	// running sandbox. Another tenant's sandbox is tenants.ErrNotFound; one
-	// that is not running tenants.ErrConflict.
+	// running sandbox. Another tenant's sandbox is errdefs.ErrNotFound; one
+	// that is not running errdefs.ErrConflict.
 	OpenPTY(ctx context.Context, tenantID, sandboxID string, req PTYRequest) (PTY, error)
 	// SandboxEnded reports whether the tenant's sandbox has ended (stopped,
 	// failed or destroyed) and why. Another tenant's sandbox is
-	// tenants.ErrNotFound.
+	// errdefs.ErrNotFound.
 	SandboxEnded(ctx context.Context, tenantID, sandboxID string) (ended bool, reason string, err error)
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // SandboxPTYs opens terminals in the sandboxes of a sandbox.Service, over
@@ -48,7 +48,7 @@ func (a SandboxPTYs) AttachPTY(ctx context.Context, tenantID, sandboxID, id stri
 	e, err := a.Service.AttachTerminal(ctx, tenantID, sandboxID, id, offset, pw)
 	if err != nil {
 		pw.Close()
-		if errors.Is(err, tenants.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, 0, fmt.Errorf("%w: %w", ErrPTYGone, err)
 		}
 		return nil, 0, err

@@ -24,8 +24,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox/shutdown"
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -249,27 +249,27 @@ func (r *OpenRequest) check(cfg Config) error {
 		r.Argv = cfg.Shell
 	}
 	if len(r.Argv) > 64 {
-		return tenants.Invalid("cmd", "range", "at most 64 arguments")
+		return errdefs.Invalid("cmd", "range", "at most 64 arguments")
 	}
 	for _, a := range r.Argv {
 		if len(a) > 4096 || strings.ContainsRune(a, 0) {
-			return tenants.Invalid("cmd", "syntax", "arguments are at most 4096 bytes, without NUL")
+			return errdefs.Invalid("cmd", "syntax", "arguments are at most 4096 bytes, without NUL")
 		}
 	}
 	if r.Argv[0] == "" {
-		return tenants.Invalid("cmd", "required", "the command is empty")
+		return errdefs.Invalid("cmd", "required", "the command is empty")
 	}
 	if r.Cols == 0 || r.Rows == 0 {
 		r.Cols, r.Rows = 80, 24
 	}
 	if r.Cols > MaxSize || r.Rows > MaxSize {
-		return tenants.Invalid("cols", "range", fmt.Sprintf("columns and rows are 1 to %d", MaxSize))
+		return errdefs.Invalid("cols", "range", fmt.Sprintf("columns and rows are 1 to %d", MaxSize))
 	}
 	return nil
 }
 
 // CheckSandbox says whether a terminal can be opened in the tenant's
-// sandbox: tenants.ErrNotFound for another tenant's, ErrConflict for one
+// sandbox: errdefs.ErrNotFound for another tenant's, ErrConflict for one
 // that ended.
 func (s *Service) CheckSandbox(ctx context.Context, tenantID, sandboxID string) error {
 	ended, reason, err := s.sbx.SandboxEnded(ctx, tenantID, sandboxID)
@@ -277,7 +277,7 @@ func (s *Service) CheckSandbox(ctx context.Context, tenantID, sandboxID string) 
 		return err
 	}
 	if ended {
-		return fmt.Errorf("sandbox %s: %w: %s", sandboxID, tenants.ErrConflict, reason)
+		return fmt.Errorf("sandbox %s: %w: %s", sandboxID, errdefs.ErrConflict, reason)
 	}
 	return nil
 }
@@ -295,7 +295,7 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return Session{}, fmt.Errorf("open terminal: %w: the server is shutting down", tenants.ErrConflict)
+		return Session{}, fmt.Errorf("open terminal: %w: the server is shutting down", errdefs.ErrConflict)
 	}
 	id, err := newID()
 	if err != nil {
@@ -359,7 +359,7 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 	if closing {
 		// Close ran meanwhile and did not see this one.
 		l.hub.End("the server is shutting down")
-		return Session{}, fmt.Errorf("open terminal: %w: the server is shutting down", tenants.ErrConflict)
+		return Session{}, fmt.Errorf("open terminal: %w: the server is shutting down", errdefs.ErrConflict)
 	}
 	s.log.Info("terminal opened", "session", id, "tenant", tenantID, "sandbox", sandboxID, "by", nameOf(actor))
 	return sess, nil
@@ -506,7 +506,7 @@ type JoinRequest struct {
 
 // Join connects actor to the tenant's live session, audited
 // terminal.joined. Another tenant's session, or one of another sandbox
-// than sandboxID (when not empty), is tenants.ErrNotFound; an ended one
+// than sandboxID (when not empty), is errdefs.ErrNotFound; an ended one
 // ErrEnded.
 func (s *Service) Join(ctx context.Context, actor audit.Actor, tenantID, sandboxID, sessionID string, req JoinRequest) (*Client, error) {
 	s.mu.Lock()
@@ -518,7 +518,7 @@ func (s *Service) Join(ctx context.Context, actor audit.Actor, tenantID, sandbox
 			return nil, err
 		}
 		if sandboxID != "" && sess.SandboxID != sandboxID {
-			return nil, fmt.Errorf("terminal session %s: %w", sessionID, tenants.ErrNotFound)
+			return nil, fmt.Errorf("terminal session %s: %w", sessionID, errdefs.ErrNotFound)
 		}
 		if sess.EndedAt != nil {
 			return nil, fmt.Errorf("%w: %s", ErrEnded, sess.EndReason)
@@ -527,9 +527,9 @@ func (s *Service) Join(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		_, adopting := s.orphans[sessionID]
 		s.mu.Unlock()
 		if adopting {
-			return nil, fmt.Errorf("terminal session %s: %w: it is being re-attached after a server restart; try again in a moment", sessionID, tenants.ErrConflict)
+			return nil, fmt.Errorf("terminal session %s: %w: it is being re-attached after a server restart; try again in a moment", sessionID, errdefs.ErrConflict)
 		}
-		return nil, fmt.Errorf("terminal session %s: %w: it runs on another server", sessionID, tenants.ErrConflict)
+		return nil, fmt.Errorf("terminal session %s: %w: it runs on another server", sessionID, errdefs.ErrConflict)
 	}
 	c, err := l.hub.Join(JoinOptions{Actor: actor, CanDrive: req.CanDrive, Drive: req.Drive, Offset: req.Offset})
 	if err != nil {
@@ -593,18 +593,18 @@ func (s *Service) Sessions(ctx context.Context, tenantID, sandboxID string) ([]S
 }
 
 // OpenRecording opens the recording of the tenant's session. A recording
-// retention removed is tenants.ErrNotFound.
+// retention removed is errdefs.ErrNotFound.
 func (s *Service) OpenRecording(ctx context.Context, tenantID, id string) (*os.File, Session, error) {
 	sess, err := s.store.Session(ctx, tenantID, id)
 	if err != nil {
 		return nil, Session{}, err
 	}
 	if sess.Recording == "" {
-		return nil, sess, fmt.Errorf("recording of terminal session %s: %w: removed after %d days", id, tenants.ErrNotFound, sess.RetentionDays)
+		return nil, sess, fmt.Errorf("recording of terminal session %s: %w: removed after %d days", id, errdefs.ErrNotFound, sess.RetentionDays)
 	}
 	f, err := os.Open(filepath.Join(s.cfg.DataDir, filepath.Clean(sess.Recording)))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, sess, fmt.Errorf("recording of terminal session %s: %w", id, tenants.ErrNotFound)
+		return nil, sess, fmt.Errorf("recording of terminal session %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, sess, fmt.Errorf("recording of terminal session %s: %w", id, err)
@@ -618,7 +618,7 @@ func (s *Service) End(tenantID, sessionID, reason string) error {
 	l := s.live[sessionID]
 	s.mu.Unlock()
 	if l == nil || l.sess.TenantID != tenantID {
-		return fmt.Errorf("live terminal session %s: %w", sessionID, tenants.ErrNotFound)
+		return fmt.Errorf("live terminal session %s: %w", sessionID, errdefs.ErrNotFound)
 	}
 	l.hub.End(reason)
 	return nil
@@ -686,7 +686,7 @@ func (s *Service) check() {
 			ended, reason, err := s.sbx.SandboxEnded(ctx, k.tenant, k.sandbox)
 			cancel()
 			switch {
-			case errors.Is(err, tenants.ErrNotFound):
+			case errors.Is(err, errdefs.ErrNotFound):
 				why = "the sandbox is gone"
 			case err == nil && ended:
 				why = reason

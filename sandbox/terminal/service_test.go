@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // fixture is a database with two tenants, each with a running sandbox,
@@ -205,7 +206,7 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 		{"End A's session as B", f.svc.End(f.b.ID, sess.ID, "no")},
 	}
 	for _, c := range checks {
-		if !errors.Is(c.err, tenants.ErrNotFound) {
+		if !errors.Is(c.err, errdefs.ErrNotFound) {
 			t.Errorf("Got(%s) = %v; want not found", c.name, c.err)
 		}
 	}
@@ -254,7 +255,7 @@ func TestServiceSandboxEnds(t *testing.T) {
 	if s := waitEnded(t, f.svc, f.a.ID, sess.ID); s.EndReason != "the sandbox was destroyed (requested)" {
 		t.Errorf("Got(stored end reason) = %q; want the sandbox's", s.EndReason)
 	}
-	if _, err := f.svc.Open(ctx, ada, f.a.ID, f.sa.ID, terminal.OpenRequest{}); !errors.Is(err, tenants.ErrConflict) {
+	if _, err := f.svc.Open(ctx, ada, f.a.ID, f.sa.ID, terminal.OpenRequest{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("Got(Open in a destroyed sandbox) = %v; want a conflict", err)
 	}
 }
@@ -313,7 +314,7 @@ func testRetention(t *testing.T, db *gorm.DB) {
 	young := open()
 	clk.add(11 * 24 * time.Hour)
 	f.svc.Sweep(ctx)
-	if _, _, err := f.svc.OpenRecording(ctx, f.a.ID, old.ID); !errors.Is(err, tenants.ErrNotFound) {
+	if _, _, err := f.svc.OpenRecording(ctx, f.a.ID, old.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Got(recording past retention) = %v; want not found", err)
 	}
 	if _, err := os.Stat(filepath.Join(f.dataDir, old.Recording)); !errors.Is(err, os.ErrNotExist) {

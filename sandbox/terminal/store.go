@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Session is one terminal session as stored: the index of its recording.
@@ -106,7 +106,7 @@ func newID() (string, error) {
 
 func notFound(err error) error {
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return tenants.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Agent returns the agent session of the tenant's running VM, for the
 // sandbox service that places work on it. Another tenant's VM is
-// tenants.ErrNotFound; a VM that is not running is tenants.ErrConflict;
+// errdefs.ErrNotFound; a VM that is not running is errdefs.ErrConflict;
 // a running one whose session is down (the monitor re-opens it) is
 // ErrUnavailable.
 func (s *Service) Agent(ctx context.Context, tenantID, vmID string) (*agentproto.Client, error) {
@@ -20,7 +20,7 @@ func (s *Service) Agent(ctx context.Context, tenantID, vmID string) (*agentproto
 		return nil, err
 	}
 	if vm.State != StateRunning {
-		return nil, fmt.Errorf("agent of vm %s: %w: the vm is %s", vmID, tenants.ErrConflict, vm.State)
+		return nil, fmt.Errorf("agent of vm %s: %w: the vm is %s", vmID, errdefs.ErrConflict, vm.State)
 	}
 	if rt := s.lookupRuntime(vmID); rt != nil {
 		if c := rt.getClient(); c != nil {
@@ -38,15 +38,15 @@ func (s *Service) VM(ctx context.Context, tenantID, id string) (VM, error) {
 
 // CPUTime is the CPU time libvirt measured for the tenant's running VM
 // since it started, read now: the host's own figure, which metering holds
-// the guest's reports against. Another tenant's VM is tenants.ErrNotFound;
-// one that is not running is tenants.ErrConflict.
+// the guest's reports against. Another tenant's VM is errdefs.ErrNotFound;
+// one that is not running is errdefs.ErrConflict.
 func (s *Service) CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error) {
 	vm, err := s.store.VM(ctx, tenantID, vmID)
 	if err != nil {
 		return 0, err
 	}
 	if vm.State != StateRunning {
-		return 0, fmt.Errorf("cpu time of vm %s: %w: the vm is %s", vmID, tenants.ErrConflict, vm.State)
+		return 0, fmt.Errorf("cpu time of vm %s: %w: the vm is %s", vmID, errdefs.ErrConflict, vm.State)
 	}
 	_, hv, err := s.liveHost(vm.HostURI)
 	if err != nil {

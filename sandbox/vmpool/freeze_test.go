@@ -9,6 +9,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // TestCreateRefusedWhileFrozen: a frozen tenant gets no VM, with an error
@@ -34,7 +35,7 @@ func TestCreateRefusedWhileFrozen(t *testing.T) {
 	before := counts(t, db)
 	_, err = svc.Create(ctx, vmpool.SystemActor(), tn.ID)
 	var fe *tenants.FrozenError
-	if !errors.As(err, &fe) || !errors.Is(err, tenants.ErrConflict) || !strings.Contains(err.Error(), "frozen") ||
+	if !errors.As(err, &fe) || !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "frozen") ||
 		!strings.Contains(err.Error(), "agent exfiltrating") {
 		t.Fatalf("Got(Create while frozen) = %v; want a FrozenError (conflict) naming the freeze and its reason", err)
 	}

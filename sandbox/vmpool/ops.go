@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Pool returns the tenant's pool settings.
@@ -85,7 +86,7 @@ func (s *Service) Destroy(ctx context.Context, actor audit.Actor, tenantID, id s
 		return VM{}, err
 	}
 	if !vm.State.Active() {
-		return VM{}, fmt.Errorf("destroy vm %s: %w: it is already %s", id, tenants.ErrConflict, vm.State)
+		return VM{}, fmt.Errorf("destroy vm %s: %w: it is already %s", id, errdefs.ErrConflict, vm.State)
 	}
 	_, hv, err := s.liveHost(vm.HostURI)
 	if err != nil {
@@ -139,7 +140,7 @@ func (s *Service) Stop(ctx context.Context, actor audit.Actor, tenantID, id stri
 		return VM{}, err
 	}
 	if vm.State != StateRunning {
-		return VM{}, fmt.Errorf("stop vm %s: %w: it is %s; only a running vm stops gracefully (destroy it instead)", id, tenants.ErrConflict, vm.State)
+		return VM{}, fmt.Errorf("stop vm %s: %w: it is %s; only a running vm stops gracefully (destroy it instead)", id, errdefs.ErrConflict, vm.State)
 	}
 	_, hv, err := s.liveHost(vm.HostURI)
 	if err != nil {
@@ -148,7 +149,7 @@ func (s *Service) Stop(ctx context.Context, actor audit.Actor, tenantID, id stri
 	rt := s.runtimeFor(vm)
 	client := rt.getClient()
 	if client == nil {
-		return VM{}, fmt.Errorf("stop vm %s: %w: its agent is not connected (destroy it instead)", id, tenants.ErrConflict)
+		return VM{}, fmt.Errorf("stop vm %s: %w: its agent is not connected (destroy it instead)", id, errdefs.ErrConflict)
 	}
 	rt.mu.Lock()
 	rt.stopActor = &actor
@@ -213,7 +214,7 @@ func (s *Service) Recycle(ctx context.Context, actor audit.Actor, tenantID, id s
 		return VM{}, VM{}, err
 	}
 	if old.State != StateRunning {
-		return VM{}, VM{}, fmt.Errorf("recycle vm %s: %w: it is %s; only a running vm can be recycled", id, tenants.ErrConflict, old.State)
+		return VM{}, VM{}, fmt.Errorf("recycle vm %s: %w: it is %s; only a running vm can be recycled", id, errdefs.ErrConflict, old.State)
 	}
 	_, oldHV, err := s.liveHost(old.HostURI)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // watchEvents follows a host's lifecycle events until Close.
@@ -353,7 +354,7 @@ func (s *Service) reconcileTenant(ctx context.Context, tenantID string) {
 		case err == nil:
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, tenants.ErrQuota), errors.As(err, new(*tenants.FrozenError)):
+		case errors.Is(err, errdefs.ErrQuota), errors.As(err, new(*tenants.FrozenError)):
 			// Warm VMs only fill what the pool and quota allow, and none
 			// start for a frozen tenant; not an error.
 			s.log.Debug("reconcile: warm vm not started", "tenant", tenantID, "err", err)

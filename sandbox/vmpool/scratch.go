@@ -10,7 +10,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/image"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Every VM has a scratch disk: a sparse ext4 file with project quotas in
@@ -71,7 +71,7 @@ func (s *Service) sweepScratch(ctx context.Context) {
 		}
 		vm, err := s.store.vmByID(ctx, id)
 		switch {
-		case errors.Is(err, tenants.ErrNotFound) || (err == nil && !vm.State.Active()):
+		case errors.Is(err, errdefs.ErrNotFound) || (err == nil && !vm.State.Active()):
 			s.log.Info("removed the scratch disk of an ended vm", "vm", id)
 			s.removeScratch(id)
 		case err != nil:

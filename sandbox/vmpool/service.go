@@ -21,8 +21,8 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/image"
-	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
@@ -118,7 +118,7 @@ type Config struct {
 }
 
 // Freezes tells whether a tenant is frozen: CheckNotFrozen's error (it
-// wraps tenants.ErrConflict) names the freeze.
+// wraps errdefs.ErrConflict) names the freeze.
 type Freezes interface {
 	CheckNotFrozen(ctx context.Context, tenantID string) error
 }

@@ -12,9 +12,10 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
-// QuotaPoolMaxVMs names the pool's own VM limit in a *tenants.QuotaError.
+// QuotaPoolMaxVMs names the pool's own VM limit in a *errdefs.QuotaError.
 const QuotaPoolMaxVMs = "pool.max_vms"
 
 // Ranges of the pool settings.
@@ -35,7 +36,7 @@ func SystemActor() audit.Actor {
 }
 
 // Store is the GORM store of pools, VMs and hosts. Every tenant-owned read
-// and change takes the tenant: another tenant's VM is tenants.ErrNotFound.
+// and change takes the tenant: another tenant's VM is errdefs.ErrNotFound.
 // Changes write their audit event in the same transaction.
 type Store struct {
 	db    *gorm.DB
@@ -65,7 +66,7 @@ func (s *Store) write(tx *gorm.DB, e audit.Event) error {
 
 func notFound(err error) error {
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return tenants.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }
@@ -102,28 +103,28 @@ func (s *Store) Pools(ctx context.Context) ([]Pool, error) {
 	return out, nil
 }
 
-// Validate checks each setting's range: a *tenants.FieldError naming the
+// Validate checks each setting's range: a *errdefs.FieldError naming the
 // first field out of range.
 func (in PoolSettings) Validate() error {
 	switch {
 	case in.VCPUs < MinVCPUs || in.VCPUs > MaxVCPUs:
-		return tenants.Invalid("vcpus", "range", fmt.Sprintf("must be between %d and %d", MinVCPUs, MaxVCPUs))
+		return errdefs.Invalid("vcpus", "range", fmt.Sprintf("must be between %d and %d", MinVCPUs, MaxVCPUs))
 	case in.MemoryMiB < MinMemoryMiB || in.MemoryMiB > MaxMemoryMiB:
-		return tenants.Invalid("memory_mib", "range", fmt.Sprintf("must be between %d and %d MiB", MinMemoryMiB, MaxMemoryMiB))
+		return errdefs.Invalid("memory_mib", "range", fmt.Sprintf("must be between %d and %d MiB", MinMemoryMiB, MaxMemoryMiB))
 	case in.MaxVMs < 0 || in.MaxVMs > MaxPoolVMs:
-		return tenants.Invalid("max_vms", "range", fmt.Sprintf("must be between 0 and %d", MaxPoolVMs))
+		return errdefs.Invalid("max_vms", "range", fmt.Sprintf("must be between 0 and %d", MaxPoolVMs))
 	case in.WarmVMs < 0 || in.WarmVMs > in.MaxVMs:
-		return tenants.Invalid("warm_vms", "range", fmt.Sprintf("must be between 0 and max_vms (%d)", in.MaxVMs))
+		return errdefs.Invalid("warm_vms", "range", fmt.Sprintf("must be between 0 and max_vms (%d)", in.MaxVMs))
 	case in.RecycleAfterHours < 0 || in.RecycleAfterHours > MaxRecycleAfterHours:
-		return tenants.Invalid("recycle_after_hours", "range", fmt.Sprintf("must be between 0 (never) and %d", MaxRecycleAfterHours))
+		return errdefs.Invalid("recycle_after_hours", "range", fmt.Sprintf("must be between 0 (never) and %d", MaxRecycleAfterHours))
 	}
 	return nil
 }
 
 // SetPool saves the tenant's pool settings. They are checked for range
-// (*tenants.FieldError) and, in the same transaction that writes them,
+// (*errdefs.FieldError) and, in the same transaction that writes them,
 // against the tenant quota: a pool grown to max_vms must fit in it
-// (*tenants.QuotaError). VMs already running keep their size.
+// (*errdefs.QuotaError). VMs already running keep their size.
 func (s *Store) SetPool(ctx context.Context, actor audit.Actor, tenantID string, in PoolSettings) (Pool, error) {
 	if err := in.Validate(); err != nil {
 		return Pool{}, err
@@ -198,7 +199,7 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 		for _, a := range active {
 			if a.ID == n.Replaces {
 				if a.State != StateRunning {
-					return fmt.Errorf("%w: vm %s is %s, only a running vm can be recycled", tenants.ErrConflict, a.ID, a.State)
+					return fmt.Errorf("%w: vm %s is %s, only a running vm can be recycled", errdefs.ErrConflict, a.ID, a.State)
 				}
 				replaced = true
 				continue
@@ -208,10 +209,10 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 			u.MemoryMiB += a.MemoryMiB
 		}
 		if n.Replaces != "" && !replaced {
-			return fmt.Errorf("vm %s: %w", n.Replaces, tenants.ErrNotFound)
+			return fmt.Errorf("vm %s: %w", n.Replaces, errdefs.ErrNotFound)
 		}
 		if u.VMs > pool.MaxVMs {
-			return &tenants.QuotaError{Quota: QuotaPoolMaxVMs, Limit: pool.MaxVMs, Want: u.VMs}
+			return &errdefs.QuotaError{Quota: QuotaPoolMaxVMs, Limit: pool.MaxVMs, Want: u.VMs}
 		}
 		if err := q.Check(u); err != nil {
 			return err
@@ -380,7 +381,7 @@ func (s *Store) beginStop(ctx context.Context, actor audit.Actor, tenantID, id, 
 			return notFound(err)
 		}
 		if vm.State != StateBooting && vm.State != StateRunning {
-			return fmt.Errorf("%w: vm %s is already %s", tenants.ErrConflict, id, vm.State)
+			return fmt.Errorf("%w: vm %s is already %s", errdefs.ErrConflict, id, vm.State)
 		}
 		var ev *audit.Event
 		if typ != "" {
@@ -390,7 +391,7 @@ func (s *Store) beginStop(ctx context.Context, actor audit.Actor, tenantID, id, 
 		var err error
 		vm, changed, err = s.transition(tx, id, []State{StateBooting, StateRunning}, StateStopping, PhaseStopping, reason, ev)
 		if err == nil && !changed {
-			err = fmt.Errorf("%w: vm %s changed state meanwhile", tenants.ErrConflict, id)
+			err = fmt.Errorf("%w: vm %s changed state meanwhile", errdefs.ErrConflict, id)
 		}
 		return err
 	})
@@ -492,7 +493,7 @@ func (s *Store) release(ctx context.Context, tenantID, id string) error {
 		if _, err := s.VM(ctx, tenantID, id); err != nil {
 			return fmt.Errorf("release vm %s: %w", id, err)
 		}
-		return fmt.Errorf("release vm %s: %w: not acquired", id, tenants.ErrConflict)
+		return fmt.Errorf("release vm %s: %w: not acquired", id, errdefs.ErrConflict)
 	}
 	return nil
 }

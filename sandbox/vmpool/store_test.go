@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 var bg = context.Background()
@@ -124,11 +125,11 @@ func TestPoolSettingsValidation(t *testing.T) {
 				tc.mod(&in)
 				before := e.rows(t)
 				_, err := e.store.SetPool(bg, admin, tn, in)
-				var fe *tenants.FieldError
+				var fe *errdefs.FieldError
 				if !errors.As(err, &fe) || fe.Field != tc.field {
 					t.Fatalf("Got(SetPool(%+v)) = %v; want a FieldError naming %s", in, err, tc.field)
 				}
-				if !errors.Is(err, tenants.ErrInvalid) {
+				if !errors.Is(err, errdefs.ErrInvalid) {
 					t.Errorf("errors.Is(%v, ErrInvalid) = false; want true", err)
 				}
 				e.unchanged(t, before, "rejected SetPool")
@@ -155,11 +156,11 @@ func TestPoolSettingsValidation(t *testing.T) {
 				}
 				before := e.rows(t)
 				_, err := e.store.SetPool(bg, admin, tn, tc.in)
-				var qe *tenants.QuotaError
+				var qe *errdefs.QuotaError
 				if !errors.As(err, &qe) || qe.Quota != tc.quota {
 					t.Fatalf("Got(SetPool(%+v)) = %v; want a QuotaError naming %s", tc.in, err, tc.quota)
 				}
-				if !errors.Is(err, tenants.ErrQuota) {
+				if !errors.Is(err, errdefs.ErrQuota) {
 					t.Errorf("errors.Is(%v, ErrQuota) = false; want true", err)
 				}
 				e.unchanged(t, before, "over-quota SetPool")
@@ -226,7 +227,7 @@ func TestCreateVMChecksPoolAndQuota(t *testing.T) {
 		}
 		before := e.rows(t)
 		_, err = e.store.CreateVM(bg, admin, tn, NewVM{HostURI: "test:///host"})
-		var qe *tenants.QuotaError
+		var qe *errdefs.QuotaError
 		if !errors.As(err, &qe) || qe.Quota != tenants.QuotaMaxVCPUs || qe.Want != 4 || qe.Limit != 3 {
 			t.Fatalf("Got(CreateVM over the vCPU quota) = %v; want QuotaError max_vcpus want 4 limit 3", err)
 		}
@@ -281,7 +282,7 @@ func TestConcurrentCreatesRespectMaxVMs(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case !errors.Is(err, tenants.ErrQuota):
+			case !errors.Is(err, errdefs.ErrQuota):
 				t.Errorf("concurrent CreateVM = %v; want nil or ErrQuota", err)
 			}
 		}
@@ -342,7 +343,7 @@ func TestStoreTenantIsolation(t *testing.T) {
 		for _, c := range calls {
 			t.Run(c.name, func(t *testing.T) {
 				before := e.rows(t)
-				if err := c.call(other); !errors.Is(err, tenants.ErrNotFound) {
+				if err := c.call(other); !errors.Is(err, errdefs.ErrNotFound) {
 					t.Errorf("Got(%s from the other tenant) = %v; want ErrNotFound", c.name, err)
 				}
 				e.unchanged(t, before, c.name+" from the other tenant")
@@ -402,7 +403,7 @@ func TestAcquireRelease(t *testing.T) {
 		if err := e.store.release(bg, tn, a.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.store.release(bg, tn, a.ID); !errors.Is(err, tenants.ErrConflict) {
+		if err := e.store.release(bg, tn, a.ID); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("Got(second release) = %v; want ErrConflict", err)
 		}
 		vm, err := e.store.acquire(bg, tn)
@@ -479,7 +480,7 @@ func TestRecycleDueAndReplace(t *testing.T) {
 			t.Errorf("Got(vm.recycled events) = %+v; want one for %s naming %s", evs, vm.ID, repl.ID)
 		}
 		// A VM that is not running cannot be replaced.
-		if _, err := e.store.CreateVM(bg, admin, tn, NewVM{HostURI: "test:///host", Replaces: repl.ID}); !errors.Is(err, tenants.ErrConflict) {
+		if _, err := e.store.CreateVM(bg, admin, tn, NewVM{HostURI: "test:///host", Replaces: repl.ID}); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("Got(replacing a booting VM) = %v; want ErrConflict", err)
 		}
 	})

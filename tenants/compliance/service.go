@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
@@ -91,7 +92,7 @@ type Facts struct {
 type Live interface {
 	Facts(ctx context.Context, tenantID string, since time.Time, grace time.Duration) (Facts, error)
 	// Sandbox is one sandbox of the tenant; another tenant's is
-	// tenants.ErrNotFound.
+	// errdefs.ErrNotFound.
 	Sandbox(ctx context.Context, tenantID, id string) (SandboxRef, error)
 }
 
@@ -398,7 +399,7 @@ func (s *Service) gather(ctx context.Context, tenantID string) (inputs, error) {
 // blocks until it is done and its sandbox destroyed; the run is stored,
 // audited (compliance.probe_run) and the tenant re-evaluated with it. A
 // probe that could not finish is a run in state failed, not an error. A
-// probe already running for the tenant is tenants.ErrConflict.
+// probe already running for the tenant is errdefs.ErrConflict.
 func (s *Service) RunProbe(ctx context.Context, actor audit.Actor, tenantID string) (ProbeRun, error) {
 	if s.cfg.Prober == nil {
 		return ProbeRun{}, fmt.Errorf("run probe: %w: this server runs without sandboxes", ErrUnavailable)
@@ -410,7 +411,7 @@ func (s *Service) RunProbe(ctx context.Context, actor audit.Actor, tenantID stri
 	s.mu.Lock()
 	if other, busy := s.probing[tenantID]; busy {
 		s.mu.Unlock()
-		return ProbeRun{}, fmt.Errorf("run probe: %w: probe run %s is under way", tenants.ErrConflict, other)
+		return ProbeRun{}, fmt.Errorf("run probe: %w: probe run %s is under way", errdefs.ErrConflict, other)
 	}
 	s.probing[tenantID] = id
 	s.mu.Unlock()
@@ -656,7 +657,7 @@ func (s *Service) probeDue(ctx context.Context) {
 		if s.now().Before(due) {
 			continue
 		}
-		if _, err := s.RunProbe(ctx, SystemActor(), t.ID); err != nil && !errors.Is(err, tenants.ErrConflict) && ctx.Err() == nil {
+		if _, err := s.RunProbe(ctx, SystemActor(), t.ID); err != nil && !errors.Is(err, errdefs.ErrConflict) && ctx.Err() == nil {
 			s.log.Warn("scheduled probe", "tenant", t.ID, "err", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -186,7 +187,7 @@ func TestProbeRunsAreTenantScoped(t *testing.T) {
 		if err != nil || got.SandboxID != "sb-1" || len(got.Checks) != 1 || got.Checks[0].Outcome != OutcomeBlocked || got.EndedAt == nil {
 			t.Errorf("Got(ProbeRun) = %+v, %v; want the stored run", got, err)
 		}
-		if _, err := e.svc.ProbeRun(ctx, e.tenantB, row.ID); !errors.Is(err, tenants.ErrNotFound) {
+		if _, err := e.svc.ProbeRun(ctx, e.tenantB, row.ID); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(ProbeRun of another tenant) = %v; want ErrNotFound", err)
 		}
 		if runs, err := e.svc.ProbeRuns(ctx, e.tenantB, 0); err != nil || len(runs) != 0 {

@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"gorm.io/gorm"
-
-	"github.com/stockade-dev/stockade/tenants"
 )
 
 // resultRow is an Item as stored.
@@ -155,12 +154,12 @@ func (s *Service) ProbeRuns(ctx context.Context, tenantID string, limit int) ([]
 }
 
 // ProbeRun returns one probe run of the tenant; another tenant's is
-// tenants.ErrNotFound.
+// errdefs.ErrNotFound.
 func (s *Service) ProbeRun(ctx context.Context, tenantID, id string) (ProbeRun, error) {
 	var r runRow
 	err := s.db.WithContext(ctx).Where("tenant_id = ? AND id = ?", tenantID, id).Take(&r).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return ProbeRun{}, fmt.Errorf("probe run %s: %w", id, tenants.ErrNotFound)
+		return ProbeRun{}, fmt.Errorf("probe run %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return ProbeRun{}, fmt.Errorf("read probe run %s: %w", id, err)

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/notify"
 )
 
@@ -197,7 +197,7 @@ func (d *Dispatcher) claim(ctx context.Context, n int) ([]Delivery, error) {
 func (d *Dispatcher) deliver(ctx context.Context, dl Delivery) {
 	ep, err := d.store.Endpoint(ctx, dl.TenantID, dl.EndpointID)
 	switch {
-	case errors.Is(err, tenants.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		d.finish(ctx, dl, DeliveryFailed, notify.Result{}, errors.New("the endpoint was deleted"))
 		return
 	case err != nil:

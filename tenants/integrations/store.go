@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/netguard"
 )
 
@@ -30,7 +30,7 @@ type Config struct {
 }
 
 // Store keeps endpoints, the outbox and the deliveries. Every method takes
-// the tenant: another tenant's endpoint is tenants.ErrNotFound.
+// the tenant: another tenant's endpoint is errdefs.ErrNotFound.
 type Store struct {
 	db  *gorm.DB
 	cfg Config
@@ -73,7 +73,7 @@ func checkRoom(tx *gorm.DB, tenantID string) error {
 		return err
 	}
 	if n >= maxEnabled {
-		return fmt.Errorf("%w: a tenant has at most %d enabled webhook endpoints", tenants.ErrConflict, maxEnabled)
+		return fmt.Errorf("%w: a tenant has at most %d enabled webhook endpoints", errdefs.ErrConflict, maxEnabled)
 	}
 	return nil
 }
@@ -87,10 +87,10 @@ func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 		return ne, err
 	}
 	if !secretName.MatchString(ne.SecretName) {
-		return ne, tenants.Invalid("secret_name", "secret_name", "must name a tenant secret (A-Z, 0-9, _) holding a whsec_ key")
+		return ne, errdefs.Invalid("secret_name", "secret_name", "must name a tenant secret (A-Z, 0-9, _) holding a whsec_ key")
 	}
 	if len(ne.Description) > 200 {
-		return ne, tenants.Invalid("description", "length", "must be at most 200 characters")
+		return ne, errdefs.Invalid("description", "length", "must be at most 200 characters")
 	}
 	types := []string{}
 	for _, t := range ne.EventTypes {
@@ -99,7 +99,7 @@ func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 			continue
 		}
 		if !slices.Contains(EventTypes(), t) {
-			return ne, tenants.Invalid("event_types", "event_type", fmt.Sprintf("unknown event type %q (known: %s)", t, strings.Join(EventTypes(), ", ")))
+			return ne, errdefs.Invalid("event_types", "event_type", fmt.Sprintf("unknown event type %q (known: %s)", t, strings.Join(EventTypes(), ", ")))
 		}
 		types = append(types, t)
 	}
@@ -115,31 +115,31 @@ func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 func (s *Store) CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Hostname() == "" || u.User != nil || (u.Scheme != "https" && u.Scheme != "http") || len(raw) > 2000 {
-		return tenants.Invalid("url", "url", "must be an https URL with a host and no credentials")
+		return errdefs.Invalid("url", "url", "must be an https URL with a host and no credentials")
 	}
 	if s.cfg.AllowPrivate {
 		return nil
 	}
 	if u.Scheme != "https" {
-		return tenants.Invalid("url", "https", "must use https: the payload and its signature would travel in clear")
+		return errdefs.Invalid("url", "https", "must use https: the payload and its signature would travel in clear")
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if err := netguard.CheckHost(host, nil); err != nil {
 		var b *netguard.Blocked
 		if errors.As(err, &b) {
-			return tenants.Invalid("url", "public", fmt.Sprintf("must be a public address, not a %s (%s)", b.Why, strings.TrimPrefix(b.Error(), b.Why+" ")))
+			return errdefs.Invalid("url", "public", fmt.Sprintf("must be a public address, not a %s (%s)", b.Why, strings.TrimPrefix(b.Error(), b.Why+" ")))
 		}
-		return tenants.Invalid("url", "public", "must be a public address")
+		return errdefs.Invalid("url", "public", "must be a public address")
 	}
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}
 	if host == "localhost" || !strings.Contains(host, ".") {
-		return tenants.Invalid("url", "public", "must be a public host name")
+		return errdefs.Invalid("url", "public", "must be a public host name")
 	}
 	for _, suffix := range []string{".localhost", ".local", ".internal", ".home.arpa"} {
 		if strings.HasSuffix(host, suffix) {
-			return tenants.Invalid("url", "public", "must be a public host name")
+			return errdefs.Invalid("url", "public", "must be a public host name")
 		}
 	}
 	return nil
@@ -198,7 +198,7 @@ func (s *Store) Endpoint(ctx context.Context, tenantID, id string) (Endpoint, er
 	var ep Endpoint
 	if err := s.db.WithContext(ctx).Take(&ep, "tenant_id = ? AND id = ?", tenantID, id).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			err = tenants.ErrNotFound
+			err = errdefs.ErrNotFound
 		}
 		return Endpoint{}, fmt.Errorf("webhook endpoint %s: %w", id, err)
 	}
@@ -214,7 +214,7 @@ func (s *Store) SetEnabled(ctx context.Context, actor audit.Actor, tenantID, id 
 		if enabled {
 			if err := tx.Take(&ep, "tenant_id = ? AND id = ?", tenantID, id).Error; err != nil {
 				if errors.Is(err, gorm.ErrRecordNotFound) {
-					return tenants.ErrNotFound
+					return errdefs.ErrNotFound
 				}
 				return err
 			}
@@ -230,7 +230,7 @@ func (s *Store) SetEnabled(ctx context.Context, actor audit.Actor, tenantID, id 
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return tenants.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		if err := tx.Take(&ep, "id = ?", id).Error; err != nil {
 			return err
@@ -251,7 +251,7 @@ func (s *Store) Delete(ctx context.Context, actor audit.Actor, tenantID, id stri
 		var ep Endpoint
 		if err := tx.Take(&ep, "tenant_id = ? AND id = ?", tenantID, id).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}
@@ -289,7 +289,7 @@ func (s *Store) Delivery(ctx context.Context, tenantID, id string) (Delivery, er
 	var d Delivery
 	if err := s.db.WithContext(ctx).Take(&d, "tenant_id = ? AND id = ?", tenantID, id).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			err = tenants.ErrNotFound
+			err = errdefs.ErrNotFound
 		}
 		return Delivery{}, fmt.Errorf("webhook delivery %s: %w", id, err)
 	}
@@ -338,7 +338,7 @@ func (s *Store) SendTest(ctx context.Context, actor audit.Actor, tenantID, endpo
 		var ep Endpoint
 		if err := tx.Take(&ep, "tenant_id = ? AND id = ?", tenantID, endpointID).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}

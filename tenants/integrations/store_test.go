@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 )
 
@@ -66,8 +67,8 @@ func TestCheckURL(t *testing.T) {
 		t.Run(tt.url, func(t *testing.T) {
 			if err := strict.CheckURL(tt.url); (err == nil) != tt.strict {
 				t.Errorf("Got(CheckURL(%q)) = %v; want accepted=%t", tt.url, err, tt.strict)
-			} else if err != nil && !errors.Is(err, tenants.ErrInvalid) {
-				t.Errorf("Got(CheckURL(%q)) = %v; want tenants.ErrInvalid", tt.url, err)
+			} else if err != nil && !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Got(CheckURL(%q)) = %v; want errdefs.ErrInvalid", tt.url, err)
 			}
 			if err := loose.CheckURL(tt.url); (err == nil) != tt.test {
 				t.Errorf("Got(CheckURL(%q), test allowance) = %v; want accepted=%t", tt.url, err, tt.test)
@@ -92,8 +93,8 @@ func TestStore(t *testing.T) {
 				{"unknown event", integrations.NewEndpoint{URL: "https://h.example.com/", SecretName: "HOOK", EventTypes: []string{"sandbox.exploded"}}},
 			}
 			for _, tt := range invalid {
-				if _, err := s.Create(ctx, admin, a.ID, tt.ne); !errors.Is(err, tenants.ErrInvalid) {
-					t.Errorf("Got(Create %s) = %v; want tenants.ErrInvalid", tt.name, err)
+				if _, err := s.Create(ctx, admin, a.ID, tt.ne); !errors.Is(err, errdefs.ErrInvalid) {
+					t.Errorf("Got(Create %s) = %v; want errdefs.ErrInvalid", tt.name, err)
 				}
 			}
 
@@ -123,8 +124,8 @@ func TestStore(t *testing.T) {
 				{"Delete", func(tid string) error { return s.Delete(ctx, admin, tid, ep.ID) }},
 			}
 			for _, tt := range isolation {
-				if err := tt.call(b.ID); !errors.Is(err, tenants.ErrNotFound) {
-					t.Errorf("Got(%s from another tenant) = %v; want tenants.ErrNotFound", tt.name, err)
+				if err := tt.call(b.ID); !errors.Is(err, errdefs.ErrNotFound) {
+					t.Errorf("Got(%s from another tenant) = %v; want errdefs.ErrNotFound", tt.name, err)
 				}
 			}
 			if list, err := s.Endpoints(ctx, b.ID); err != nil || len(list) != 0 {
@@ -151,8 +152,8 @@ func TestStore(t *testing.T) {
 			if err := s.Delete(ctx, admin, a.ID, ep.ID); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
-			if _, err := s.Endpoint(ctx, a.ID, ep.ID); !errors.Is(err, tenants.ErrNotFound) {
-				t.Errorf("Got(Endpoint after Delete) = %v; want tenants.ErrNotFound", err)
+			if _, err := s.Endpoint(ctx, a.ID, ep.ID); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Got(Endpoint after Delete) = %v; want errdefs.ErrNotFound", err)
 			}
 
 			// Audited, each in its tenant's log.
@@ -236,8 +237,8 @@ func TestEnabledBound(t *testing.T) {
 					first = ep
 				}
 			}
-			if _, err := create(); !errors.Is(err, tenants.ErrConflict) {
-				t.Errorf("Got(Create #21) = %v; want tenants.ErrConflict", err)
+			if _, err := create(); !errors.Is(err, errdefs.ErrConflict) {
+				t.Errorf("Got(Create #21) = %v; want errdefs.ErrConflict", err)
 			}
 			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, false); err != nil {
 				t.Fatal(err)
@@ -245,8 +246,8 @@ func TestEnabledBound(t *testing.T) {
 			if _, err := create(); err != nil {
 				t.Errorf("Got(Create after disabling one) = %v; want nil", err)
 			}
-			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, true); !errors.Is(err, tenants.ErrConflict) {
-				t.Errorf("Got(enable #21) = %v; want tenants.ErrConflict", err)
+			if _, err := s.SetEnabled(ctx, admin, tn.ID, first.ID, true); !errors.Is(err, errdefs.ErrConflict) {
+				t.Errorf("Got(enable #21) = %v; want errdefs.ErrConflict", err)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -61,10 +61,10 @@ func (s *Sender) githubRequest(ctx context.Context, tenantID string, g workflow.
 // GitHubStatus sets a commit status on repo's commit sha.
 func (s *Sender) GitHubStatus(ctx context.Context, tenantID string, g workflow.GitHub, repo, sha string, st CommitStatus) (Result, error) {
 	if !repoRE.MatchString(repo) {
-		return Result{}, tenants.Invalid("repository", "repository", fmt.Sprintf("%q is not owner/name", repo))
+		return Result{}, errdefs.Invalid("repository", "repository", fmt.Sprintf("%q is not owner/name", repo))
 	}
 	if !shaRE.MatchString(sha) {
-		return Result{}, tenants.Invalid("sha", "sha", fmt.Sprintf("%q is not a full commit id", sha))
+		return Result{}, errdefs.Invalid("sha", "sha", fmt.Sprintf("%q is not a full commit id", sha))
 	}
 	st.Description = truncate(st.Description, 139)
 	q, err := s.githubRequest(ctx, tenantID, g, "run.status", "/repos/"+repo+"/statuses/"+url.PathEscape(sha), st)
@@ -78,7 +78,7 @@ func (s *Sender) GitHubStatus(ctx context.Context, tenantID string, g workflow.G
 // number.
 func (s *Sender) GitHubComment(ctx context.Context, tenantID string, g workflow.GitHub, repo string, number int, body string) (Result, error) {
 	if !repoRE.MatchString(repo) || number <= 0 {
-		return Result{}, tenants.Invalid("repository", "repository", fmt.Sprintf("%q #%d is not a pull request", repo, number))
+		return Result{}, errdefs.Invalid("repository", "repository", fmt.Sprintf("%q #%d is not a pull request", repo, number))
 	}
 	q, err := s.githubRequest(ctx, tenantID, g, EventRunEnded, fmt.Sprintf("/repos/%s/issues/%d/comments", repo, number),
 		map[string]string{"body": truncate(body, 60000)})

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -39,7 +39,7 @@ func (s *Sender) jiraRequest(ctx context.Context, tenantID string, j workflow.Ji
 // on issue key.
 func (s *Sender) JiraComment(ctx context.Context, tenantID string, j workflow.Jira, key string, doc map[string]any) (Result, error) {
 	if !issueKeyRE.MatchString(key) {
-		return Result{}, tenants.Invalid("key", "issue_key", fmt.Sprintf("%q is not a Jira issue key", key))
+		return Result{}, errdefs.Invalid("key", "issue_key", fmt.Sprintf("%q is not a Jira issue key", key))
 	}
 	q, err := s.jiraRequest(ctx, tenantID, j, EventRunEnded, "/rest/api/3/issue/"+url.PathEscape(key)+"/comment", map[string]any{"body": doc})
 	if err != nil {

@@ -20,10 +20,11 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants/clocktest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/clocktest"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/notify"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/workflow"
@@ -342,7 +343,7 @@ func TestSlack(t *testing.T) {
 	// A webhook secret pointing elsewhere than the webhook host is refused.
 	e3 := newEnv(t, dbtest.DB{Name: "sqlite3", DB: dbtest.SQLite(t)}, map[string]string{"SLACK_WEBHOOK": "https://evil.test/x"}, nil)
 	run.TenantID = e3.tenant.ID
-	if err := e3.sender.RunEnded(ctx, workflow.Notify{Slack: &workflow.Slack{WebhookURLSecret: "SLACK_WEBHOOK"}}, run); !errors.Is(err, tenants.ErrInvalid) {
+	if err := e3.sender.RunEnded(ctx, workflow.Notify{Slack: &workflow.Slack{WebhookURLSecret: "SLACK_WEBHOOK"}}, run); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("RunEnded(webhook URL elsewhere) = %v; want ErrInvalid", err)
 	}
 }
@@ -489,7 +490,7 @@ func TestSign(t *testing.T) {
 	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
 		t.Errorf("Sign(spec example) = %s; want %s", got, want)
 	}
-	if _, err := notify.Key("whsec_c2hvcnQ="); !errors.Is(err, tenants.ErrInvalid) {
+	if _, err := notify.Key("whsec_c2hvcnQ="); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("Key(short) = %v; want ErrInvalid", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // placeholderStore is what HostScoped needs of *secrets.Store.
@@ -37,5 +37,5 @@ func (h hostScoped) Value(ctx context.Context, tenantID, name, host string) (str
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no live secret %s %w %s", tenants.ErrNotFound, name, errNotScoped, host)
+	return "", fmt.Errorf("%w: no live secret %s %w %s", errdefs.ErrNotFound, name, errNotScoped, host)
 }

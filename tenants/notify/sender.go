@@ -22,12 +22,12 @@ import (
 	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/netguard"
 )
 
 // Secrets gives the value of a tenant's secret for sending to host; a
-// secret not scoped to host is an error (tenants.ErrNotFound), so a value
+// secret not scoped to host is an error (errdefs.ErrNotFound), so a value
 // only ever goes where its owner allowed.
 type Secrets interface {
 	Value(ctx context.Context, tenantID, name, host string) (string, error)
@@ -309,10 +309,10 @@ func (s *Sender) log(ctx context.Context, q request, attempt, code int, err erro
 func (s *Sender) checkURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil {
-		return nil, tenants.Invalid("url", "url", "must be an https URL with a host")
+		return nil, errdefs.Invalid("url", "url", "must be an https URL with a host")
 	}
 	if u.Scheme == "http" && !s.cfg.AllowPrivate {
-		return nil, tenants.Invalid("url", "https", "must use https")
+		return nil, errdefs.Invalid("url", "https", "must use https")
 	}
 	return u, nil
 }

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -42,7 +42,7 @@ func (s *Sender) Slack(ctx context.Context, tenantID string, sl workflow.Slack, 
 		if err != nil || u.Hostname() != host {
 			// Say nothing of the value: it is the credential.
 			return Result{}, fmt.Errorf("slack: secret %s: %w", sl.WebhookURLSecret,
-				tenants.Invalid("webhook_url_secret", "slack_url", "the secret must hold an https://"+host+"/... incoming webhook URL"))
+				errdefs.Invalid("webhook_url_secret", "slack_url", "the secret must hold an https://"+host+"/... incoming webhook URL"))
 		}
 		m.Channel = ""
 		q.url, q.target = u.String(), u.Scheme+"://"+u.Host+"/…"
@@ -73,7 +73,7 @@ func (s *Sender) Slack(ctx context.Context, tenantID string, sl workflow.Slack, 
 			return nil
 		}
 	default:
-		return Result{}, tenants.Invalid("slack", "required", "name webhook_url_secret, or bot_token_secret with channel")
+		return Result{}, errdefs.Invalid("slack", "required", "name webhook_url_secret, or bot_token_secret with channel")
 	}
 	body, err := json.Marshal(m)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // SecretPrefix starts a Standard Webhooks signing secret.
@@ -23,7 +23,7 @@ const SecretPrefix = "whsec_"
 func Key(secret string) ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, SecretPrefix))
 	if err != nil || len(key) < 16 {
-		return nil, tenants.Invalid("secret", "whsec", "a webhook secret is whsec_ followed by at least 16 bytes in base64")
+		return nil, errdefs.Invalid("secret", "whsec", "a webhook secret is whsec_ followed by at least 16 bytes in base64")
 	}
 	return key, nil
 }

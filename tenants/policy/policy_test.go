@@ -11,6 +11,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -89,7 +90,7 @@ func TestParseListsEveryFailingPath(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := v.Parse(tc.raw)
-			if !errors.Is(err, tenants.ErrInvalid) {
+			if !errors.Is(err, errdefs.ErrInvalid) {
 				t.Fatalf("Parse() = %v; want ErrInvalid", err)
 			}
 			var errs policy.Errors
@@ -190,18 +191,18 @@ func TestStore(t *testing.T) {
 
 			bad := d1
 			bad.Resources.MaxMemoryMiB = -5
-			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: bad, Reason: "oops"}); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: bad, Reason: "oops"}); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Save(negative memory) = %v; want ErrInvalid", err)
 			}
-			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d1, Reason: "again"}); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d1, Reason: "again"}); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Save(unchanged) = %v; want ErrInvalid", err)
 			}
 			d2 := d1
 			d2.Resources.MaxMemoryMiB = 256
-			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d2, Reason: "stale", Base: new(0)}); !errors.Is(err, tenants.ErrConflict) {
+			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d2, Reason: "stale", Base: new(0)}); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("Save(base 0 after v1) = %v; want ErrConflict", err)
 			}
-			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d2}); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d2}); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Save(no reason) = %v; want ErrInvalid", err)
 			}
 			v2, err := s.Save(ctx, admin, ta, policy.Edit{Doc: d2, Reason: "smaller sandboxes", Base: new(1)})
@@ -229,10 +230,10 @@ func TestStore(t *testing.T) {
 			if cur, err := s.Current(ctx, tb); err != nil || cur.Version != 0 {
 				t.Errorf("Current(other tenant) = v%d, %v; want v0", cur.Version, err)
 			}
-			if _, err := s.Get(ctx, tb, 1); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := s.Get(ctx, tb, 1); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Get(other tenant, 1) = %v; want ErrNotFound", err)
 			}
-			if _, err := s.Rollback(ctx, admin, tb, 2, "steal"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := s.Rollback(ctx, admin, tb, 2, "steal"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Rollback(other tenant, 2) = %v; want ErrNotFound", err)
 			}
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -41,12 +41,12 @@ func TestProposeCommit(t *testing.T) {
 				want error
 				says string // in the error, or a failing path
 			}{
-				{"not JSON", policy.Edit{Raw: []byte(`{"resources":`), Reason: "x"}, tenants.ErrInvalid, "/"},
+				{"not JSON", policy.Edit{Raw: []byte(`{"resources":`), Reason: "x"}, errdefs.ErrInvalid, "/"},
 				{"schema", policy.Edit{Raw: []byte(strings.Replace(string(raw1), `"max_memory_mib":256`, `"max_memory_mib":-1`, 1)), Reason: "x"},
-					tenants.ErrInvalid, "/resources/max_memory_mib"},
+					errdefs.ErrInvalid, "/resources/max_memory_mib"},
 				{"cross-field", policy.Edit{Raw: []byte(strings.Replace(string(raw1), `"default_timeout_seconds":600`, `"default_timeout_seconds":99999`, 1)), Reason: "x"},
-					tenants.ErrInvalid, "/lifetime/default_timeout_seconds"},
-				{"stale base", policy.Edit{Raw: raw1, Reason: "x", Base: new(3)}, tenants.ErrConflict, "since version 3 was loaded"},
+					errdefs.ErrInvalid, "/lifetime/default_timeout_seconds"},
+				{"stale base", policy.Edit{Raw: raw1, Reason: "x", Base: new(3)}, errdefs.ErrConflict, "since version 3 was loaded"},
 			}
 			for _, tt := range refused {
 				t.Run(tt.name, func(t *testing.T) {
@@ -81,14 +81,14 @@ func TestProposeCommit(t *testing.T) {
 				t.Errorf("Got(Propose) = current v%d, changes %v, %d notes; want v0, %v and notes", p.Current.Version, paths(p.Changes), len(p.Notes(nil)), wantPaths)
 			}
 			before := dbtest.Count(t, db.DB)
-			if _, err := s.Commit(ctx, admin, ta, p); !errors.Is(err, tenants.ErrInvalid) || !strings.Contains(err.Error(), "say why") {
+			if _, err := s.Commit(ctx, admin, ta, p); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "say why") {
 				t.Errorf("Got(Commit without a reason) = %v; want ErrInvalid on reason", err)
 			}
 			withReason, err := s.Propose(ctx, ta, policy.Edit{Raw: raw1, Reason: "smaller and shorter", Base: new(0)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Commit(ctx, admin, tb, withReason); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := s.Commit(ctx, admin, tb, withReason); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Commit of tenant A's proposal as tenant B) = %v; want ErrNotFound", err)
 			}
 			if _, err := s.Commit(ctx, admin, ta, policy.Proposal{Doc: d1}); err == nil {
@@ -101,7 +101,7 @@ func TestProposeCommit(t *testing.T) {
 			if err != nil || v1.Version != 1 || !reflect.DeepEqual(v1.Changes, withReason.Changes) {
 				t.Fatalf("Got(Commit) = v%d changes %v, %v; want v1 with the proposal's changes %v", v1.Version, paths(v1.Changes), err, wantPaths)
 			}
-			if _, err := s.Commit(ctx, admin, ta, withReason); !errors.Is(err, tenants.ErrConflict) {
+			if _, err := s.Commit(ctx, admin, ta, withReason); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("Got(Commit of the same proposal again) = %v; want ErrConflict (its base is stale)", err)
 			}
 			if got, err := s.Get(ctx, ta, 1); err != nil || got.Changes != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/policy"
 )
 
@@ -37,8 +37,8 @@ func TestRunbookURL(t *testing.T) {
 			case tc.ok && got.IncidentResponse.RunbookURL != tc.url:
 				t.Errorf("Got(runbook_url) = %q; want %q", got.IncidentResponse.RunbookURL, tc.url)
 			case !tc.ok:
-				var fe *tenants.FieldError
-				if !errors.Is(err, tenants.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "/incident_response/runbook_url" {
+				var fe *errdefs.FieldError
+				if !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "/incident_response/runbook_url" {
 					t.Errorf("Got(Check) = %v; want a field error on /incident_response/runbook_url", err)
 				}
 			}

@@ -11,8 +11,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Version is one saved policy of a tenant. Version 0 is the built-in
@@ -118,7 +118,7 @@ func (s *Store) Get(ctx context.Context, tenantID string, version int) (Version,
 	var r row
 	err := s.db.WithContext(ctx).Where("tenant_id = ? AND version = ?", tenantID, version).Take(&r).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Version{}, fmt.Errorf("policy version %d: %w", version, tenants.ErrNotFound)
+		return Version{}, fmt.Errorf("policy version %d: %w", version, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return Version{}, fmt.Errorf("read policy version %d of tenant %s: %w", version, tenantID, err)
@@ -153,7 +153,7 @@ type Edit struct {
 	Doc    Doc
 	Reason string
 	// Base, when set, is the version the edit was made on: if another
-	// version was saved since, the edit is refused (tenants.ErrConflict)
+	// version was saved since, the edit is refused (errdefs.ErrConflict)
 	// rather than silently undoing it.
 	Base *int
 }
@@ -174,7 +174,7 @@ func conflict(cur Version, base *int) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the policy was changed to version %d (by %s) since version %d was loaded; reload and edit again",
-		tenants.ErrConflict, cur.Version, cur.Author(), *base)
+		errdefs.ErrConflict, cur.Version, cur.Author(), *base)
 }
 
 // Proposal is an edit checked against the schema and the tenant's
@@ -199,7 +199,7 @@ func (p Proposal) Notes(running []Running) []string { return Preview(p.Current.D
 
 // Propose checks e's document against the schema (Errors naming every
 // failing path) and against the tenant's current version (a stale Base is
-// tenants.ErrConflict), and says what saving it would change. Nothing is
+// errdefs.ErrConflict), and says what saving it would change. Nothing is
 // saved, and the reason is not checked yet: a preview needs none.
 func (s *Store) Propose(ctx context.Context, tenantID string, e Edit) (Proposal, error) {
 	doc, err := s.check(e)
@@ -229,7 +229,7 @@ func (s *Store) Commit(ctx context.Context, actor audit.Actor, tenantID string, 
 		return Version{}, errors.New("commit policy: the proposal was not made by Propose")
 	}
 	if p.tenantID != tenantID {
-		return Version{}, fmt.Errorf("commit policy: %w: the proposal is another tenant's", tenants.ErrNotFound)
+		return Version{}, fmt.Errorf("commit policy: %w: the proposal is another tenant's", errdefs.ErrNotFound)
 	}
 	return s.append(ctx, actor, tenantID, p.Doc, p.reason, p.base, nil)
 }
@@ -262,9 +262,9 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 	reason = strings.TrimSpace(reason)
 	switch {
 	case reason == "":
-		return Version{}, tenants.Invalid("reason", "required", "say why the policy changes: it is kept with the version")
+		return Version{}, errdefs.Invalid("reason", "required", "say why the policy changes: it is kept with the version")
 	case utf8.RuneCountInString(reason) > maxReason || !utf8.ValidString(reason) || strings.ContainsRune(reason, 0):
-		return Version{}, tenants.Invalid("reason", "size", fmt.Sprintf("at most %d characters of text", maxReason))
+		return Version{}, errdefs.Invalid("reason", "size", fmt.Sprintf("at most %d characters of text", maxReason))
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
@@ -286,7 +286,7 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 		// An edit that changes nothing is refused; a rollback to what is
 		// in force is still recorded: someone asked for it, with a reason.
 		if len(changes) == 0 && from == nil {
-			return tenants.Invalid("/", "unchanged", fmt.Sprintf("the policy is the same as version %d: nothing to save", cur.Version))
+			return errdefs.Invalid("/", "unchanged", fmt.Sprintf("the policy is the same as version %d: nothing to save", cur.Version))
 		}
 		r := row{TenantID: tenantID, Version: cur.Version + 1, Doc: string(raw), AuthorID: actor.ID, AuthorName: actor.Name,
 			AuthorKind: actor.Kind, Reason: reason, RolledBackFrom: from, CreatedAt: s.now()}
@@ -315,15 +315,15 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 		return nil
 	})
 	if err != nil {
-		var fe *tenants.FieldError
-		if errors.Is(err, tenants.ErrConflict) || errors.As(err, &fe) {
+		var fe *errdefs.FieldError
+		if errors.Is(err, errdefs.ErrConflict) || errors.As(err, &fe) {
 			return Version{}, err
 		}
 		// Two saves raced for the same version number: the loser is told.
 		if attempt > 0 {
 			if _, gerr := s.Get(ctx, tenantID, attempt); gerr == nil {
 				return Version{}, fmt.Errorf("save policy of tenant %s: %w: another change took version %d at the same time; reload and retry",
-					tenantID, tenants.ErrConflict, attempt)
+					tenantID, errdefs.ErrConflict, attempt)
 			}
 		}
 		return Version{}, fmt.Errorf("save policy of tenant %s: %w", tenantID, err)

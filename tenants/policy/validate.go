@@ -8,7 +8,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/schema"
 )
 
@@ -25,8 +25,8 @@ func Schema() []byte { return bytes.Clone(schemaJSON) }
 const maxDocBytes = 256 << 10
 
 // Errors lists every failing path of a document, each a
-// *tenants.FieldError whose Field is a JSON pointer ("/resources/max_vcpus").
-// It wraps tenants.ErrInvalid through each of them.
+// *errdefs.FieldError whose Field is a JSON pointer ("/resources/max_vcpus").
+// It wraps errdefs.ErrInvalid through each of them.
 type Errors = schema.Errors
 
 // Validator checks documents against the compiled schema.
@@ -110,11 +110,11 @@ func patternDetail(loc []string, got string) string {
 func (d Doc) crossCheck() Errors {
 	var errs Errors
 	if d.Resources.DefaultMemoryMiB > d.Resources.MaxMemoryMiB {
-		errs = append(errs, &tenants.FieldError{Field: "/resources/default_memory_mib", Rule: "max",
+		errs = append(errs, &errdefs.FieldError{Field: "/resources/default_memory_mib", Rule: "max",
 			Detail: fmt.Sprintf("must be at most max_memory_mib (%d)", d.Resources.MaxMemoryMiB)})
 	}
 	if d.Lifetime.DefaultTimeoutSeconds > d.Lifetime.MaxTimeoutSeconds {
-		errs = append(errs, &tenants.FieldError{Field: "/lifetime/default_timeout_seconds", Rule: "max",
+		errs = append(errs, &errdefs.FieldError{Field: "/lifetime/default_timeout_seconds", Rule: "max",
 			Detail: fmt.Sprintf("must be at most max_timeout_seconds (%d)", d.Lifetime.MaxTimeoutSeconds)})
 	}
 	return errs

@@ -1,6 +1,6 @@
 // Package schema checks documents against embedded JSON Schemas and says
 // what is wrong field by field: every failing leaf becomes a
-// *tenants.FieldError named by its JSON pointer. The policy and workflow
+// *errdefs.FieldError named by its JSON pointer. The policy and workflow
 // documents use it.
 package schema
 
@@ -13,16 +13,15 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
-	"github.com/stockade-dev/stockade/tenants"
 )
 
 // Errors lists every failing field of a document, each a
-// *tenants.FieldError whose Field is a JSON pointer ("/resources/max_vcpus").
-// It wraps tenants.ErrInvalid through each of them.
-type Errors []*tenants.FieldError
+// *errdefs.FieldError whose Field is a JSON pointer ("/resources/max_vcpus").
+// It wraps errdefs.ErrInvalid through each of them.
+type Errors []*errdefs.FieldError
 
 func (e Errors) Error() string {
 	parts := make([]string, 0, len(e))
@@ -32,7 +31,7 @@ func (e Errors) Error() string {
 	return "the document does not match its schema: " + strings.Join(parts, "; ")
 }
 
-// Unwrap lets errors.Is find tenants.ErrInvalid and errors.As each field.
+// Unwrap lets errors.Is find errdefs.ErrInvalid and errors.As each field.
 func (e Errors) Unwrap() []error {
 	out := make([]error, 0, len(e))
 	for _, fe := range e {
@@ -105,7 +104,7 @@ func (s *Schema) collect(ve *jsonschema.ValidationError, w Words, errs Errors) E
 	switch k := ve.ErrorKind.(type) {
 	case *kind.Required:
 		for _, m := range k.Missing {
-			errs = append(errs, &tenants.FieldError{Field: Join(path, m), Rule: "required", Detail: "is required"})
+			errs = append(errs, &errdefs.FieldError{Field: Join(path, m), Rule: "required", Detail: "is required"})
 		}
 	case *kind.AdditionalProperties:
 		for _, p := range k.Properties {
@@ -113,20 +112,20 @@ func (s *Schema) collect(ve *jsonschema.ValidationError, w Words, errs Errors) E
 			if w.Unknown != nil {
 				detail = w.Unknown(p)
 			}
-			errs = append(errs, &tenants.FieldError{Field: Join(path, p), Rule: "unknown", Detail: detail})
+			errs = append(errs, &errdefs.FieldError{Field: Join(path, p), Rule: "unknown", Detail: detail})
 		}
 	case *kind.Pattern:
 		detail := fmt.Sprintf("%q has the wrong form", Truncate(k.Got))
 		if w.Pattern != nil {
 			detail = w.Pattern(ve.InstanceLocation, k.Got)
 		}
-		errs = append(errs, &tenants.FieldError{Field: path, Rule: "pattern", Detail: detail})
+		errs = append(errs, &errdefs.FieldError{Field: path, Rule: "pattern", Detail: detail})
 	default:
 		rule := "schema"
 		if kp := ve.ErrorKind.KeywordPath(); len(kp) > 0 {
 			rule = kp[len(kp)-1]
 		}
-		errs = append(errs, &tenants.FieldError{Field: path, Rule: rule, Detail: ve.ErrorKind.LocalizedString(s.print)})
+		errs = append(errs, &errdefs.FieldError{Field: path, Rule: rule, Detail: ve.ErrorKind.LocalizedString(s.print)})
 	}
 	return errs
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/schema"
 )
 
@@ -50,7 +50,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Got(Check(%v)[%s]) = %q; want %q", tt.in, f, got[f], r)
 			}
 		}
-		if len(errs) > 0 && !errors.Is(errs, tenants.ErrInvalid) {
+		if len(errs) > 0 && !errors.Is(errs, errdefs.ErrInvalid) {
 			t.Errorf("Got(errors.Is(errs, ErrInvalid)) = false; want true")
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // CA lifetime and leaf cache bound.
@@ -118,7 +119,7 @@ func (s *Store) createCA(ctx context.Context, tenantID string) (*authority, erro
 	var t tenants.Tenant
 	if err := s.db.WithContext(ctx).Take(&t, "id = ?", tenantID).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, tenants.ErrNotFound
+			return nil, errdefs.ErrNotFound
 		}
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func serial() *big.Int {
 func (s *Store) Leaf(ctx context.Context, tenantID, host string) (*tls.Certificate, error) {
 	host = hostOnly(host)
 	if host == "" {
-		return nil, fmt.Errorf("leaf certificate: no host name: %w", tenants.ErrInvalid)
+		return nil, fmt.Errorf("leaf certificate: no host name: %w", errdefs.ErrInvalid)
 	}
 	k := tenantID + "\x00" + host
 	now := s.clock()

@@ -11,8 +11,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Where in a request the egress gateway may put a secret's value in place
@@ -56,7 +56,7 @@ func NormalizeInject(locs []string) ([]string, error) {
 		return DefaultInject(), nil
 	}
 	if len(locs) > MaxInject {
-		return nil, tenants.Invalid("inject", "inject_count", fmt.Sprintf("give at most %d locations", MaxInject))
+		return nil, errdefs.Invalid("inject", "inject_count", fmt.Sprintf("give at most %d locations", MaxInject))
 	}
 	var out []string
 	for _, l := range locs {
@@ -65,18 +65,18 @@ func NormalizeInject(locs []string) ([]string, error) {
 		if name, ok := strings.CutPrefix(loc, InjectHeaderPrefix); ok {
 			name = strings.TrimSpace(l[len(InjectHeaderPrefix):])
 			if !validHeaderName(name) {
-				return nil, tenants.Invalid("inject", "inject_header", fmt.Sprintf("%q: want header:<Name> with a header name like X-Api-Key", l))
+				return nil, errdefs.Invalid("inject", "inject_header", fmt.Sprintf("%q: want header:<Name> with a header name like X-Api-Key", l))
 			}
 			name = textproto.CanonicalMIMEHeaderKey(name)
 			if slices.Contains(noInjectHeaders, name) {
-				return nil, tenants.Invalid("inject", "inject_header", fmt.Sprintf("%q: the gateway never puts a secret in %s", l, name))
+				return nil, errdefs.Invalid("inject", "inject_header", fmt.Sprintf("%q: the gateway never puts a secret in %s", l, name))
 			}
 			loc = InjectHeaderPrefix + name
 			if name == "Authorization" {
 				loc = InjectAuthorization
 			}
 		} else if loc != InjectAuthorization && !Echoable(loc) {
-			return nil, tenants.Invalid("inject", "inject_location",
+			return nil, errdefs.Invalid("inject", "inject_location",
 				fmt.Sprintf("%q: want authorization, header:<Name>, query, path or body", l))
 		}
 		if !slices.Contains(out, loc) {
@@ -148,7 +148,7 @@ func (s *Store) Credentials(ctx context.Context, tenantID, sandboxID, host strin
 
 // SetInject changes where the tenant's live secret called name may be
 // injected (nil or empty: DefaultInject). The audit event names the old and
-// new locations. No such secret is tenants.ErrNotFound.
+// new locations. No such secret is errdefs.ErrNotFound.
 func (s *Store) SetInject(ctx context.Context, actor audit.Actor, tenantID, name string, inject []string) (Secret, error) {
 	locs, err := NormalizeInject(inject)
 	if err != nil {
@@ -158,7 +158,7 @@ func (s *Store) SetInject(ctx context.Context, actor audit.Actor, tenantID, name
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Omit("ciphertext").Take(&r, "tenant_id = ? AND name = ? AND revoked_at IS NULL", tenantID, name).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}
@@ -171,7 +171,7 @@ func (s *Store) SetInject(ctx context.Context, actor audit.Actor, tenantID, name
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return tenants.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		r.Inject = locs
 		return s.write(tx, actor.Event(tenantID, audit.TypeSecretUpdated, "secret", r.ID, map[string]any{

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
 
@@ -36,8 +36,8 @@ func TestNormalizeInject(t *testing.T) {
 	for _, tt := range tests {
 		got, err := secrets.NormalizeInject(tt.in)
 		if tt.want == "error" {
-			var fe *tenants.FieldError
-			if !errors.As(err, &fe) || fe.Field != "inject" || !errors.Is(err, tenants.ErrInvalid) {
+			var fe *errdefs.FieldError
+			if !errors.As(err, &fe) || fe.Field != "inject" || !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Got(NormalizeInject(%q)) = %v, %v; want a FieldError on inject", tt.in, got, err)
 			}
 			continue
@@ -58,7 +58,7 @@ func TestInjectStored(t *testing.T) {
 			ctx := context.Background()
 			before := dbtest.Count(t, e.db)
 			_, err := e.s.Create(ctx, admin, e.t1, secrets.NewSecret{Name: "BAD", Value: "v", Hosts: []string{"a.example.com"}, Inject: []string{"everywhere"}})
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != "inject" {
 				t.Fatalf("Got(Create bad inject) err = %v; want a FieldError on inject", err)
 			}
@@ -110,7 +110,7 @@ func TestInjectStored(t *testing.T) {
 				t.Errorf("Got(Credentials other tenant) ok = %v, %v; want false", ok, err)
 			}
 
-			if _, err := e.s.SetInject(ctx, admin, e.t2, "API_KEY", []string{"query"}); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.SetInject(ctx, admin, e.t2, "API_KEY", []string{"query"}); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(SetInject other tenant) err = %v; want ErrNotFound", err)
 			}
 			if _, err := e.s.SetInject(ctx, admin, e.t1, "API_KEY", []string{"nowhere"}); !errors.As(err, &fe) || fe.Field != "inject" {
@@ -136,7 +136,7 @@ func TestInjectStored(t *testing.T) {
 			if err := e.s.Revoke(ctx, admin, e.t1, "API_KEY"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.s.SetInject(ctx, admin, e.t1, "API_KEY", []string{"body"}); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.SetInject(ctx, admin, e.t1, "API_KEY", []string{"body"}); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(SetInject revoked) err = %v; want ErrNotFound", err)
 			}
 

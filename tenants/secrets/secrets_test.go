@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/secrets"
 )
 
@@ -107,8 +108,8 @@ func TestCreateValidation(t *testing.T) {
 					ns := good
 					tt.mod(&ns)
 					_, err := e.s.Create(ctx, admin, e.t1, ns)
-					var fe *tenants.FieldError
-					if !errors.As(err, &fe) || !errors.Is(err, tenants.ErrInvalid) || fe.Field != tt.field {
+					var fe *errdefs.FieldError
+					if !errors.As(err, &fe) || !errors.Is(err, errdefs.ErrInvalid) || fe.Field != tt.field {
 						t.Fatalf("Got(Create) err = %v; want a FieldError on %q", err, tt.field)
 					}
 					if after := dbtest.Count(t, e.db); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -133,14 +134,14 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("Got(Create) = %+v; want hosts %s, active", sec, want)
 			}
 			_, err = e.s.Create(ctx, admin, e.t1, secrets.NewSecret{Name: "GH_TOKEN", Value: "x", Hosts: []string{"a.example.com"}})
-			if !errors.Is(err, tenants.ErrConflict) {
+			if !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("Got(Create duplicate) err = %v; want ErrConflict", err)
 			}
 			// The other tenant has its own namespace and cannot see or revoke ours.
 			if _, err := e.s.Create(ctx, admin, e.t2, secrets.NewSecret{Name: "GH_TOKEN", Value: "other", Hosts: []string{"api.github.com"}}); err != nil {
 				t.Fatalf("Got(Create in other tenant) err = %v; want nil", err)
 			}
-			if _, err := e.s.Create(ctx, admin, "no-such-tenant", secrets.NewSecret{Name: "X", Value: "v", Hosts: []string{"a.example.com"}}); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Create(ctx, admin, "no-such-tenant", secrets.NewSecret{Name: "X", Value: "v", Hosts: []string{"a.example.com"}}); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Create in missing tenant) err = %v; want ErrNotFound", err)
 			}
 			list, err := e.s.List(ctx, e.t1)
@@ -161,16 +162,16 @@ func TestLifecycle(t *testing.T) {
 				t.Fatalf("Got(Create over expired) err = %v; want nil", err)
 			}
 
-			if err := e.s.Revoke(ctx, admin, e.t2, "NOPE"); !errors.Is(err, tenants.ErrNotFound) {
+			if err := e.s.Revoke(ctx, admin, e.t2, "NOPE"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Revoke unknown) err = %v; want ErrNotFound", err)
 			}
 			if err := e.s.Revoke(ctx, admin, e.t1, "GH_TOKEN"); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.s.Revoke(ctx, admin, e.t1, "GH_TOKEN"); !errors.Is(err, tenants.ErrNotFound) {
+			if err := e.s.Revoke(ctx, admin, e.t1, "GH_TOKEN"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Revoke twice) err = %v; want ErrNotFound", err)
 			}
-			if _, err := e.s.Get(ctx, e.t1, "GH_TOKEN"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Get(ctx, e.t1, "GH_TOKEN"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(Get revoked) err = %v; want ErrNotFound", err)
 			}
 			if _, ok, err := e.s.ForHost(ctx, e.t1, "sb1", "api.github.com"); ok || err != nil {
@@ -397,7 +398,7 @@ func TestTLS(t *testing.T) {
 			if again, err := restarted.CAPEM(ctx, e.t1); err != nil || again != caPEM {
 				t.Errorf("Got(CAPEM after restart) changed or failed (%v); want the stored CA", err)
 			}
-			if _, err := e.s.CAPEM(ctx, "no-such-tenant"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.CAPEM(ctx, "no-such-tenant"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Got(CAPEM missing tenant) err = %v; want ErrNotFound", err)
 			}
 			block, _ := pemBlock(caPEM)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Limits.
@@ -126,7 +127,7 @@ type Config struct {
 
 // Store keeps the secrets and certificate authorities of every tenant. Every
 // method takes the tenant and scopes by it: another tenant's secret is
-// tenants.ErrNotFound.
+// errdefs.ErrNotFound.
 type Store struct {
 	db       *gorm.DB
 	seal     *sealer
@@ -171,7 +172,7 @@ func (s *Store) write(tx *gorm.DB, e audit.Event) error {
 // CheckName validates a secret name.
 func CheckName(name string) error {
 	if !namePattern.MatchString(name) {
-		return tenants.Invalid("name", "secret_name", "must be 1-64 characters A-Z, 0-9 or '_', not starting with a digit (it becomes an environment variable)")
+		return errdefs.Invalid("name", "secret_name", "must be 1-64 characters A-Z, 0-9 or '_', not starting with a digit (it becomes an environment variable)")
 	}
 	return nil
 }
@@ -180,7 +181,7 @@ func CheckName(name string) error {
 // "*.example.com") and returns it lowercase without a trailing dot.
 func NormalizeHost(h string) (string, error) {
 	p := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
-	bad := tenants.Invalid("hosts", "host_pattern", fmt.Sprintf("%q must be a domain name like api.github.com or a wildcard like *.example.com", h))
+	bad := errdefs.Invalid("hosts", "host_pattern", fmt.Sprintf("%q must be a domain name like api.github.com or a wildcard like *.example.com", h))
 	if p == "" || len(p) > maxHostPattern {
 		return "", bad
 	}
@@ -212,21 +213,21 @@ func MatchHost(pattern, host string) bool {
 
 // Create stores a new secret. Its value is encrypted here and never
 // returned by any method of the store; the audit event names it and its
-// hosts only. A live secret of the same name is tenants.ErrConflict.
+// hosts only. A live secret of the same name is errdefs.ErrConflict.
 func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, ns NewSecret) (Secret, error) {
 	name := strings.TrimSpace(ns.Name)
 	if err := CheckName(name); err != nil {
 		return Secret{}, err
 	}
 	if ns.Value == "" || len(ns.Value) > MaxValueBytes {
-		return Secret{}, tenants.Invalid("value", "value_length", fmt.Sprintf("must be 1-%d bytes", MaxValueBytes))
+		return Secret{}, errdefs.Invalid("value", "value_length", fmt.Sprintf("must be 1-%d bytes", MaxValueBytes))
 	}
 	if !utf8.ValidString(ns.Value) || strings.ContainsAny(ns.Value, "\x00\r\n") {
 		// It is spliced into HTTP headers: a newline would let it add headers.
-		return Secret{}, tenants.Invalid("value", "value_chars", "must be text on one line")
+		return Secret{}, errdefs.Invalid("value", "value_chars", "must be text on one line")
 	}
 	if len(ns.Hosts) == 0 || len(ns.Hosts) > MaxHosts {
-		return Secret{}, tenants.Invalid("hosts", "hosts_count", fmt.Sprintf("give 1-%d hosts the secret may be sent to", MaxHosts))
+		return Secret{}, errdefs.Invalid("hosts", "hosts_count", fmt.Sprintf("give 1-%d hosts the secret may be sent to", MaxHosts))
 	}
 	var hosts []string
 	for _, h := range ns.Hosts {
@@ -247,7 +248,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 		ttl = DefaultTTL
 	}
 	if ttl < MinTTL || ttl > MaxTTL {
-		return Secret{}, tenants.Invalid("ttl", "ttl_range", "must be between 1m and 8784h (366 days)")
+		return Secret{}, errdefs.Invalid("ttl", "ttl_range", "must be between 1m and 8784h (366 days)")
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -265,7 +266,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Take(&tenants.Tenant{}, "id = ?", tenantID).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}
@@ -274,14 +275,14 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 			return err
 		}
 		if len(live) >= MaxPerTenant {
-			return fmt.Errorf("at most %d secrets per tenant: %w", MaxPerTenant, tenants.ErrQuota)
+			return fmt.Errorf("at most %d secrets per tenant: %w", MaxPerTenant, errdefs.ErrQuota)
 		}
 		for i := range live {
 			if live[i].Name != name {
 				continue
 			}
 			if live[i].live(now) {
-				return fmt.Errorf("a secret named %s exists: revoke it first: %w", name, tenants.ErrConflict)
+				return fmt.Errorf("a secret named %s exists: revoke it first: %w", name, errdefs.ErrConflict)
 			}
 			// An expired secret keeps its name until revoked: retire it now,
 			// so the unique index lets the new one in.
@@ -292,7 +293,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 		}
 		if err := tx.Create(&r).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				return fmt.Errorf("a secret named %s exists: %w", name, tenants.ErrConflict)
+				return fmt.Errorf("a secret named %s exists: %w", name, errdefs.ErrConflict)
 			}
 			return err
 		}
@@ -339,7 +340,7 @@ func (s *Store) Get(ctx context.Context, tenantID, name string) (Secret, error) 
 	var r row
 	err := s.db.WithContext(ctx).Omit("ciphertext").Take(&r, "tenant_id = ? AND name = ? AND revoked_at IS NULL", tenantID, name).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Secret{}, fmt.Errorf("secret %s: %w", name, tenants.ErrNotFound)
+		return Secret{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return Secret{}, fmt.Errorf("secret %s: %w", name, err)
@@ -349,13 +350,13 @@ func (s *Store) Get(ctx context.Context, tenantID, name string) (Secret, error) 
 
 // Revoke revokes the tenant's unrevoked secret called name, at once: the
 // gateway stops swapping it on the next connection. No such secret is
-// tenants.ErrNotFound.
+// errdefs.ErrNotFound.
 func (s *Store) Revoke(ctx context.Context, actor audit.Actor, tenantID, name string) error {
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var r row
 		if err := tx.Omit("ciphertext").Take(&r, "tenant_id = ? AND name = ? AND revoked_at IS NULL", tenantID, name).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}
@@ -369,7 +370,7 @@ func (s *Store) Revoke(ctx context.Context, actor audit.Actor, tenantID, name st
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return tenants.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		return s.write(tx, actor.Event(tenantID, audit.TypeSecretRevoked, "secret", r.ID, map[string]any{"secret_name": name}))
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
@@ -251,12 +252,12 @@ func TestPrices(t *testing.T) {
 			{usage.Price{Currency: "USD", GiBSecond: 5000}, "gib_second"},
 		} {
 			_, err := e.store.SetPrice(ctx, op, bad.p)
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != bad.field {
 				t.Errorf("Got(SetPrice(%+v)) = %v; want a field error on %s", bad.p, err, bad.field)
 			}
 		}
-		if _, err := e.store.SetPrice(ctx, op, usage.Price{TenantID: "no-such-tenant", Currency: "USD"}); !errors.Is(err, tenants.ErrNotFound) {
+		if _, err := e.store.SetPrice(ctx, op, usage.Price{TenantID: "no-such-tenant", Currency: "USD"}); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("Got(SetPrice(missing tenant)) = %v; want ErrNotFound", err)
 		}
 		if ok, diff := dbtest.Equal(before, dbtest.Count(t, e.db)); !ok {
@@ -380,7 +381,7 @@ func TestCPUSecondsThisMonth(t *testing.T) {
 		}
 		q := tenants.DefaultQuota()
 		q.MaxCPUHoursMonthly = 1
-		var qe *tenants.QuotaError
+		var qe *errdefs.QuotaError
 		if err := q.CheckCPUHours(got); !errors.As(err, &qe) || qe.Quota != tenants.QuotaMaxCPUHoursMonthly {
 			t.Errorf("Got(CheckCPUHours(1.5 h) under 1 h) = %v; want a quota error naming %s", err, tenants.QuotaMaxCPUHoursMonthly)
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Price is one version of a price book: the platform's list price (TenantID
@@ -60,18 +60,18 @@ const maxUnitPrice = 1000
 
 func (p Price) validate() error {
 	if !currencyCode.MatchString(p.Currency) {
-		return tenants.Invalid("currency", "iso4217", "must be a three-letter ISO 4217 code such as USD or EUR")
+		return errdefs.Invalid("currency", "iso4217", "must be a three-letter ISO 4217 code such as USD or EUR")
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"vcpu_second", p.VCPUSecond}, {"gib_second", p.GiBSecond}, {"cpu_second", p.CPUSecond}, {"egress_gb", p.EgressGB}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > maxUnitPrice {
-			return tenants.Invalid(f.name, "range", fmt.Sprintf("must be a price between 0 and %d", maxUnitPrice))
+			return errdefs.Invalid(f.name, "range", fmt.Sprintf("must be a price between 0 and %d", maxUnitPrice))
 		}
 		// Costs are exact in integer units of 10^-PriceScale of a price.
 		if x := f.v * 1e9; math.Abs(x-math.Round(x)) > 1e-3 {
-			return tenants.Invalid(f.name, "precision", fmt.Sprintf("may have at most %d decimal places (0.000000001)", PriceScale))
+			return errdefs.Invalid(f.name, "precision", fmt.Sprintf("may have at most %d decimal places (0.000000001)", PriceScale))
 		}
 	}
 	return nil
@@ -94,7 +94,7 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 	}
 	p.EffectiveFrom = ts(p.EffectiveFrom)
 	if p.EffectiveFrom.Before(now) {
-		return Price{}, tenants.Invalid("effective_from", "past", fmt.Sprintf(
+		return Price{}, errdefs.Invalid("effective_from", "past", fmt.Sprintf(
 			"must be now or later (it is %s): a price never changes hours already used; leave it empty for now", now.Format(time.RFC3339)))
 	}
 	id, err := uuid.NewV7()
@@ -109,7 +109,7 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 				return err
 			}
 			if n == 0 {
-				return fmt.Errorf("tenant %s: %w", p.TenantID, tenants.ErrNotFound)
+				return fmt.Errorf("tenant %s: %w", p.TenantID, errdefs.ErrNotFound)
 			}
 		}
 		// Belt and braces against a clock behind the ledger's (another
@@ -123,7 +123,7 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 			return err
 		}
 		if used > 0 {
-			return tenants.Invalid("effective_from", "billed", "usage is already recorded from that instant on: a price never changes hours already used")
+			return errdefs.Invalid("effective_from", "billed", "usage is already recorded from that instant on: a price never changes hours already used")
 		}
 		if err := tx.Create(&p).Error; err != nil {
 			return err

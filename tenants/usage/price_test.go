@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
@@ -101,8 +102,8 @@ func TestPriceNeverReprices(t *testing.T) {
 				{Currency: "USD", VCPUSecond: 0.00003, EffectiveFrom: now.Add(-time.Second)},
 			} {
 				_, err := st.SetPrice(ctx, op, p)
-				var fe *tenants.FieldError
-				if !errors.As(err, &fe) || fe.Field != "effective_from" || !errors.Is(err, tenants.ErrInvalid) {
+				var fe *errdefs.FieldError
+				if !errors.As(err, &fe) || fe.Field != "effective_from" || !errors.Is(err, errdefs.ErrInvalid) {
 					t.Errorf("Got(SetPrice from %s, tenant %q) = %v; want a field error on effective_from", p.EffectiveFrom, p.TenantID, err)
 				}
 			}
@@ -135,7 +136,7 @@ func TestPriceNeverReprices(t *testing.T) {
 			// the ledger already holds 12:00.
 			slow := usage.NewStore(d.DB, func() time.Time { return now.Add(-time.Hour) })
 			_, err = slow.SetPrice(ctx, op, usage.Price{TenantID: tn.ID, Currency: "USD", VCPUSecond: 1, EffectiveFrom: now.Add(-50 * time.Minute)})
-			var fe *tenants.FieldError
+			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != "effective_from" {
 				t.Errorf("Got(SetPrice from 11:30 on a clock at 11:20, usage at 12:00) = %v; want a field error on effective_from", err)
 			}

@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/schema"
 )
 
@@ -32,9 +32,9 @@ const MaxSourceBytes = 64 << 10
 const maxNodes = 20000
 
 // Errors lists every failing field of a document. Each is a
-// *tenants.FieldError whose Field is a JSON pointer ("/steps/0/run") and
+// *errdefs.FieldError whose Field is a JSON pointer ("/steps/0/run") and
 // whose Detail starts with the YAML line ("line 7: is required"). It wraps
-// tenants.ErrInvalid through each of them.
+// errdefs.ErrInvalid through each of them.
 type Errors = schema.Errors
 
 // Parser checks workflow YAML against the compiled schema.
@@ -131,11 +131,11 @@ type walker struct {
 	nodes int
 }
 
-func (w *walker) fail(n *yaml.Node, ptr, rule, detail string) *tenants.FieldError {
-	return &tenants.FieldError{Field: ptr, Rule: rule, Detail: fmt.Sprintf("line %d: %s", n.Line, detail)}
+func (w *walker) fail(n *yaml.Node, ptr, rule, detail string) *errdefs.FieldError {
+	return &errdefs.FieldError{Field: ptr, Rule: rule, Detail: fmt.Sprintf("line %d: %s", n.Line, detail)}
 }
 
-func (w *walker) value(n *yaml.Node, ptr string) (any, *tenants.FieldError) {
+func (w *walker) value(n *yaml.Node, ptr string) (any, *errdefs.FieldError) {
 	w.nodes++
 	if w.nodes > maxNodes {
 		return nil, w.fail(n, ptr, "size", "the workflow has too many values")
@@ -261,7 +261,7 @@ func patternDetail(loc []string, got string) string {
 func (d Definition) crossCheck(ls lines) Errors {
 	var errs Errors
 	bad := func(ptr, rule, detail string) {
-		errs = append(errs, &tenants.FieldError{Field: ptr, Rule: rule, Detail: fmt.Sprintf("line %d: %s", ls.at(ptr), detail)})
+		errs = append(errs, &errdefs.FieldError{Field: ptr, Rule: rule, Detail: fmt.Sprintf("line %d: %s", ls.at(ptr), detail)})
 	}
 	for i, t := range d.Triggers {
 		base := fmt.Sprintf("/triggers/%d", i)

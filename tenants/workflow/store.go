@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // MaxPerTenant bounds the live workflows of a tenant.
@@ -106,14 +107,14 @@ func latest(tx *gorm.DB, tenantID, name string) (row, bool, error) {
 }
 
 // Current returns the newest version of the tenant's workflow; a deleted
-// or unknown one is tenants.ErrNotFound.
+// or unknown one is errdefs.ErrNotFound.
 func (s *Store) Current(ctx context.Context, tenantID, name string) (Version, error) {
 	r, ok, err := latest(s.db.WithContext(ctx), tenantID, name)
 	if err != nil {
 		return Version{}, err
 	}
 	if !ok || r.Deleted {
-		return Version{}, fmt.Errorf("workflow %s: %w", name, tenants.ErrNotFound)
+		return Version{}, fmt.Errorf("workflow %s: %w", name, errdefs.ErrNotFound)
 	}
 	return r.version()
 }
@@ -124,7 +125,7 @@ func (s *Store) Get(ctx context.Context, tenantID, name string, version int) (Ve
 	var r row
 	err := s.db.WithContext(ctx).Where("tenant_id = ? AND name = ? AND version = ?", tenantID, name, version).Take(&r).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Version{}, fmt.Errorf("workflow %s version %d: %w", name, version, tenants.ErrNotFound)
+		return Version{}, fmt.Errorf("workflow %s version %d: %w", name, version, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return Version{}, fmt.Errorf("read workflow %s version %d: %w", name, version, err)
@@ -164,7 +165,7 @@ func (s *Store) History(ctx context.Context, tenantID, name string) ([]Version, 
 		return nil, fmt.Errorf("list versions of workflow %s: %w", name, err)
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("workflow %s: %w", name, tenants.ErrNotFound)
+		return nil, fmt.Errorf("workflow %s: %w", name, errdefs.ErrNotFound)
 	}
 	out := make([]Version, 0, len(rows))
 	for _, r := range rows {
@@ -181,7 +182,7 @@ func (s *Store) History(ctx context.Context, tenantID, name string) ([]Version, 
 // and its line; nothing is saved) and stores it as the next version of the
 // workflow it names, audited workflow.saved in the same transaction. base,
 // when set, is the version the edit started from: if another was saved
-// since, the save is tenants.ErrConflict. A source identical to the current
+// since, the save is errdefs.ErrConflict. A source identical to the current
 // version is refused.
 func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, source []byte, base *int) (Version, error) {
 	def, err := s.p.Parse(source)
@@ -196,7 +197,7 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Take(&tenants.Tenant{}, "id = ?", tenantID).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}
@@ -210,10 +211,10 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 		}
 		if base != nil && *base != curVersion {
 			return fmt.Errorf("%w: workflow %s was changed to version %d (by %s) since version %d was loaded; reload and edit again",
-				tenants.ErrConflict, def.Name, curVersion, cur.AuthorName, *base)
+				errdefs.ErrConflict, def.Name, curVersion, cur.AuthorName, *base)
 		}
 		if ok && !cur.Deleted && cur.Source == string(source) {
-			return tenants.Invalid("/", "unchanged", fmt.Sprintf("the workflow is the same as version %d: nothing to save", cur.Version))
+			return errdefs.Invalid("/", "unchanged", fmt.Sprintf("the workflow is the same as version %d: nothing to save", cur.Version))
 		}
 		if !ok || cur.Deleted {
 			n, err := s.liveCount(tx, tenantID)
@@ -221,7 +222,7 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 				return err
 			}
 			if n >= MaxPerTenant {
-				return fmt.Errorf("at most %d workflows per tenant: %w", MaxPerTenant, tenants.ErrQuota)
+				return fmt.Errorf("at most %d workflows per tenant: %w", MaxPerTenant, errdefs.ErrQuota)
 			}
 		}
 		r := row{TenantID: tenantID, Name: def.Name, Version: curVersion + 1, Source: string(source), Doc: string(doc),
@@ -229,7 +230,7 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 		if err := tx.Create(&r).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
 				return fmt.Errorf("%w: another change took version %d of workflow %s at the same time; reload and retry",
-					tenants.ErrConflict, r.Version, def.Name)
+					errdefs.ErrConflict, r.Version, def.Name)
 			}
 			return fmt.Errorf("store workflow %s version %d: %w", def.Name, r.Version, err)
 		}
@@ -245,8 +246,8 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 		return err
 	})
 	if err != nil {
-		var fe *tenants.FieldError
-		if errors.As(err, &fe) || errors.Is(err, tenants.ErrConflict) {
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) || errors.Is(err, errdefs.ErrConflict) {
 			return Version{}, err
 		}
 		return Version{}, fmt.Errorf("save workflow %s of tenant %s: %w", def.Name, tenantID, err)
@@ -266,7 +267,7 @@ func (s *Store) liveCount(tx *gorm.DB, tenantID string) (int64, error) {
 
 // Delete records the deletion of the tenant's workflow as its next version,
 // audited workflow.deleted. Its history and runs stay. An unknown or
-// deleted workflow is tenants.ErrNotFound.
+// deleted workflow is errdefs.ErrNotFound.
 func (s *Store) Delete(ctx context.Context, actor audit.Actor, tenantID, name string) error {
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		cur, ok, err := latest(tx, tenantID, name)
@@ -274,13 +275,13 @@ func (s *Store) Delete(ctx context.Context, actor audit.Actor, tenantID, name st
 			return err
 		}
 		if !ok || cur.Deleted {
-			return tenants.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		r := row{TenantID: tenantID, Name: name, Version: cur.Version + 1, Doc: "{}", Deleted: true,
 			AuthorID: actor.ID, AuthorName: actor.Name, AuthorKind: actor.Kind, CreatedAt: s.now()}
 		if err := tx.Create(&r).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				return fmt.Errorf("%w: workflow %s changed at the same time; reload and retry", tenants.ErrConflict, name)
+				return fmt.Errorf("%w: workflow %s changed at the same time; reload and retry", errdefs.ErrConflict, name)
 			}
 			return err
 		}
@@ -321,7 +322,7 @@ func (s *Store) Settings(ctx context.Context, tenantID string) (Settings, error)
 // workflow.settings_updated with the name only.
 func (s *Store) SetGitHubSecret(ctx context.Context, actor audit.Actor, tenantID, secretName string) (Settings, error) {
 	if secretName != "" && !secretNameRE.MatchString(secretName) {
-		return Settings{}, tenants.Invalid("github_secret_name", "secret_name", "must be a secret name: A-Z, 0-9 and _, not starting with a digit")
+		return Settings{}, errdefs.Invalid("github_secret_name", "secret_name", "must be a secret name: A-Z, 0-9 and _, not starting with a digit")
 	}
 	by := actor.Name
 	if by == "" {
@@ -331,7 +332,7 @@ func (s *Store) SetGitHubSecret(ctx context.Context, actor audit.Actor, tenantID
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Take(&tenants.Tenant{}, "id = ?", tenantID).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return tenants.ErrNotFound
+				return errdefs.ErrNotFound
 			}
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
 
@@ -113,7 +114,7 @@ func fieldLines(t *testing.T, err error) []string {
 	if !errors.As(err, &errs) {
 		t.Fatalf("error %v (%T) is not workflow.Errors", err, err)
 	}
-	if !errors.Is(err, tenants.ErrInvalid) {
+	if !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("errors.Is(%v, ErrInvalid) = false; want true", err)
 	}
 	var out []string
@@ -281,12 +282,12 @@ func TestStore(t *testing.T) {
 				t.Errorf("Save(full) = %+v; want version 1 of tests by %s", v1, admin.Name)
 			}
 			// Unchanged source is refused; a stale base conflicts.
-			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte(full), nil); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte(full), nil); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Save(same) = %v; want ErrInvalid", err)
 			}
 			zero := 0
 			changed := strings.Replace(full, "timeout_seconds: 1800", "timeout_seconds: 1700", 1)
-			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte(changed), &zero); !errors.Is(err, tenants.ErrConflict) {
+			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte(changed), &zero); !errors.Is(err, errdefs.ErrConflict) {
 				t.Errorf("Save(base 0) = %v; want ErrConflict", err)
 			}
 			one := 1
@@ -296,7 +297,7 @@ func TestStore(t *testing.T) {
 			}
 			// An invalid document writes nothing.
 			before := dbtest.Count(t, e.db)
-			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte("name: tests\n"), nil); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := e.s.Save(ctx, admin, e.a.ID, []byte("name: tests\n"), nil); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("Save(invalid) = %v; want ErrInvalid", err)
 			}
 			if ok, diff := dbtest.Equal(before, dbtest.Count(t, e.db)); !ok {
@@ -320,26 +321,26 @@ func TestStore(t *testing.T) {
 			}
 
 			// Tenant isolation: B sees nothing of A's, and cannot delete it.
-			if _, err := e.s.Current(ctx, e.b.ID, "tests"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Current(ctx, e.b.ID, "tests"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Current(B, tests) = %v; want ErrNotFound", err)
 			}
-			if _, err := e.s.Get(ctx, e.b.ID, "tests", 1); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Get(ctx, e.b.ID, "tests", 1); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Get(B, tests, 1) = %v; want ErrNotFound", err)
 			}
-			if _, err := e.s.History(ctx, e.b.ID, "tests"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.History(ctx, e.b.ID, "tests"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("History(B, tests) = %v; want ErrNotFound", err)
 			}
 			if l, err := e.s.List(ctx, e.b.ID); err != nil || len(l) != 0 {
 				t.Errorf("List(B) = %v, %v; want none", l, err)
 			}
-			if err := e.s.Delete(ctx, admin, e.b.ID, "tests"); !errors.Is(err, tenants.ErrNotFound) {
+			if err := e.s.Delete(ctx, admin, e.b.ID, "tests"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Delete(B, tests) = %v; want ErrNotFound", err)
 			}
 			// B may have its own workflow of the same name.
 			if v, err := e.s.Save(ctx, admin, e.b.ID, []byte(full), nil); err != nil || v.Version != 1 {
 				t.Errorf("Save(B, full) = %+v, %v; want version 1", v, err)
 			}
-			if _, err := e.s.Save(ctx, admin, "no-such-tenant", []byte(full), nil); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Save(ctx, admin, "no-such-tenant", []byte(full), nil); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Save(unknown tenant) = %v; want ErrNotFound", err)
 			}
 
@@ -347,13 +348,13 @@ func TestStore(t *testing.T) {
 			if err := e.s.Delete(ctx, admin, e.a.ID, "tests"); err != nil {
 				t.Fatalf("Delete() = %v", err)
 			}
-			if _, err := e.s.Current(ctx, e.a.ID, "tests"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.Current(ctx, e.a.ID, "tests"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Current(deleted) = %v; want ErrNotFound", err)
 			}
 			if l, _ := e.s.List(ctx, e.a.ID); len(l) != 0 {
 				t.Errorf("List() after delete = %v; want none", l)
 			}
-			if err := e.s.Delete(ctx, admin, e.a.ID, "tests"); !errors.Is(err, tenants.ErrNotFound) {
+			if err := e.s.Delete(ctx, admin, e.a.ID, "tests"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Delete(deleted) = %v; want ErrNotFound", err)
 			}
 			h, err := e.s.History(ctx, e.a.ID, "tests")
@@ -378,7 +379,7 @@ func TestSettings(t *testing.T) {
 			if s, err := e.s.Settings(ctx, e.a.ID); err != nil || s.GitHubSecretName != "" {
 				t.Errorf("Settings(new) = %+v, %v; want zero", s, err)
 			}
-			if _, err := e.s.SetGitHubSecret(ctx, admin, e.a.ID, "not a name"); !errors.Is(err, tenants.ErrInvalid) {
+			if _, err := e.s.SetGitHubSecret(ctx, admin, e.a.ID, "not a name"); !errors.Is(err, errdefs.ErrInvalid) {
 				t.Errorf("SetGitHubSecret(bad) = %v; want ErrInvalid", err)
 			}
 			for i, name := range []string{"GITHUB_HOOK", "GITHUB_HOOK_2"} {
@@ -393,7 +394,7 @@ func TestSettings(t *testing.T) {
 			if s, _ := e.s.Settings(ctx, e.b.ID); s.GitHubSecretName != "" {
 				t.Errorf("Settings(B) = %+v; want zero (A's settings are A's)", s)
 			}
-			if _, err := e.s.SetGitHubSecret(ctx, admin, "no-such-tenant", "X"); !errors.Is(err, tenants.ErrNotFound) {
+			if _, err := e.s.SetGitHubSecret(ctx, admin, "no-such-tenant", "X"); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("SetGitHubSecret(unknown tenant) = %v; want ErrNotFound", err)
 			}
 			if got := e.audit(t, e.a.ID, audit.TypeWorkflowSettingsUpdated); got != 2 {

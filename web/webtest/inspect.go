@@ -15,7 +15,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
-	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Clock is a settable clock for Options.Clock: tests move time forward to
@@ -167,12 +167,12 @@ const CSRFCookieName = "stockade_csrf"
 func (c *Client) Session() string { return c.Cookie(SessionCookieName) }
 
 // Problem decodes a problem document; it fails the test when body is not one.
-func Problem(t testing.TB, hdr http.Header, body string) web.Problem {
+func Problem(t testing.TB, hdr http.Header, body string) errdefs.Problem {
 	t.Helper()
 	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
 		t.Fatalf("Got(Content-Type) = %q; want application/problem+json (body %.300s)", ct, body)
 	}
-	var p web.Problem
+	var p errdefs.Problem
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatalf("decode problem: %v: %.300s", err, body)
 	}

@@ -160,6 +160,7 @@ type App struct {
 
 	// What New built itself, and so Start starts and Close closes.
 	closeDB              bool
+	lastOnDB             []func() // LastOnDatabase
 	ownVMs, ownSandboxes bool
 	ownTerminals, ownRun bool
 	ownCompliance        *compliance.Service
@@ -495,6 +496,10 @@ func (a *App) Close() {
 	if a.ownVMs && a.VMs != nil {
 		a.VMs.Close()
 	}
+	for i := len(a.lastOnDB) - 1; i >= 0; i-- {
+		a.lastOnDB[i]()
+	}
+	a.lastOnDB = nil
 	if a.closeDB && a.DB != nil {
 		if sqlDB, err := a.DB.DB(); err == nil {
 			sqlDB.Close()
@@ -502,6 +507,11 @@ func (a *App) Close() {
 	}
 	a.ownRun, a.ownCompliance, a.ownTerminals, a.ownSandboxes, a.ownVMs, a.closeDB = false, nil, false, false, false, false
 }
+
+// LastOnDatabase makes f the last thing Close does on the database, after
+// every service has closed and before the database does: serve releases
+// the installation lease there.
+func (a *App) LastOnDatabase(f func()) { a.lastOnDB = append(a.lastOnDB, f) }
 
 // vmFigures gives the usage metrics every running VM with libvirt's figures.
 func vmFigures(vms *vmpool.Service) func(context.Context) ([]usage.VMFigure, error) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
-	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // Local opens terminals of the sandboxes stored in DB on this machine's
@@ -36,7 +36,7 @@ func (l *Local) OpenPTY(ctx context.Context, tenantID, sandboxID string, req ter
 		return nil, err
 	}
 	if sb.State != sandbox.StateRunning {
-		return nil, fmt.Errorf("sandbox %s: %w: it is %s", sandboxID, tenants.ErrConflict, sb.State)
+		return nil, fmt.Errorf("sandbox %s: %w: it is %s", sandboxID, errdefs.ErrConflict, sb.State)
 	}
 	p, err := StartPTY(req.Argv, req.Env, req.Rows, req.Cols)
 	if err != nil {
