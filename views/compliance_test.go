@@ -93,7 +93,10 @@ func TestCompliancePage(t *testing.T) {
 			if got := len(all(doc, withAttr("action", "/compliance/probe"))) == 1; got != tc.wantRun {
 				t.Errorf("Got(run-probe form) = %v; want %v", got, tc.wantRun)
 			}
-			styled := len(all(doc, func(n *html.Node) bool { h, _ := attr(n, "href"); return n.Data == "link" && strings.Contains(h, "css/compliance.css") })) > 0
+			styled := len(all(doc, func(n *html.Node) bool {
+				h, _ := attr(n, "href")
+				return n.Data == "link" && strings.Contains(h, "css/compliance.css")
+			})) > 0
 			if byID(doc, "tenant-frozen") == nil || !styled {
 				t.Error("Got(page) without the freeze notice or the compliance stylesheet; want both")
 			}
