@@ -91,6 +91,16 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild())
 	}
 	code := m.Run()
+	if bad := apiChecks.failures(); len(bad) > 0 {
+		// Answers of the shared environment's web app that do not match
+		// the served OpenAPI document (webtest.OpenAPIChecked).
+		for _, f := range bad {
+			fmt.Fprintln(os.Stderr, f)
+		}
+		if code == 0 {
+			code = 1
+		}
+	}
 	if shared.env != nil {
 		if err := shared.env.teardown(); err != nil {
 			fmt.Fprintln(os.Stderr, "teardown:", err)
@@ -100,6 +110,30 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// apiChecks collects what the OpenAPI check of the shared environment's
+// web app finds; TestMain fails the package on any.
+var apiChecks openAPIFailures
+
+// openAPIFailures is the testing.TB the check reports to: the environment
+// outlives every test, so its findings fail the package, not one test.
+type openAPIFailures struct {
+	testing.TB // only Errorf is called
+	mu         sync.Mutex
+	errs       []string
+}
+
+func (o *openAPIFailures) Errorf(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.errs = append(o.errs, fmt.Sprintf(format, args...))
+}
+
+func (o *openAPIFailures) failures() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.errs...)
 }
 
 func testLogger() *slog.Logger {
@@ -208,7 +242,7 @@ func (e *testEnv) start() error {
 		vms.Close()
 		return err
 	}
-	srv.Config.Handler = a.Handler()
+	srv.Config.Handler = webtest.OpenAPIChecked(&apiChecks, a.Handler())
 	srv.Start()
 	if err := a.ConnectDevIdP(wctx); err != nil {
 		wcancel()
