@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -243,6 +244,10 @@ func (e *testEnv) start() error {
 		return err
 	}
 	srv.Config.Handler = webtest.OpenAPIChecked(&apiChecks, a.Handler())
+	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+		// Benchmarks time the product's API, not the check in front of it.
+		srv.Config.Handler = a.Handler()
+	}
 	srv.Start()
 	if err := a.ConnectDevIdP(wctx); err != nil {
 		wcancel()

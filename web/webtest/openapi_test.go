@@ -96,7 +96,7 @@ func BenchmarkOpenAPIChecked(b *testing.B) {
 		if i > 0 {
 			list.WriteString(",")
 		}
-		fmt.Fprintf(&list, `{"id":"s%d","name":"SECRET_%d","hosts":["api.example.com"],"inject":["authorization"],"created_by":"x","created_at":"2026-01-01T00:00:00Z","state":"active"}`, i, i)
+		fmt.Fprintf(&list, `{"id":"s%d","name":"SECRET_%d","hosts":["api.example.com"],"inject":["authorization"],"created_by":"x","created_at":"2026-01-01T00:00:00Z","expires_at":null,"state":"active"}`, i, i)
 	}
 	list.WriteString(`]}`)
 	mux := http.NewServeMux()
