@@ -131,6 +131,11 @@ func (o *openAPIFailures) Errorf(format string, args ...any) {
 	o.errs = append(o.errs, fmt.Sprintf(format, args...))
 }
 
+// Helper and Logf keep a later use of them by the check from calling the
+// nil TB embedded above.
+func (o *openAPIFailures) Helper()             {}
+func (o *openAPIFailures) Logf(string, ...any) {}
+
 func (o *openAPIFailures) failures() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
