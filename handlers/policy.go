@@ -20,72 +20,34 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// policyField describes one input of the policy forms; path is the
-// setting's JSON pointer, which is also the input's name, so schema errors
-// land next to their input.
-type policyField struct {
-	path, label, kind, help string
-	options                 []string
+// policyForm is the form editor: one form per section of the document,
+// its fields described once in tenants/policy (labels, units, help). The
+// document's vm_pool section gets no form: the VM pool runs by the VMs
+// page's settings, which the policy page links to.
+func policyForm() []policy.Section {
+	all := policy.Sections()
+	out := make([]policy.Section, 0, len(all))
+	for _, s := range all {
+		if s.Key != policy.VMPoolSection {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
-type policySection struct {
-	key, title, help string
-	fields           []policyField
-}
-
-// policyForm is the form editor: one form per section of the document.
-var policyForm = []policySection{
-	{"resources", "Resources", "What one sandbox may ask for. Applies to sandboxes created from now on.", []policyField{
-		{path: "/resources/max_vcpus", label: "Max vCPUs", kind: views.FieldInt},
-		{path: "/resources/max_memory_mib", label: "Max memory (MiB)", kind: views.FieldInt},
-		{path: "/resources/default_memory_mib", label: "Default memory (MiB)", kind: views.FieldInt, help: "for a sandbox that asks for none"},
-		{path: "/resources/max_pids", label: "Max processes", kind: views.FieldInt},
-		{path: "/resources/max_disk_mib", label: "Max disk (MiB)", kind: views.FieldInt},
-	}},
-	{"lifetime", "Lifetime", "How long one sandbox lives.", []policyField{
-		{path: "/lifetime/max_timeout_seconds", label: "Max lifetime (s)", kind: views.FieldInt},
-		{path: "/lifetime/default_timeout_seconds", label: "Default lifetime (s)", kind: views.FieldInt},
-		{path: "/lifetime/max_idle_timeout_seconds", label: "Max idle timeout (s)", kind: views.FieldInt, help: "0: up to the lifetime"},
-	}},
-	{"network", "Network egress", "Decided by the host gateway for every connection: changes reach running sandboxes within seconds.", []policyField{
-		{path: "/network/egress/default", label: "Hosts no rule names", kind: views.FieldEnum, options: []string{policy.EgressDeny, policy.EgressAllow}},
-		{path: "/network/egress/allow", label: "Allow", kind: views.FieldLines,
-			help: "one rule a line: a host (api.github.com) or a wildcard (*.example.com), then ports (443,8443) or none for all"},
-		{path: "/network/egress/deny", label: "Deny", kind: views.FieldLines, help: "same form; deny wins over allow"},
-	}},
-	{"filesystem", "Filesystem", "", []policyField{
-		{path: "/filesystem/read_only_root", label: "Read-only template root", kind: views.FieldBool},
-		{path: "/filesystem/workspace_mib", label: "Workspace (MiB)", kind: views.FieldInt},
-		{path: "/filesystem/max_file_bytes", label: "Max file size through the API (bytes)", kind: views.FieldInt},
-	}},
-	{"credentials", "Credentials", "Secrets given to every sandbox as a placeholder in the variable of the same name.", []policyField{
-		{path: "/credentials/secrets", label: "Secrets", kind: views.FieldLines, help: "one secret name a line"},
-	}},
-	{"process", "Processes", "", []policyField{
-		{path: "/process/allow_root", label: "Allow root inside the sandbox", kind: views.FieldBool},
-		{path: "/process/no_new_privileges", label: "No new privileges", kind: views.FieldBool},
-		{path: "/process/seccomp", label: "Seccomp profile", kind: views.FieldEnum, options: []string{"default", "strict"}},
-	}},
-	{"cleanup", "Cleanup", "", []policyField{
-		{path: "/cleanup/destroy_stopped_after_seconds", label: "Destroy stopped sandboxes after (s)", kind: views.FieldInt},
-		{path: "/cleanup/recording_retention_days", label: "Keep recordings (days)", kind: views.FieldInt},
-	}},
-	{"audit", "Audit", "", []policyField{
-		{path: "/audit/record_commands", label: "Record commands and their output", kind: views.FieldBool},
-		{path: "/audit/record_terminal_input", label: "Record terminal keystrokes", kind: views.FieldBool},
-		{path: "/audit/retention_days", label: "Keep audit events (days)", kind: views.FieldInt},
-	}},
-	{"incident_response", "Incident response", "", []policyField{
-		{path: "/incident_response/on_egress_denied", label: "On a denied connection", kind: views.FieldEnum, options: []string{"log", "stop_sandbox"}},
-		{path: "/incident_response/notify_emails", label: "Notify", kind: views.FieldLines, help: "one email address a line"},
-		{path: "/incident_response/runbook_url", label: "Runbook", kind: views.FieldText, help: "the runbook for a compromised agent (http or https URL); shown on the compliance page"},
-	}},
-	{"vm_pool", "VM pool", "", []policyField{
-		{path: "/vm_pool/sandboxes_per_vm", label: "Sandboxes per VM", kind: views.FieldInt},
-		{path: "/vm_pool/warm_vms", label: "Warm VMs", kind: views.FieldInt},
-		{path: "/vm_pool/recycle_after_sandboxes", label: "Recycle a VM after (sandboxes)", kind: views.FieldInt, help: "0: never"},
-		{path: "/vm_pool/recycle_after_hours", label: "Recycle a VM after (hours)", kind: views.FieldInt, help: "0: never"},
-	}},
+// viewKind is the input a field kind gets.
+func viewKind(k policy.Kind) string {
+	switch k {
+	case policy.KindBool:
+		return views.FieldBool
+	case policy.KindEnum:
+		return views.FieldEnum
+	case policy.KindLines, policy.KindRules:
+		return views.FieldLines
+	case policy.KindText:
+		return views.FieldText
+	}
+	return views.FieldInt
 }
 
 func (h *Handlers) policies() (*policy.Store, error) {
@@ -130,14 +92,10 @@ func treeSet(m map[string]any, path string, v any) {
 	m[keys[len(keys)-1]] = v
 }
 
-func isRules(path string) bool {
-	return strings.HasPrefix(path, "/network/egress/") && path != "/network/egress/default"
-}
-
 // fieldText is a setting's value as its input shows it.
-func fieldText(f policyField, v any) string {
-	switch f.kind {
-	case views.FieldLines:
+func fieldText(f policy.Field, v any) string {
+	switch f.Kind {
+	case policy.KindLines, policy.KindRules:
 		list, _ := v.([]any)
 		lines := make([]string, 0, len(list))
 		for _, x := range list {
@@ -156,7 +114,7 @@ func fieldText(f policyField, v any) string {
 			lines = append(lines, fmt.Sprint(x))
 		}
 		return strings.Join(lines, "\n")
-	case views.FieldBool:
+	case policy.KindBool:
 		if b, _ := v.(bool); b {
 			return "true"
 		}
@@ -171,15 +129,15 @@ func fieldText(f policyField, v any) string {
 // formValue reads one input into the JSON value the schema checks: text
 // that is no number stays text, so the schema names it. lineOf maps list
 // indexes back to the textarea's lines.
-func formValue(f policyField, text string, present bool) (v any, lineOf []int) {
-	switch f.kind {
-	case views.FieldBool:
+func formValue(f policy.Field, text string, present bool) (v any, lineOf []int) {
+	switch f.Kind {
+	case policy.KindBool:
 		return present && (text == "true" || text == "on"), nil
-	case views.FieldEnum:
+	case policy.KindEnum:
 		return text, nil
-	case views.FieldText:
+	case policy.KindText:
 		return strings.TrimSpace(text), nil
-	case views.FieldInt:
+	case policy.KindInt:
 		if n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64); err == nil {
 			return n, nil
 		}
@@ -192,7 +150,7 @@ func formValue(f policyField, text string, present bool) (v any, lineOf []int) {
 			continue
 		}
 		lineOf = append(lineOf, i+1)
-		if !isRules(f.path) {
+		if f.Kind != policy.KindRules {
 			list = append(list, line)
 			continue
 		}
@@ -222,19 +180,19 @@ func ruleLine(line string) (string, []any) {
 // fieldFor maps a failing path to the input that shows it, and the
 // message to show there.
 func fieldFor(path, detail string, lines map[string][]int) (string, string) {
-	for _, s := range policyForm {
-		for _, f := range s.fields {
-			if path == f.path {
-				return f.path, detail
+	for _, s := range policyForm() {
+		for _, f := range s.Fields {
+			if path == f.Path {
+				return f.Path, detail
 			}
-			if rest, ok := strings.CutPrefix(path, f.path+"/"); ok {
+			if rest, ok := strings.CutPrefix(path, f.Path+"/"); ok {
 				idx, _, _ := strings.Cut(rest, "/")
 				if i, err := strconv.Atoi(idx); err == nil {
-					if ls := lines[f.path]; i < len(ls) {
-						return f.path, fmt.Sprintf("line %d: %s", ls[i], detail)
+					if ls := lines[f.Path]; i < len(ls) {
+						return f.Path, fmt.Sprintf("line %d: %s", ls[i], detail)
 					}
 				}
-				return f.path, detail
+				return f.Path, detail
 			}
 		}
 	}
@@ -266,10 +224,14 @@ func versionRow(v policy.Version, current int) views.PolicyVersionRow {
 	return row
 }
 
+// changesView is a diff as the pages show it: labels and values in words
+// (tenants/policy.Describe), never pointers and raw JSON.
 func changesView(cs []policy.Change) []views.PolicyChange {
-	out := make([]views.PolicyChange, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, views.PolicyChange{Path: c.Path, Old: string(c.Old), New: string(c.New)})
+	rs := policy.Describe(cs)
+	out := make([]views.PolicyChange, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, views.PolicyChange{Path: r.Path, Label: r.Label, List: r.List, Old: r.Old, New: r.New,
+			Added: r.Added, Removed: r.Removed})
 	}
 	return out
 }
@@ -316,7 +278,8 @@ func (h *Handlers) policyView(c echo.Context, cur policy.Version) (views.PolicyV
 		return views.PolicyView{}, err
 	}
 	raw, _ := json.MarshalIndent(cur.Doc, "", "  ")
-	v := views.PolicyView{CanEdit: tenants.Can(cl.Role, tenants.PermPolicyWrite), Current: versionRow(cur, cur.Version), Raw: string(raw)}
+	v := views.PolicyView{CanEdit: tenants.Can(cl.Role, tenants.PermPolicyWrite), CanReadVMs: tenants.Can(cl.Role, tenants.PermVMsRead),
+		Current: versionRow(cur, cur.Version), Raw: string(raw)}
 	if tok, ok := c.Get(CSRFContextKey).(string); ok {
 		v.CSRF = tok
 	}
@@ -324,12 +287,12 @@ func (h *Handlers) policyView(c echo.Context, cur policy.Version) (views.PolicyV
 		v.Versions = append(v.Versions, versionRow(x, cur.Version))
 	}
 	tree := docTree(cur.Doc)
-	for _, s := range policyForm {
-		sec := views.PolicySection{Key: s.key, Title: s.title, Help: s.help}
-		for _, f := range s.fields {
-			text := fieldText(f, treeGet(tree, f.path))
-			sec.Fields = append(sec.Fields, views.PolicyField{Name: f.path, ID: "p" + strings.ReplaceAll(f.path, "/", "-"), Label: f.label,
-				Help: f.help, Kind: f.kind, Value: text, Checked: text == "true", Options: f.options})
+	for _, s := range policyForm() {
+		sec := views.PolicySection{Key: s.Key, Title: s.Title, Help: s.Help}
+		for _, f := range s.Fields {
+			text := fieldText(f, treeGet(tree, f.Path))
+			sec.Fields = append(sec.Fields, views.PolicyField{Name: f.Path, ID: "p" + strings.ReplaceAll(f.Path, "/", "-"), Label: f.FormLabel(),
+				Help: f.Help, Kind: viewKind(f.Kind), Value: text, Checked: text == "true", Options: f.Options})
 		}
 		v.Sections = append(v.Sections, sec)
 	}
@@ -368,9 +331,10 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 	}
 	ctx, cl := c.Request().Context(), CallerOf(c)
 	key := c.FormValue("section")
+	form := policyForm()
 	si := -1
-	for i, s := range policyForm {
-		if s.key == key {
+	for i, s := range form {
+		if s.Key == key {
 			si = i
 		}
 	}
@@ -386,18 +350,18 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		return errdefs.Invalid("base_version", "required", "the form lost its version; reload the page")
 	}
 	tree := docTree(cur.Doc)
-	form, err := c.FormParams()
+	params, err := c.FormParams()
 	if err != nil {
 		return err
 	}
 	lines := map[string][]int{}
 	inputs := map[string]string{}
-	for _, f := range policyForm[si].fields {
-		text, present := form.Get(f.path), form.Has(f.path)
-		inputs[f.path] = text
+	for _, f := range form[si].Fields {
+		text, present := params.Get(f.Path), params.Has(f.Path)
+		inputs[f.Path] = text
 		val, lineOf := formValue(f, text, present)
-		lines[f.path] = lineOf
-		treeSet(tree, f.path, val)
+		lines[f.Path] = lineOf
+		treeSet(tree, f.Path, val)
 	}
 	raw, _ := json.Marshal(tree)
 	reason := strings.TrimSpace(c.FormValue("reason"))
@@ -412,7 +376,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		f := &sec.Fields[i]
 		f.Value = inputs[f.Name]
 		if f.Kind == views.FieldBool {
-			f.Checked = form.Has(f.Name)
+			f.Checked = params.Has(f.Name)
 		}
 	}
 	status := http.StatusOK
@@ -442,6 +406,10 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 		status = errdefs.HTTPStatus(perr)
 		for _, fe := range fes {
 			name, detail := fieldFor(fe.Field, fe.Detail, lines)
+			if name == "reason" {
+				sec.ReasonError = joinMsg(sec.ReasonError, detail)
+				continue
+			}
 			placed := false
 			for i := range sec.Fields {
 				if sec.Fields[i].Name == name {
@@ -450,7 +418,7 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 				}
 			}
 			if !placed {
-				sec.Error = joinMsg(sec.Error, name+": "+detail)
+				sec.Error = joinMsg(sec.Error, fieldName(name)+": "+detail)
 			}
 		}
 		// A document that fails gets no preview: its errors say what to fix
@@ -461,7 +429,35 @@ func (h *Handlers) SavePolicySection(c echo.Context) error {
 			}
 		}
 	}
+	sec.Focus = sectionFocus(sec)
 	return render(c, status, views.Policy(h.page(c, "Policy", "policy"), v))
+}
+
+// sectionFocus is the element a refused section lands on: its error, the
+// first field in error, or the reason. The page's URL then has no
+// fragment naming an element (the form's #…-preview exists only after a
+// preview that passed), so the browser scrolls to the autofocused element.
+func sectionFocus(sec *views.PolicySection) string {
+	if sec.Error != "" {
+		return sec.Key + "-error"
+	}
+	for _, f := range sec.Fields {
+		if f.Error != "" {
+			return f.ID
+		}
+	}
+	if sec.ReasonError != "" {
+		return sec.Key + "-reason"
+	}
+	return ""
+}
+
+// fieldName is a path for people: the field's label when one describes it.
+func fieldName(path string) string {
+	if f, ok := policy.FieldAt(path); ok {
+		return f.Label
+	}
+	return path
 }
 
 func onlyReason(fes []*errdefs.FieldError) (*errdefs.FieldError, bool) {
@@ -494,10 +490,11 @@ func (h *Handlers) SavePolicyRaw(c echo.Context) error {
 		return err
 	}
 	raw := c.FormValue("doc")
-	v.Raw = raw
+	v.Raw, v.RawReason = raw, strings.TrimSpace(c.FormValue("reason"))
 	base, _ := strconv.Atoi(c.FormValue("base_version"))
 	status := http.StatusOK
-	p, perr := ps.Propose(ctx, cl.Tenant.ID, policy.Edit{Raw: []byte(raw), Reason: c.FormValue("reason"), Base: &base})
+	p, perr := ps.Propose(ctx, cl.Tenant.ID, policy.Edit{Raw: []byte(raw), Reason: v.RawReason, Base: &base})
+	proposed := perr == nil
 	if perr == nil && c.FormValue("op") == "save" {
 		saved, err := ps.Commit(ctx, cl.Actor(c), cl.Tenant.ID, p)
 		if err == nil {
@@ -518,8 +515,17 @@ func (h *Handlers) SavePolicyRaw(c echo.Context) error {
 			return err
 		}
 		status = errdefs.HTTPStatus(perr)
-		for _, fe := range fes {
-			v.RawErrors = append(v.RawErrors, views.PolicyPathError{Path: fe.Field, Detail: fe.Detail})
+		// A document that only lacks a reason keeps its preview and Save,
+		// the reason marked; any other failure lists its paths.
+		if fe, ok := onlyReason(fes); ok && proposed {
+			v.RawReasonError, v.RawFocus = fe.Detail, "raw-reason"
+			if v.RawPreview, err = h.preview(c, cl.Tenant.ID, p); err != nil {
+				return err
+			}
+		} else {
+			for _, fe := range fes {
+				v.RawErrors = append(v.RawErrors, views.PolicyPathError{Path: fe.Field, Detail: fe.Detail})
+			}
 		}
 	}
 	return render(c, status, views.Policy(h.page(c, "Policy", "policy"), v))
@@ -559,22 +565,59 @@ func (h *Handlers) PolicyVersionPage(c echo.Context) error {
 	return render(c, http.StatusOK, views.PolicyVersion(h.page(c, fmt.Sprintf("Policy version %d", n), "policy"), v))
 }
 
-// RollbackPolicy saves an older version's document as the newest version.
+// RollbackPolicy is a rollback from the page in two steps. op=confirm
+// (the version page's button) shows what copying the version's document
+// changes against the version in force, and asks for the reason; nothing
+// is saved. op=rollback saves it with that reason, on the version the
+// diff was shown against (base_version): a missing reason shows the same
+// page again with the field marked, a version saved since is a conflict
+// shown with the new diff.
 func (h *Handlers) RollbackPolicy(c echo.Context) error {
 	ps, err := h.policies()
 	if err != nil {
 		return err
 	}
-	cl := CallerOf(c)
+	ctx, cl := c.Request().Context(), CallerOf(c)
 	n, err := strconv.Atoi(c.FormValue("version"))
 	if err != nil {
 		return errdefs.Invalid("version", "required", "names the version to roll back to")
 	}
-	saved, err := ps.Rollback(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, n, c.FormValue("reason"))
+	target, err := ps.Get(ctx, cl.Tenant.ID, n)
 	if err != nil {
 		return err
 	}
-	return redirect(c, fmt.Sprintf("/policy?saved=%d", saved.Version))
+	cur, err := ps.Current(ctx, cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	run, err := h.running(c, cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	v := views.PolicyRollbackView{Target: versionRow(target, cur.Version), Current: versionRow(cur, cur.Version),
+		Changes: changesView(policy.Diff(cur.Doc, target.Doc)), Notes: policy.Preview(cur.Doc, target.Doc, run),
+		Reason: strings.TrimSpace(c.FormValue("reason"))}
+	page := h.page(c, fmt.Sprintf("Roll back to policy version %d", n), "policy")
+	if c.FormValue("op") != "rollback" {
+		return render(c, http.StatusOK, views.PolicyRollback(page, v))
+	}
+	base, err := strconv.Atoi(c.FormValue("base_version"))
+	if err != nil {
+		return errdefs.Invalid("base_version", "required", "the form lost the version it was shown against; start the roll back again")
+	}
+	saved, err := ps.RollbackOn(ctx, cl.Actor(c), cl.Tenant.ID, n, v.Reason, &base)
+	var fe *errdefs.FieldError
+	switch {
+	case err == nil:
+		return redirect(c, fmt.Sprintf("/policy?saved=%d", saved.Version))
+	case errors.Is(err, errdefs.ErrConflict):
+		v.Error = err.Error()
+	case errors.As(err, &fe) && fe.Field == "reason":
+		v.ReasonError = fe.Detail
+	default:
+		return err
+	}
+	return render(c, errdefs.HTTPStatus(err), views.PolicyRollback(page, v))
 }
 
 // PolicyJSON is a policy version in the API.

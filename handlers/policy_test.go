@@ -117,6 +117,14 @@ func TestPolicyAPI(t *testing.T) {
 		t.Errorf("Got(POST preview back to the defaults) = %d %s; want base 1, 2 changes and notes", s, body)
 	}
 
+	// A rollback needs a reason, like a save: without one, 422 naming it
+	// and nothing saved.
+	before := env.Counts(t)
+	if s, body := admin.JSON(t, http.MethodPost, "/api/v1/policy/rollback", map[string]any{"version": 0}, nil); s != http.StatusUnprocessableEntity ||
+		!strings.Contains(body, `"field":"reason"`) {
+		t.Errorf("Got(POST rollback without a reason) = %d %s; want 422 naming reason", s, body)
+	}
+	env.Unchanged(t, before)
 	var rb handlers.PolicyJSON
 	if s, body := admin.JSON(t, http.MethodPost, "/api/v1/policy/rollback", map[string]any{"version": 0, "reason": "too strict"}, &rb); s != http.StatusOK ||
 		rb.Version != 2 || rb.RolledBackFrom == nil || *rb.RolledBackFrom != 0 {
@@ -161,7 +169,7 @@ func TestPolicyPages(t *testing.T) {
 	ann, dan := env.Login(t, "ann@acme.test"), env.Login(t, "dan@acme.test")
 
 	s, page := dan.GetPage(t, "/policy")
-	if s != http.StatusOK || !strings.Contains(page, "read-only") || strings.Contains(page, `value="preview"`) {
+	if s != http.StatusOK || !strings.Contains(page, `id="policy-readonly"`) || strings.Contains(page, `value="preview"`) {
 		t.Errorf("Got(GET /policy as developer) = %d; want 200 read-only without preview buttons", s)
 	}
 	if s, _, _ := dan.Post(t, "/policy", url.Values{"section": {"resources"}, "base_version": {"0"}}); s != http.StatusForbidden {
@@ -198,8 +206,8 @@ func TestPolicyPages(t *testing.T) {
 		t.Fatalf("Got(POST save) = %d %s; want 303 to /policy?saved=1", s, hdr.Get("Location"))
 	}
 	s, page = ann.GetPage(t, "/policy/versions/1")
-	if s != http.StatusOK || !strings.Contains(page, "/resources/max_memory_mib") || !strings.Contains(page, "smaller sandboxes") {
-		t.Errorf("Got(GET /policy/versions/1) = %d; want the diff and the reason", s)
+	if s != http.StatusOK || !strings.Contains(page, ">Max memory<") || !strings.Contains(page, ">256 MiB<") || !strings.Contains(page, "smaller sandboxes") {
+		t.Errorf("Got(GET /policy/versions/1) = %d; want the diff in words (Max memory, 256 MiB) and the reason", s)
 	}
 
 	// A form or editor loaded before version 1 is a conflict, previewed
@@ -221,8 +229,8 @@ func TestPolicyPages(t *testing.T) {
 	// The raw editor on the current version previews the changes back to
 	// the defaults, then saves them with the reason.
 	raw := url.Values{"base_version": {"1"}, "op": {"preview"}, "doc": {string(defaults)}}
-	if s, page, _ := ann.Post(t, "/policy/raw", raw); s != http.StatusOK || !strings.Contains(page, "/resources/max_disk_mib") {
-		t.Errorf("Got(POST raw preview back to the defaults) = %d; want 200 listing /resources/max_disk_mib", s)
+	if s, page, _ := ann.Post(t, "/policy/raw", raw); s != http.StatusOK || !strings.Contains(page, ">Max memory<") || !strings.Contains(page, ">512 MiB<") {
+		t.Errorf("Got(POST raw preview back to the defaults) = %d; want 200 listing Max memory back to 512 MiB", s)
 	}
 	raw.Set("op", "save")
 	raw.Set("reason", "back to the defaults")

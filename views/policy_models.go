@@ -14,9 +14,15 @@ type PolicyView struct {
 	RawErrors []PolicyPathError
 	// RawPreview is set when the raw editor asked for a preview.
 	RawPreview *PolicyPreview
-	Versions   []PolicyVersionRow
+	// RawReason is the raw editor's typed reason, RawReasonError its
+	// refusal; RawFocus the id to focus after it.
+	RawReason, RawReasonError, RawFocus string
+	Versions                            []PolicyVersionRow
 	// Saved names the version just saved (flash).
 	Saved int
+	// CanReadVMs says whether the link to the VM pool settings (the VMs
+	// page) may be shown.
+	CanReadVMs bool
 }
 
 // PolicySection is one section's form.
@@ -31,6 +37,12 @@ type PolicySection struct {
 	Error string
 	// Reason is what the editor typed.
 	Reason string
+	// ReasonError is the refusal of the reason (required, too long).
+	ReasonError string
+	// Focus is the id of the element that takes the focus when the page
+	// loads after a refusal (the first field in error, the reason, the
+	// section's error); "" for none.
+	Focus string
 }
 
 // Kinds of PolicyField.
@@ -62,11 +74,16 @@ type PolicyPreview struct {
 	Notes   []string
 }
 
-// PolicyChange is one changed setting.
+// PolicyChange is one changed setting, in words: Label is the field's
+// label, Old and New its values ("512 MiB"); a list (List) shows the
+// entries it gains (Added) and loses (Removed) instead. Path (the JSON
+// pointer) is only an attribute for scripts and tests.
 type PolicyChange struct {
-	Path string
-	Old  string
-	New  string
+	Path           string
+	Label          string
+	List           bool
+	Old, New       string
+	Added, Removed []string
 }
 
 // PolicyPathError is one failing path of a document.
@@ -94,4 +111,19 @@ type PolicyVersionView struct {
 	Previous int // -1: none
 	Changes  []PolicyChange
 	Doc      string
+}
+
+// PolicyRollbackView is the confirm step of a rollback: what it changes
+// against the version in force, and the reason it needs.
+type PolicyRollbackView struct {
+	CSRF    string
+	Target  PolicyVersionRow // the version whose document is copied
+	Current PolicyVersionRow // the version in force the diff is against
+	Changes []PolicyChange
+	Notes   []string
+	Reason  string
+	// ReasonError is the refusal of the reason (required, too long).
+	ReasonError string
+	// Error is a refusal of the whole rollback (another version saved since).
+	Error string
 }

@@ -354,7 +354,13 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		}
 		return nil, map[string]any{"policy": doc, "reason": reason}
 	case "POST /policy/rollback":
-		return url.Values{"version": {"0"}, "reason": {"role table"}}, nil
+		// The confirm step's form: on the version in force, so an allowed
+		// call saves a new version.
+		cur, err := f.env.Policies.Current(context.Background(), f.tenant.ID)
+		if err != nil {
+			return nil, nil // the call fails and says so
+		}
+		return url.Values{"version": {"0"}, "reason": {"role table"}, "op": {"rollback"}, "base_version": {strconv.Itoa(cur.Version)}}, nil
 	case "POST /api/v1/policy/rollback":
 		return nil, map[string]any{"version": 0, "reason": "role table"}
 	case "POST /operator/tenants":

@@ -59,7 +59,7 @@ type PolicyDiffQuery struct {
 // PolicyRollback is the body of POST /api/v1/policy/rollback.
 type PolicyRollback struct {
 	Version *int   `json:"version" doc:"the version to copy"`
-	Reason  string `json:"reason,omitempty" doc:"default: roll back to version N"`
+	Reason  string `json:"reason,omitempty" doc:"why (required, as for a save): kept with the version and audited"`
 }
 
 // PolicyVersionList answers GET /api/v1/policy/versions (documents left out).

@@ -703,6 +703,10 @@ func cases(f *fixtures) []storeCase {
 		_, err := f.policy.Rollback(ctx, b.actor, bID(), a.policyVer, "to A's version")
 		return err
 	})
+	missing("policy.Store.RollbackOn", func() error {
+		_, err := f.policy.RollbackOn(ctx, b.actor, bID(), a.policyVer, "to A's version", nil)
+		return err
+	})
 
 	// secrets.Store
 	add("secrets.Store.Create", func(t *testing.T) {

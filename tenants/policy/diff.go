@@ -112,7 +112,7 @@ func Preview(from, to Doc, running []Running) []string {
 	var rest []string
 	for _, s := range []string{"filesystem", "process", "cleanup", "audit", "incident_response", "vm_pool"} {
 		if sections[s] {
-			rest = append(rest, s)
+			rest = append(rest, SectionTitle(s))
 		}
 	}
 	if len(rest) > 0 {

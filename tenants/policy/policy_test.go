@@ -210,7 +210,18 @@ func TestStore(t *testing.T) {
 				t.Fatalf("Save(v2) = %+v, %v; want version 2", v2, err)
 			}
 
-			v3, err := s.Rollback(ctx, admin, ta, 1, "")
+			// A rollback needs a reason like a save: without one nothing is
+			// stored; on a stale base it is a conflict.
+			if _, err := s.Rollback(ctx, admin, ta, 1, "  "); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Rollback(1, no reason) = %v; want ErrInvalid", err)
+			}
+			if _, err := s.RollbackOn(ctx, admin, ta, 1, "stale", new(1)); !errors.Is(err, errdefs.ErrConflict) {
+				t.Errorf("RollbackOn(1, base 1 after v2) = %v; want ErrConflict", err)
+			}
+			if cur, err := s.Current(ctx, ta); err != nil || cur.Version != 2 {
+				t.Fatalf("Current after refused rollbacks = v%d, %v; want v2", cur.Version, err)
+			}
+			v3, err := s.RollbackOn(ctx, admin, ta, 1, "too small after all", new(2))
 			if err != nil || v3.Version != 3 || v3.RolledBackFrom == nil || *v3.RolledBackFrom != 1 || !reflect.DeepEqual(v3.Doc, v1.Doc) {
 				t.Fatalf("Rollback(1) = %+v, %v; want version 3 holding version 1's document", v3, err)
 			}
@@ -242,7 +253,10 @@ func TestStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(events) != 3 || events[0].Type != audit.TypePolicyRolledBack {
-				t.Errorf("Got(policy audit events) = %d, first %q; want 3, newest %s", len(events), firstType(events), audit.TypePolicyRolledBack)
+				t.Fatalf("Got(policy audit events) = %d, first %q; want 3, newest %s", len(events), firstType(events), audit.TypePolicyRolledBack)
+			}
+			if got := events[0].Details["reason"]; got != "too small after all" {
+				t.Errorf("Got(rollback event reason) = %v; want the reason given", got)
 			}
 		})
 	}

@@ -128,7 +128,7 @@ func TestProposeCommit(t *testing.T) {
 			if err != nil || v3.Version != 3 || !reflect.DeepEqual(paths(v3.Changes), wantLate) {
 				t.Errorf("Got(Commit after v2) = v%d changes %v, %v; want v3 changing %v against v2", v3.Version, paths(v3.Changes), err, wantLate)
 			}
-			rb, err := s.Rollback(ctx, admin, ta, 2, "")
+			rb, err := s.Rollback(ctx, admin, ta, 2, "back to v2")
 			if err != nil || !reflect.DeepEqual(paths(rb.Changes), wantLate) {
 				t.Errorf("Got(Rollback(2).Changes) = %v, %v; want %v", paths(rb.Changes), err, wantLate)
 			}

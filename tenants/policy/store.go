@@ -246,16 +246,22 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, e 
 	return s.append(ctx, actor, tenantID, doc, e.Reason, e.Base, nil)
 }
 
-// Rollback stores the document of version to as the tenant's next version.
+// Rollback stores the document of version to as the tenant's next
+// version. Like a save, it needs a reason (kept with the version and in
+// the audit event): without one nothing is stored.
 func (s *Store) Rollback(ctx context.Context, actor audit.Actor, tenantID string, to int, reason string) (Version, error) {
+	return s.RollbackOn(ctx, actor, tenantID, to, reason, nil)
+}
+
+// RollbackOn is Rollback made on version base (when not nil): if another
+// version was saved since, it is refused (errdefs.ErrConflict), so the
+// diff a person confirmed is the one applied.
+func (s *Store) RollbackOn(ctx context.Context, actor audit.Actor, tenantID string, to int, reason string, base *int) (Version, error) {
 	old, err := s.Get(ctx, tenantID, to)
 	if err != nil {
 		return Version{}, err
 	}
-	if strings.TrimSpace(reason) == "" {
-		reason = fmt.Sprintf("roll back to version %d", to)
-	}
-	return s.append(ctx, actor, tenantID, old.Doc, reason, nil, &to)
+	return s.append(ctx, actor, tenantID, old.Doc, reason, base, &to)
 }
 
 func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, doc Doc, reason string, base, from *int) (Version, error) {
