@@ -394,3 +394,37 @@ func policySave(t *testing.T, env *webtest.Env, tenantID string, actor audit.Act
 	}
 	return v
 }
+
+// TestPolicyReadOnlyBrowser: a developer sees the policy read-only, and it
+// looks it: disabled fields drawn dashed and muted, the JSON editor read
+// only, no preview or save button.
+func TestPolicyReadOnlyBrowser(t *testing.T) {
+	env := webtest.New(t, webtest.Options{})
+	acme := env.TenantNamed(t, "acme", "Acme")
+	env.Member(t, acme, "dan@acme.test", tenants.RoleDeveloper)
+	b := webtest.NewBrowser(t)
+	browserLogin(t, b, env.URL, "dan@acme.test")
+	b.Do(t, "open the policy page", desktop, chromedp.Navigate(env.URL+"/policy"), chromedp.WaitVisible(css(`#resources form`)))
+	type look struct {
+		Disabled bool   `json:"disabled"`
+		Border   string `json:"border"`
+		ReadOnly bool   `json:"readOnly"`
+		DocFont  string `json:"docFont"`
+		Buttons  int    `json:"buttons"`
+	}
+	got := webtest.Eval[look](t, b, `(() => {
+		const i = document.querySelector("#p-resources-max_memory_mib"), d = document.querySelector("#policy-doc");
+		return {disabled: i.matches(":disabled"), border: getComputedStyle(i).borderTopStyle, readOnly: d.readOnly,
+			docFont: getComputedStyle(d).fontFamily, buttons: document.querySelectorAll('main button[value="preview"], main button[value="save"]').length};
+	})()`)
+	if !got.Disabled || got.Border != "dashed" || !got.ReadOnly || !strings.Contains(got.DocFont, "monospace") || got.Buttons != 0 {
+		t.Errorf("Got(read-only page) = %+v; want disabled dashed fields, a read-only monospaced editor, no buttons", got)
+	}
+	if got := textOf(t, b, "#policy-readonly"); !strings.Contains(got, "Read-only") {
+		t.Errorf("Got(read-only note) = %q; want it to say so", got)
+	}
+	b.Screenshot(t, artifacts+"/policy", "desktop-8-read-only.png")
+	for _, p := range b.Problems() {
+		t.Errorf("Got(console) %s; want no errors, exceptions or CSP violations", p)
+	}
+}

@@ -172,6 +172,15 @@ func TestPolicyPages(t *testing.T) {
 	if s != http.StatusOK || !strings.Contains(page, `id="policy-readonly"`) || strings.Contains(page, `value="preview"`) {
 		t.Errorf("Got(GET /policy as developer) = %d; want 200 read-only without preview buttons", s)
 	}
+	// The VM pool's settings live on the VMs page: linked for who may open
+	// it, named without a link for who may not (no 403 from the page).
+	env.Member(t, acme, "bill@acme.test", tenants.RoleBilling)
+	if !strings.Contains(page, `href="/vms#pool-title"`) {
+		t.Errorf("Got(policy page as developer) without the link to the VMs page's pool settings; want it")
+	}
+	if _, bpage := env.Login(t, "bill@acme.test").GetPage(t, "/policy"); strings.Contains(bpage, `href="/vms`) || !strings.Contains(bpage, `id="vm-pool"`) {
+		t.Errorf("Got(policy page as billing) with a link to /vms (a 403 for billing) or without the VM pool card; want the card, no link")
+	}
 	if s, _, _ := dan.Post(t, "/policy", url.Values{"section": {"resources"}, "base_version": {"0"}}); s != http.StatusForbidden {
 		t.Errorf("Got(POST /policy as developer) = %d; want 403", s)
 	}

@@ -110,13 +110,16 @@ func Preview(from, to Doc, running []Running) []string {
 		out = append(out, fmt.Sprintf("Resource and lifetime limits apply to sandboxes created from now on; %s over them.", count(over, "running sandbox is", "running sandboxes are")))
 	}
 	var rest []string
-	for _, s := range []string{"filesystem", "process", "cleanup", "audit", "incident_response", "vm_pool"} {
+	for _, s := range []string{"filesystem", "process", "cleanup", "audit", "incident_response"} {
 		if sections[s] {
 			rest = append(rest, SectionTitle(s))
 		}
 	}
 	if len(rest) > 0 {
 		out = append(out, fmt.Sprintf("Changes to %s apply to sandboxes created from now on.", strings.Join(rest, ", ")))
+	}
+	if sections[VMPoolSection] {
+		out = append(out, "The document's vm_pool section changes nothing: the VM pool runs by the pool settings of the VMs page.")
 	}
 	return out
 }
