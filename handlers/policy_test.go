@@ -246,4 +246,29 @@ func TestPolicyPages(t *testing.T) {
 	if s, _, hdr := ann.Post(t, "/policy/raw", raw); s != http.StatusSeeOther || !strings.HasPrefix(hdr.Get("Location"), "/policy?saved=2") {
 		t.Errorf("Got(POST raw save) = %d %s; want 303 to /policy?saved=2", s, hdr.Get("Location"))
 	}
+
+	// Rollback from the page: the confirm step saves nothing; a missing
+	// reason is 422 on the reason; a version saved since the confirm is a
+	// conflict; then it saves, on the version the diff was shown against.
+	before = env.Counts(t)
+	rb := url.Values{"version": {"1"}, "op": {"confirm"}}
+	if s, page, _ := ann.Post(t, "/policy/rollback", rb); s != http.StatusOK || !strings.Contains(page, `id="rollback-preview"`) ||
+		!strings.Contains(page, ">Max memory<") || !strings.Contains(page, `name="base_version" value="2"`) {
+		t.Errorf("Got(POST rollback confirm) = %d; want 200 with the diff against version 2 and its base_version", s)
+	}
+	rb.Set("op", "rollback")
+	rb.Set("base_version", "2")
+	if s, page, _ := ann.Post(t, "/policy/rollback", rb); s != http.StatusUnprocessableEntity || !strings.Contains(page, `id="rollback-reason-error"`) {
+		t.Errorf("Got(POST rollback without a reason) = %d; want 422 with the reason marked", s)
+	}
+	rb.Set("reason", "back to 256")
+	rb.Set("base_version", "1")
+	if s, page, _ := ann.Post(t, "/policy/rollback", rb); s != http.StatusConflict || !strings.Contains(page, `id="rollback-error"`) {
+		t.Errorf("Got(POST rollback on a stale version) = %d; want 409 shown on the confirm page", s)
+	}
+	env.Unchanged(t, before)
+	rb.Set("base_version", "2")
+	if s, _, hdr := ann.Post(t, "/policy/rollback", rb); s != http.StatusSeeOther || hdr.Get("Location") != "/policy?saved=3" {
+		t.Errorf("Got(POST rollback) = %d %s; want 303 to /policy?saved=3", s, hdr.Get("Location"))
+	}
 }
