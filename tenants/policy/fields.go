@@ -82,7 +82,7 @@ func Sections() []Section {
 				Help: "0: up to the lifetime"},
 		}},
 		{"network", "Network egress", "Decided by the host gateway for every connection: changes reach running sandboxes within seconds.", []Field{
-			{Path: "/network/egress/default", Label: "Egress to hosts no rule names", Kind: KindEnum, Options: []string{EgressDeny, EgressAllow}},
+			{Path: "/network/egress/default", Label: "Egress to unlisted hosts", Kind: KindEnum, Options: []string{EgressDeny, EgressAllow}},
 			{Path: "/network/egress/allow", Label: "Egress allowlist", Kind: KindRules,
 				Help: "one rule a line: a host (api.github.com) or a wildcard (*.example.com), then ports (443,8443) or none for all"},
 			{Path: "/network/egress/deny", Label: "Egress denylist", Kind: KindRules, Help: "same form; deny wins over allow"},
