@@ -87,7 +87,9 @@ func (d *dashboard) tile(t views.Tile) { d.v.Tiles = append(d.v.Tiles, t) }
 // tenant's: a developer's.
 func (d *dashboard) mine() bool { return d.cl.Role == tenants.RoleDeveloper && d.cl.User != nil }
 
-func (d *dashboard) since() time.Time { return d.now.Truncate(24*time.Hour).AddDate(0, 0, -(dashDays - 1)) }
+func (d *dashboard) since() time.Time {
+	return d.now.Truncate(24*time.Hour).AddDate(0, 0, -(dashDays - 1))
+}
 
 func (d *dashboard) activityPanel() *views.ActivityPanel {
 	if d.activity == nil {
