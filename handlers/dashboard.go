@@ -62,7 +62,7 @@ func (h *Handlers) OperatorDashboard(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.OperatorDashboard(h.page(c, "Platform", ""), o))
+	return render(c, http.StatusOK, views.OperatorDashboard(h.page(c, "Platform", views.NavPlatform), o))
 }
 
 // dashboard builds one request's DashboardView, part by part.
@@ -474,7 +474,14 @@ func (d *dashboard) recentRow(f audit.Folded, members map[string]string) views.R
 	case "sandbox":
 		r.Target, r.Href = "sandbox "+d.sandboxName(e.TargetID), link("/sandboxes/"+url.PathEscape(e.TargetID))
 	case "workflow_run":
-		r.Target, r.Href = "run "+shortID(e.TargetID), link("/runs/"+url.PathEscape(e.TargetID))
+		name := "run " + shortID(e.TargetID)
+		if wf := detail("workflow"); wf != "" {
+			name = "run " + wf
+			if n, ok := e.Details["number"].(float64); ok {
+				name += " #" + strconv.Itoa(int(n))
+			}
+		}
+		r.Target, r.Href = name, link("/runs/"+url.PathEscape(e.TargetID))
 	case "workflow":
 		r.Target, r.Href = "workflow "+e.TargetID, link("/workflows/"+url.PathEscape(e.TargetID))
 	case "terminal":

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// NavPlatform is the navigation key of the platform operators' overview
+// (/operator).
+const NavPlatform = "platform"
+
 // DashboardView is the tenant overview: the figures the caller's role
 // comes for, each linking to its page. A handler fills only what the
 // caller may open; nothing empty is shown as zero.

@@ -245,6 +245,11 @@ func TestDashboardBrowser(t *testing.T) {
 					if w := webtest.Eval[float64](t, b, `document.documentElement.scrollWidth`); w > float64(size.w) {
 						t.Errorf("Got(page width of %s's dashboard on a phone) = %v px; want at most %d (no sideways scroll)", p.email, w, size.w)
 					}
+					// Chart labels stay readable: drawn at least 9 px tall.
+					if h := webtest.Eval[float64](t, b, `Math.min(...Array.from(document.querySelectorAll(".dash-chart .tick"), e => e.getBoundingClientRect().height), 99)`); h < 9 {
+						t.Errorf("Got(chart label height on %s's phone dashboard) = %.1f px (viewport %v); want at least 9", p.email, h,
+							webtest.Eval[float64](t, b, `window.innerWidth`))
+					}
 				}
 				b.Screenshot(t, artifacts, "dashboard-"+name+"-"+size.name+".png")
 			}
