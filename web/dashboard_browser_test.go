@@ -2,7 +2,9 @@ package web_test
 
 import (
 	"context"
+	"html"
 	"net/http"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -257,5 +259,47 @@ func TestDashboardBrowser(t *testing.T) {
 				t.Errorf("Got(console) %s; want no errors, exceptions or CSP violations", m)
 			}
 		})
+	}
+}
+
+// TestDashboardEmpty: a tenant where nothing ran yet gets an empty state
+// with the command to start in every panel, not zero-height charts; an
+// operator who is also a member sees the platform's part under the
+// tenant's.
+func TestDashboardEmpty(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t), Operators: []string{"olga@example.com"}})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "olga@example.com", tenants.RoleAdmin)
+	st, body := env.Login(t, "olga@example.com").GetPage(t, "/")
+	if st != http.StatusOK {
+		t.Fatalf("Got(GET / as an admin of a new tenant) = %d; want 200", st)
+	}
+	// testID is the text of the paragraph marked data-testid=id.
+	testID := func(id string) string {
+		_, rest, ok := strings.Cut(body, `data-testid="`+id+`"`)
+		if !ok {
+			return ""
+		}
+		p, _, _ := strings.Cut(rest, "</p>")
+		return html.UnescapeString(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(p, ""))
+	}
+	for _, want := range []struct{ id, says string }{
+		{"activity-empty", "stockade sandbox create"},
+		{"cost-empty", "stockade usage summary"},
+		{"probe-empty", "POST /api/v1/compliance/probe"},
+		{"runs-empty", "stockade workflow run"},
+	} {
+		got := testID(want.id)
+		if !strings.Contains(got, want.says) {
+			t.Errorf("Got(empty state %s) = %q; want it to say %q", want.id, got, want.says)
+		}
+	}
+	for _, no := range []string{`id="activity-chart"`, `id="cost-chart"`} {
+		if strings.Contains(body, no) {
+			t.Errorf("Got(dashboard of a new tenant) with %s; want the empty state instead of a chart", no)
+		}
+	}
+	if !strings.Contains(body, `data-testid="panel-operator"`) {
+		t.Errorf("Got(dashboard of an operator who is a member) without the platform's part; want hosts, tenants near quota, frozen tenants")
 	}
 }
