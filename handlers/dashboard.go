@@ -399,16 +399,21 @@ func (d *dashboard) audit(ctx context.Context) error {
 		return nil
 	}
 	d.v.AuditHref = "/audit"
-	denied, err := d.h.audit.List(ctx, d.tid, audit.Filter{Outcome: audit.OutcomeDenied, Since: d.now.Add(-dashDenials), Limit: audit.MaxLimit})
+	denials := audit.Filter{Outcome: audit.OutcomeDenied, Since: d.now.Add(-dashDenials)}
+	n, err := d.h.audit.Count(ctx, d.tid, denials)
 	if err != nil {
 		return err
 	}
-	t := views.Tile{ID: "denials", Label: "denials in 7 days", Value: strconv.Itoa(len(denied)), Href: "/audit?outcome=" + audit.OutcomeDenied}
-	if len(denied) == audit.MaxLimit {
-		t.Value += "+"
-	}
-	if folded := audit.Fold(denied); len(folded) > 0 {
-		t.Note, t.Tone = "latest: "+folded[0].Type, "warn"
+	t := views.Tile{ID: "denials", Label: "denials in 7 days", Value: strconv.FormatInt(n, 10), Href: "/audit?outcome=" + audit.OutcomeDenied}
+	if n > 0 {
+		denials.Limit = 1
+		latest, err := d.h.audit.List(ctx, d.tid, denials)
+		if err != nil {
+			return err
+		}
+		if len(latest) == 1 {
+			t.Note, t.Tone = "latest: "+latest[0].Type, "warn"
+		}
 	}
 	d.tile(t)
 	d.tile(views.Tile{ID: "audit-export", Label: "audit export", Value: "CSV · JSONL", Note: "the whole log, filtered as on the page", Href: "/audit"})

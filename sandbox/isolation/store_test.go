@@ -651,6 +651,17 @@ func cases(f *fixtures) []storeCase {
 			}
 		}
 	})
+	add("audit.Log.Count", func(t *testing.T) {
+		for _, fl := range []audit.Filter{{}, {ActorID: a.userID}, {Query: a.tenant.Slug}} {
+			n, err := f.audit.Count(ctx, bID(), fl)
+			noErr(t, "Count", err)
+			evs, err := f.audit.List(ctx, bID(), audit.Filter{ActorID: fl.ActorID, Query: fl.Query, Limit: audit.MaxLimit})
+			noErr(t, "List", err)
+			if n != int64(len(evs)) {
+				t.Errorf("Got(Count of B, %+v) = %d; want B's own %d", fl, n, len(evs))
+			}
+		}
+	})
 	add("audit.Log.Recent", func(t *testing.T) {
 		rows, err := f.audit.Recent(ctx, bID(), 50)
 		noErr(t, "Recent", err)

@@ -12,7 +12,8 @@ import (
 // TestRecentFolds: six egress denials of one sandbox for one host, with
 // their own ports and event ids, are one row with a count at the place of
 // the newest; a denial for another host and other events stay rows of
-// their own; another tenant's events are not read.
+// their own; another tenant's events are not read. Count counts what a
+// filter matches.
 func TestRecentFolds(t *testing.T) {
 	each(t, func(t *testing.T, db *gorm.DB) {
 		now := time.Date(2031, 5, 6, 7, 0, 0, 0, time.UTC)
@@ -65,6 +66,14 @@ func TestRecentFolds(t *testing.T) {
 		}
 		if got, err := log.Recent(ctx, "t1", 1); err != nil || len(got) != 1 || got[0].Count != 6 {
 			t.Errorf("Got(Recent 1 row) = %+v, %v; want the folded denials", got, err)
+		}
+		for _, c := range []struct {
+			f    audit.Filter
+			want int64
+		}{{audit.Filter{Outcome: audit.OutcomeDenied}, 7}, {audit.Filter{Type: audit.TypeMemberInvited}, 1}, {audit.Filter{Outcome: audit.OutcomeDenied, Since: now.Add(-3 * time.Second)}, 2}} {
+			if n, err := log.Count(ctx, "t1", c.f); err != nil || n != c.want {
+				t.Errorf("Got(Count(%+v)) = %d, %v; want %d", c.f, n, err, c.want)
+			}
 		}
 		if got, err := log.Recent(ctx, "t3", 10); err != nil || len(got) != 0 {
 			t.Errorf("Got(Recent of a tenant without events) = %+v, %v; want none", got, err)
