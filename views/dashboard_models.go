@@ -169,7 +169,9 @@ type FrozenRow struct {
 }
 
 // Dashboard charts reuse the usage page's coordinate system (chartW x
-// chartH): bars of sandboxes and of runs side by side per day.
+// chartH): bars of sandboxes and of runs side by side per day; the runs'
+// bars are in Dots (a bar chart has no dots), so the template colours them
+// apart.
 func activityChart(a ActivityPanel) chart {
 	var c chart
 	if len(a.Days) == 0 {
