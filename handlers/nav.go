@@ -63,6 +63,7 @@ func settingsNav() []navEntry {
 
 func operatorNav() []navEntry {
 	return []navEntry{
+		{views.NavPlatform, "Overview", "/operator", ""},
 		{views.NavTenants, "Tenants", "/operator/tenants", ""},
 		{views.NavOperatorUsage, "Usage", "/operator/usage", ""},
 		{views.NavPrices, "Prices", "/operator/prices", ""},

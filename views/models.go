@@ -114,30 +114,6 @@ type LoginView struct {
 	ReturnTo     string // passed on to /login/start as return_to
 }
 
-// DashboardView is the tenant overview.
-type DashboardView struct {
-	TenantName   string
-	Role         string
-	Members      int
-	ActiveTokens int
-	RecentAudit  []AuditRow
-	// MembersHref, TokensHref and AuditHref link the members and tokens
-	// counts and the recent activity to their pages; empty when the caller
-	// may not open the page, and then the count or section is not shown.
-	MembersHref, TokensHref, AuditHref string
-	Areas                              []AreaCard
-	// Quota is the tenant's quota lines; those at 80 % or more show as
-	// warnings.
-	Quota []QuotaLineView
-}
-
-// AreaCard is one product area on the dashboard, linking to its page.
-type AreaCard struct {
-	Title   string
-	Href    string
-	Summary string
-}
-
 // MembersView is the tenant's member list (Settings > Members).
 type MembersView struct {
 	Rows    []MemberRow

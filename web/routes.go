@@ -161,6 +161,7 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: post, Path: "/settings/integrations/:id/disable", Perm: tenants.PermIntegrationsWrite, Handler: h.DisableWebhook},
 
 		// Platform operators.
+		{Method: get, Path: "/operator", Perm: tenants.PermOperator, Handler: h.OperatorDashboard},
 		{Method: get, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorTenants},
 		{Method: post, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorCreateTenant},
 		{Method: get, Path: "/operator/hosts", Perm: tenants.PermOperator, Handler: h.OperatorHosts},

@@ -651,6 +651,26 @@ func cases(f *fixtures) []storeCase {
 			}
 		}
 	})
+	add("audit.Log.Count", func(t *testing.T) {
+		for _, fl := range []audit.Filter{{}, {ActorID: a.userID}, {Query: a.tenant.Slug}} {
+			n, err := f.audit.Count(ctx, bID(), fl)
+			noErr(t, "Count", err)
+			evs, err := f.audit.List(ctx, bID(), audit.Filter{ActorID: fl.ActorID, Query: fl.Query, Limit: audit.MaxLimit})
+			noErr(t, "List", err)
+			if n != int64(len(evs)) {
+				t.Errorf("Got(Count of B, %+v) = %d; want B's own %d", fl, n, len(evs))
+			}
+		}
+	})
+	add("audit.Log.Recent", func(t *testing.T) {
+		rows, err := f.audit.Recent(ctx, bID(), 50)
+		noErr(t, "Recent", err)
+		for _, r := range rows {
+			if r.TenantID != bID() || r.First.TenantID != bID() {
+				t.Errorf("Got(Recent of B) has event %s of tenant %s; want B's only", r.ID, r.TenantID)
+			}
+		}
+	})
 	add("audit.Log.Stream", func(t *testing.T) {
 		n := 0
 		noErr(t, "Stream", f.audit.Stream(ctx, bID(), audit.Filter{}, func(e audit.Event) error {
@@ -831,6 +851,15 @@ func cases(f *fixtures) []storeCase {
 			}
 		}
 	})
+	add("usage.Store.MonthToDate", func(t *testing.T) {
+		for _, at := range []time.Time{rng.From, rng.To} {
+			m, err := f.usage.MonthToDate(ctx, bID(), at)
+			noErr(t, "MonthToDate", err)
+			if !m.Total.Cost.IsZero() || !m.Previous.Cost.IsZero() || m.Forecast != 0 || !reflect.ValueOf(m.Total.Sums).IsZero() {
+				t.Errorf("Got(month to date of B at %s) = %+v; want zero usage (only A has usage)", at, m.Total)
+			}
+		}
+	})
 	add("usage.Store.Top", func(t *testing.T) {
 		lines, err := f.usage.Top(ctx, bID(), rng, usage.BySandbox, 10)
 		empty(t, "Top", lines, err)
@@ -946,6 +975,32 @@ func cases(f *fixtures) []storeCase {
 		f.noneOfA(t, "List", rs)
 		rs, err = f.runs.List(ctx, bID(), runs.Filter{Workflow: a.workflow.Name})
 		empty(t, "List of A's workflow", rs, err)
+	})
+
+	add("runs.Store.Activity", func(t *testing.T) {
+		now := time.Now()
+		act, err := f.runs.Activity(ctx, bID(), now.AddDate(0, 0, -1), now, 10)
+		noErr(t, "Activity", err)
+		own, err := f.runs.List(ctx, bID(), runs.Filter{})
+		noErr(t, "List", err)
+		if act.Runs != len(own) {
+			t.Errorf("Got(runs of B per day) = %d; want B's own %d", act.Runs, len(own))
+		}
+		f.noneOfA(t, "Activity", act)
+	})
+	add("sandbox.Store.DailyCreated", func(t *testing.T) {
+		now := time.Now()
+		days, err := f.sandbox.DailyCreated(ctx, bID(), now.AddDate(0, 0, -1), now)
+		noErr(t, "DailyCreated", err)
+		own, err := f.sandbox.Sandboxes(ctx, bID())
+		noErr(t, "Sandboxes", err)
+		n := 0
+		for _, d := range days {
+			n += d.Created
+		}
+		if n != len(own) {
+			t.Errorf("Got(sandboxes of B per day) = %d; want B's own %d", n, len(own))
+		}
 	})
 
 	// sandbox.Store
