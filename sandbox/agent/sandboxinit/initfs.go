@@ -278,6 +278,15 @@ func (fx *fsCtx) remove(p string, recursive bool) error {
 		}
 		return nil
 	}
+	var pst unix.Stat_t
+	if err := unix.Fstat(parent, &pst); err != nil {
+		return fileError(p, err)
+	}
+	if pst.Dev != st.Dev {
+		// /workspace, /tmp: emptying one and then failing to remove it
+		// would change what the request was refused for.
+		return fmt.Errorf("%s is a mount point: %w", p, agentproto.ErrConflict)
+	}
 	if !recursive {
 		if err := unix.Unlinkat(parent, base, unix.AT_REMOVEDIR); err != nil {
 			if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
