@@ -385,17 +385,17 @@ func TestFsWatch(t *testing.T) {
 
 func TestWatchRate(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	r := newWatchRate(t0)
+	r := agentproto.NewWatchRate(t0)
 	evs := make([]agentproto.FsEvent, agentproto.MaxWatchRate+10)
 	for i := range evs {
 		evs[i] = agentproto.FsEvent{Name: "f", Type: agentproto.FsEventWrite}
 	}
 	evs = append(evs, agentproto.FsEvent{Name: "../escape", Type: agentproto.FsEventCreate},
 		agentproto.FsEvent{Name: "/abs", Type: agentproto.FsEventCreate}, agentproto.FsEvent{Name: "x", Type: "bogus"})
-	if got := r.admit(t0, evs); len(got) != agentproto.MaxWatchRate {
+	if got := r.Admit(t0, evs); len(got) != agentproto.MaxWatchRate {
 		t.Errorf("Got(admitted in one second) = %d; want %d", len(got), agentproto.MaxWatchRate)
 	}
-	got := r.admit(t0.Add(time.Second), []agentproto.FsEvent{{Name: "g", Type: agentproto.FsEventCreate}})
+	got := r.Admit(t0.Add(time.Second), []agentproto.FsEvent{{Name: "g", Type: agentproto.FsEventCreate}})
 	want := []agentproto.FsEvent{{Type: agentproto.FsEventOverflow, Dropped: 10}, {Name: "g", Type: agentproto.FsEventCreate}}
 	if !slices.Equal(got, want) {
 		t.Errorf("Got(next second) = %+v; want %+v", got, want)

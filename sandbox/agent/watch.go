@@ -52,7 +52,7 @@ func (m *Manager) relayWatch(st net.Conn, c *net.UnixConn, top string, first fsR
 		for range in {
 		}
 	}()
-	rate := newWatchRate(time.Now())
+	rate := agentproto.NewWatchRate(time.Now())
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	send := func(evs []agentproto.FsEvent) bool {
@@ -71,7 +71,7 @@ func (m *Manager) relayWatch(st net.Conn, c *net.UnixConn, top string, first fsR
 		case <-hostGone:
 			return
 		case now := <-tick.C:
-			if ov, ok := rate.roll(now); ok && !send([]agentproto.FsEvent{ov}) {
+			if ov, ok := rate.Roll(now); ok && !send([]agentproto.FsEvent{ov}) {
 				return
 			}
 		case b, ok := <-in:
@@ -82,59 +82,10 @@ func (m *Manager) relayWatch(st net.Conn, c *net.UnixConn, top string, first fsR
 				writeErrorFrame(st, fmt.Errorf("fs.watch %s: %w", top, b.err))
 				return
 			}
-			out := rate.admit(time.Now(), b.evs)
+			out := rate.Admit(time.Now(), b.evs)
 			if len(out) > 0 && !send(out) {
 				return
 			}
 		}
 	}
-}
-
-// watchRate bounds the events forwarded per second.
-type watchRate struct {
-	start   time.Time
-	n       int
-	dropped int
-}
-
-func newWatchRate(now time.Time) *watchRate { return &watchRate{start: now} }
-
-// roll starts a new second when one passed and returns the overflow event
-// for what the last one dropped, if it dropped any.
-func (r *watchRate) roll(now time.Time) (agentproto.FsEvent, bool) {
-	if now.Sub(r.start) < time.Second {
-		return agentproto.FsEvent{}, false
-	}
-	r.start, r.n = now, 0
-	if r.dropped == 0 {
-		return agentproto.FsEvent{}, false
-	}
-	ev := agentproto.FsEvent{Type: agentproto.FsEventOverflow, Dropped: r.dropped}
-	r.dropped = 0
-	return ev, true
-}
-
-// admit returns the events of evs that are well formed and within the
-// rate; the others are dropped (counted for the next overflow event).
-// Overflow events from init are counted, not forwarded, so the host gets
-// at most one per second.
-func (r *watchRate) admit(now time.Time, evs []agentproto.FsEvent) []agentproto.FsEvent {
-	var out []agentproto.FsEvent
-	if ov, ok := r.roll(now); ok {
-		out = append(out, ov)
-	}
-	for _, ev := range evs {
-		switch {
-		case agentproto.CheckFsEvent(ev) != nil:
-			// Malformed (or a name that is not text): dropped.
-		case ev.Type == agentproto.FsEventOverflow:
-			r.dropped += max(ev.Dropped, 1)
-		case r.n >= agentproto.MaxWatchRate:
-			r.dropped++
-		default:
-			r.n++
-			out = append(out, agentproto.FsEvent{Name: ev.Name, Type: ev.Type})
-		}
-	}
-	return out
 }

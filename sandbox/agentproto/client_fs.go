@@ -162,6 +162,7 @@ func (c *Client) Archive(ctx context.Context, req FsRequest, w io.Writer) (int64
 // Watch is a running fs.watch. Close ends it.
 type Watch struct {
 	st     net.Conn
+	rate   *WatchRate
 	stop   func() bool
 	once   sync.Once
 	closed atomic.Bool
@@ -174,12 +175,14 @@ func (c *Client) Watch(ctx context.Context, req FsRequest) (*Watch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch %s in %s: %w", req.Path, req.Sandbox, err)
 	}
-	w := &Watch{st: st}
+	w := &Watch{st: st, rate: NewWatchRate(time.Now())}
 	w.stop = context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
 	return w, nil
 }
 
-// Next returns the next batch of events (each checked). It fails when the
+// Next returns the next batch of events (each checked, and bounded to
+// MaxWatchRate a second whatever the agent sends: the rest are counted in
+// an overflow event; a batch may then be empty). It fails when the
 // watch ends: the agent's error (the folder went, the sandbox stopped), or
 // the session's or ctx's end; io.EOF once Close was called.
 func (w *Watch) Next() ([]FsEvent, error) {
@@ -204,7 +207,7 @@ func (w *Watch) Next() ([]FsEvent, error) {
 				return nil, err
 			}
 		}
-		return b.Events, nil
+		return w.rate.Admit(time.Now(), b.Events), nil
 	case ChannelError:
 		var we Error
 		if err := json.Unmarshal(f.Data, &we); err != nil {

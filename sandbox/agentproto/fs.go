@@ -228,3 +228,58 @@ func CleanFsPath(p string) bool {
 func fsText(s string, n int) bool {
 	return len(s) <= n && utf8.ValidString(s) && !strings.ContainsAny(s, "\x00\n")
 }
+
+// WatchRate bounds the events forwarded per second.
+type WatchRate struct {
+	start   time.Time
+	n       int
+	dropped int
+}
+
+func NewWatchRate(now time.Time) *WatchRate { return &WatchRate{start: now} }
+
+// Roll starts a new second when one passed and returns the overflow event
+// for what the last one dropped, if it dropped any.
+func (r *WatchRate) Roll(now time.Time) (FsEvent, bool) {
+	if now.Sub(r.start) < time.Second {
+		return FsEvent{}, false
+	}
+	r.start, r.n = now, 0
+	if r.dropped == 0 {
+		return FsEvent{}, false
+	}
+	ev := FsEvent{Type: FsEventOverflow, Dropped: r.dropped}
+	r.dropped = 0
+	return ev, true
+}
+
+// Admit returns the events of evs that are well formed and within the
+// rate; the others are dropped (counted for the next overflow event).
+// Overflow events from the source count against the rate like any other.
+// Both the agent and the host apply it.
+func (r *WatchRate) Admit(now time.Time, evs []FsEvent) []FsEvent {
+	var out []FsEvent
+	if ov, ok := r.Roll(now); ok {
+		out = append(out, ov)
+	}
+	for _, ev := range evs {
+		switch {
+		case CheckFsEvent(ev) != nil:
+			// Malformed (or a name that is not text): dropped.
+		case ev.Type == FsEventOverflow && r.n >= MaxWatchRate:
+			r.dropped += max(ev.Dropped, 1)
+		case ev.Type == FsEventOverflow:
+			// Within the budget: passed on at once, with what this
+			// limiter dropped so far.
+			r.n++
+			out = append(out, FsEvent{Type: FsEventOverflow, Dropped: ev.Dropped + r.dropped})
+			r.dropped = 0
+		case r.n >= MaxWatchRate:
+			r.dropped++
+		default:
+			r.n++
+			out = append(out, FsEvent{Name: ev.Name, Type: ev.Type})
+		}
+	}
+	return out
+}
