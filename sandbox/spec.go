@@ -257,18 +257,8 @@ func (r *ExecRequest) check(cfg Config) error {
 // with "..": the agent would confine them to the sandbox anyway, but a
 // request that tries is refused outright rather than quietly resolved.
 func checkPath(p string) error {
-	switch {
-	case p == "":
-		return errdefs.Invalid("path", "required", "is required: ?path=/workspace/file or a path relative to /workspace")
-	case len(p) > maxPathBytes:
-		return errdefs.Invalid("path", "size", fmt.Sprintf("at most %d bytes", maxPathBytes))
-	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
-		return errdefs.Invalid("path", "syntax", "must be text without NUL bytes")
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return errdefs.Invalid("path", "traversal", "must not contain '..': paths stay inside the sandbox")
-		}
+	if err := checkPathField("path", p); err != nil {
+		return err
 	}
 	if strings.HasSuffix(p, "/") {
 		return errdefs.Invalid("path", "syntax", "must name a file, not a folder")

@@ -427,7 +427,10 @@ func harnessStatus(r web.Route) (int, string) {
 	case "POST /sandboxes", "POST /api/v1/sandboxes":
 		return http.StatusServiceUnavailable, "a sandbox starts in a tenant VM: this harness runs no VM pools"
 	case "DELETE /api/v1/sandboxes/:id", "POST /api/v1/sandboxes/:id/exec", "GET /api/v1/sandboxes/:id/execs/:exec_id/stream",
-		"GET /api/v1/sandboxes/:id/files", "PUT /api/v1/sandboxes/:id/files", "GET /api/v1/sandboxes/:id/terminal":
+		"GET /api/v1/sandboxes/:id/files", "PUT /api/v1/sandboxes/:id/files", "GET /api/v1/sandboxes/:id/terminal",
+		"POST /api/v1/sandboxes/:id/files", "DELETE /api/v1/sandboxes/:id/files", "GET /api/v1/sandboxes/:id/files/stat",
+		"GET /api/v1/sandboxes/:id/files/list", "POST /api/v1/sandboxes/:id/files/mkdir", "POST /api/v1/sandboxes/:id/files/move",
+		"POST /api/v1/sandboxes/:id/files/chmod", "GET /api/v1/sandboxes/:id/files/watch", "GET /api/v1/sandboxes/:id/files/archive":
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"

@@ -105,7 +105,8 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(s.bodyDeadline)
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
-		return c.Request().Method == http.MethodPut && c.Path() == FileUploadPath
+		m := c.Request().Method
+		return (m == http.MethodPut || m == http.MethodPost) && c.Path() == FileUploadPath
 	}}))
 
 	// Static files and the dev identity provider need no session.

@@ -47,7 +47,9 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox ls
   stockade sandbox show ID
   stockade sandbox exec [--cwd DIR] [--timeout 30s] [--env K=V]... [-i] ID -- CMD [ARG...]
-  stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout)
+  stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout; a folder's contents go into PATH or LOCAL)
+  stockade sandbox ls [--depth N] [--json] ID:PATH      a folder's files
+  stockade sandbox mkdir [--mode M] ID:PATH... | mv ID:SRC DST | rm [-r] ID:PATH...   files in a sandbox
   stockade sandbox rm ID...
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)

@@ -36,7 +36,14 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 	case "create":
 		return sandboxCreate(ctx, c, args[1:], stdout, stderr)
 	case "ls", "list":
+		if len(args) > 1 { // ID:PATH: a folder's files (files.go)
+			return sandboxListFiles(ctx, c, args[1:], stdout, stderr)
+		}
 		return sandboxList(ctx, c, stdout)
+	case "mkdir":
+		return sandboxMakeDir(ctx, c, args[1:], stdout, stderr)
+	case "mv":
+		return sandboxMove(ctx, c, args[1:], stdout, stderr)
 	case "show", "get":
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, "usage: stockade sandbox show ID")
@@ -55,6 +62,9 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if len(args) < 2 {
 			fmt.Fprintln(stderr, "usage: stockade sandbox rm ID...")
 			return exitError(2)
+		}
+		if isFileArgs(args[1:]) { // rm [-r] ID:PATH...: files (files.go)
+			return sandboxRemoveFiles(ctx, c, args[1:], stdout, stderr)
 		}
 		var errs []error
 		for _, id := range args[1:] {
@@ -293,7 +303,7 @@ func sandboxCopy(ctx context.Context, c *apiClient, args []string, stdin io.Read
 				return err
 			}
 			if fi.IsDir() {
-				return fmt.Errorf("cp: %s is a folder; copy files one by one", src)
+				return copyDirIn(ctx, c, src, id, path, *mode, stderr)
 			}
 			r, size = f, fi.Size()
 			if m == "" {
@@ -316,6 +326,9 @@ func sandboxCopy(ctx context.Context, c *apiClient, args []string, stdin io.Read
 		return nil
 	}
 	if id, path, ok := remote(src); ok {
+		if e, err := remoteStat(ctx, c, id, path); err == nil && e.Type == "dir" && dst != "-" {
+			return copyDirOut(ctx, c, id, path, dst)
+		}
 		resp, err := c.do(ctx, "GET", "/api/v1/sandboxes/"+url.PathEscape(id)+"/files?"+url.Values{"path": {path}}.Encode(), nil, "")
 		if err != nil {
 			return err

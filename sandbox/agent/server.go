@@ -71,6 +71,7 @@ func (s *Server) capabilities() []string {
 	ops := []agentproto.Op{agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown}
 	if s.cfg.Sandboxes != nil {
 		ops = append(ops, sandboxOps()...)
+		ops = append(ops, fsOps()...)
 	}
 	return agentproto.Capabilities(ops...)
 }
@@ -309,6 +310,10 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		return
 	}
 
+	if isFsOp(req.Op) && s.cfg.Sandboxes != nil {
+		s.cfg.Sandboxes.serveFs(st, req)
+		return
+	}
 	switch req.Op {
 	case agentproto.OpPing:
 		s.reply(st, agentproto.Response{})

@@ -98,6 +98,10 @@
 // symlinks resolve as they would inside the sandbox. Only regular files are
 // read or written; writes create missing folders, give new files to the
 // sandbox user and appear whole or not at all.
+// The file system ops (fs.go: stat, list, mkdir, remove, move, chmod,
+// watch, archive) resolve the same way and never follow a link below the
+// path they name; everything they report is bounded (MaxListEntries,
+// MaxFsPathLen, MaxWatchRate ...) and checked again by the host.
 //
 // # Trust
 //

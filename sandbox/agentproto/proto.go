@@ -84,6 +84,25 @@ const (
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
 	OpBaseline Op = "baseline"
+
+	// File system ops (fs.go): Request.Fs. fs.stat, fs.mkdir (Mode; made
+	// with missing parents), fs.remove (Recursive), fs.move (Dest) and
+	// fs.chmod (Mode) answer Response.Fs. fs.list (Depth) answers Response,
+	// then guest->host ChannelData frames each an FsListChunk as JSON and an
+	// empty ChannelData frame at the end, or ChannelError. fs.archive
+	// (MaxBytes) answers Response, then ChannelData frames of a tar stream
+	// of Path, an empty one at the end, or ChannelError. fs.watch
+	// (Recursive) answers Response once it watches, then ChannelData frames
+	// each an FsEventBatch as JSON until the host closes the stream or the
+	// sandbox ends (ChannelError).
+	OpFsStat    Op = "fs.stat"
+	OpFsList    Op = "fs.list"
+	OpFsMkdir   Op = "fs.mkdir"
+	OpFsRemove  Op = "fs.remove"
+	OpFsMove    Op = "fs.move"
+	OpFsChmod   Op = "fs.chmod"
+	OpFsWatch   Op = "fs.watch"
+	OpFsArchive Op = "fs.archive"
 )
 
 // Request is the first message on every stream.
@@ -100,6 +119,7 @@ type Request struct {
 	FileWrite  *FileWriteRequest  `json:"file_write,omitempty"`
 	Egress     *EgressRequest     `json:"egress,omitempty"`
 	Baseline   *BaselineRequest   `json:"baseline,omitempty"`
+	Fs         *FsRequest         `json:"fs,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
@@ -117,6 +137,7 @@ type Response struct {
 	Execs        *[]ExecInfo     `json:"execs,omitempty"`
 	File         *FileInfo       `json:"file,omitempty"`
 	Baseline     *BaselineResult `json:"baseline,omitempty"`
+	Fs           *FsResult       `json:"fs,omitempty"`
 }
 
 // Error codes carried in Error.Code.

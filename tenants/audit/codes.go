@@ -47,6 +47,13 @@ const (
 	TypeSandboxStopped     = "sandbox.stopped"
 	TypeSandboxFileWritten = "sandbox.file_written"
 	TypeSandboxFileRead    = "sandbox.file_read"
+	// File system ops of the native file API (sandbox/fsops.go): details
+	// name the path(s), never contents.
+	TypeSandboxDirMade     = "sandbox.dir_made"
+	TypeSandboxFileRemoved = "sandbox.file_removed"
+	TypeSandboxFileMoved   = "sandbox.file_moved"
+	TypeSandboxFileChmod   = "sandbox.file_mode_changed"
+	TypeSandboxArchiveRead = "sandbox.archive_read"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -154,6 +161,11 @@ var codes = map[string]string{
 	TypeSandboxStopped:     "SS8004W",
 	TypeSandboxFileWritten: "SS8005I",
 	TypeSandboxFileRead:    "SS8006I",
+	TypeSandboxDirMade:     "SS8040I",
+	TypeSandboxFileRemoved: "SS8041I",
+	TypeSandboxFileMoved:   "SS8042I",
+	TypeSandboxFileChmod:   "SS8043I",
+	TypeSandboxArchiveRead: "SS8044I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",

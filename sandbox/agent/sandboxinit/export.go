@@ -21,6 +21,9 @@ type (
 	Reply        = initReply
 	Control      = initControl
 	Exit         = initExit
+	FsRequest    = fsRequest
+	FsReply      = fsReply
+	FsAck        = fsAck
 )
 
 // The init protocol's operations and fileRequest.Op values.
@@ -31,6 +34,15 @@ const (
 	FileRead   = fileRead
 	FileWrite  = fileWrite
 	FileAppend = fileAppend
+	OpFs       = initOpFs
+	FsStat     = fsStat
+	FsList     = fsList
+	FsMkdir    = fsMkdir
+	FsRemove   = fsRemove
+	FsMove     = fsMove
+	FsChmod    = fsChmod
+	FsWatch    = fsWatch
+	FsArchive  = fsArchive
 )
 
 const (

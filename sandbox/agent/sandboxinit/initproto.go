@@ -37,6 +37,7 @@ const (
 	initOpHello = "hello"
 	initOpSpawn = "spawn"
 	initOpFile  = "file"
+	initOpFs    = "fs" // file system ops: initfs.go
 	// maxInitMessage bounds one message (argv and env included).
 	maxInitMessage = 256 << 10
 	// maxInitFDs bounds the descriptors one message may carry.
@@ -47,6 +48,7 @@ type initRequest struct {
 	Op    string        `json:"op"`
 	Spawn *spawnRequest `json:"spawn,omitempty"`
 	File  *fileRequest  `json:"file,omitempty"`
+	Fs    *fsRequest    `json:"fs,omitempty"`
 }
 
 // fileRequest.Op values.

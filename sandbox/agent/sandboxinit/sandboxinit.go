@@ -159,6 +159,12 @@ func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
 			return
 		}
 		si.file(c, req.File)
+	case initOpFs:
+		if req.Fs == nil {
+			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "fs without its body"})
+			return
+		}
+		si.fs(c, req.Fs)
 	default:
 		sendInit(c, initReply{Code: agentproto.CodeUnknownOp, Error: fmt.Sprintf("op %q", req.Op)})
 	}
