@@ -251,9 +251,11 @@ func TestMCPWithoutVMs(t *testing.T) {
 	if ids := listIDs(t, managerA); !slices.Contains(ids, sbA.ID) {
 		t.Errorf("Got(manager's list_sandboxes) = %v; want %s", ids, sbA.ID)
 	}
-	for _, tool := range []string{"exec", "destroy_sandbox", "create_sandbox", "read_file", "write_file"} {
-		wantToolError(t, "manager's "+tool, call(t, managerA, tool, map[string]any{"sandbox_id": sbA.ID, "cmd": []string{"true"}, "path": "x", "content": "y"}),
-			"forbidden: the manager role does not allow sandboxes.write")
+	for tool, args := range map[string]map[string]any{
+		"exec": {"sandbox_id": sbA.ID, "cmd": []string{"true"}}, "destroy_sandbox": {"sandbox_id": sbA.ID}, "create_sandbox": {},
+		"read_file": {"sandbox_id": sbA.ID, "path": "x"}, "write_file": {"sandbox_id": sbA.ID, "path": "x", "content": "y"},
+	} {
+		wantToolError(t, "manager's "+tool, call(t, managerA, tool, args), "forbidden: the manager role does not allow sandboxes.write")
 	}
 	if st, err := env.App.Sandboxes.Get(ctx, tnA.ID, sbA.ID); err != nil || st.State != sandbox.StateRunning {
 		t.Errorf("Got(A's sandbox after the manager's calls) = %v, %v; want running", st.State, err)
