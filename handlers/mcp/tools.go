@@ -82,7 +82,8 @@ func tool[In, Out any](s *Server, name, desc string, perm tenants.Permission, an
 
 // inputSchema is In's JSON Schema as the SDK would infer it, with the
 // descriptions of the wire types' fields (their doc tags, which the
-// OpenAPI document uses) where a field has no jsonschema tag.
+// OpenAPI document uses) where a field has no jsonschema tag, and no
+// property that may be null.
 func inputSchema[In any]() *jsonschema.Schema {
 	sch, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -90,8 +91,17 @@ func inputSchema[In any]() *jsonschema.Schema {
 	}
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[In]()) {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if p := sch.Properties[name]; p != nil && p.Description == "" {
+		p := sch.Properties[name]
+		if p == nil {
+			continue
+		}
+		if p.Description == "" {
 			p.Description = f.Tag.Get("doc")
+		}
+		// A slice or map may be null in Go's eyes; to a client an argument
+		// is an array or an object, or left out.
+		if len(p.Types) == 2 && p.Types[0] == "null" {
+			p.Type, p.Types = p.Types[1], nil
 		}
 	}
 	return sch
