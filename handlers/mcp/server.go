@@ -161,10 +161,12 @@ func (s *Server) guard(next sdk.MethodHandler) sdk.MethodHandler {
 		case r != nil && sandboxID == "":
 			sandboxID = argString(r.StructuredContent, "id")
 		}
+		kind := ""
 		if sandboxID != "" {
-			details["sandbox_id"] = truncate(sandboxID, maxAuditedName)
+			kind, sandboxID = "sandbox", truncate(sandboxID, maxAuditedName)
+			details["sandbox_id"] = sandboxID
 		}
-		e := c.actor.Event(c.tenantID, audit.TypeMCPToolCall, "sandbox", truncate(sandboxID, maxAuditedName), details)
+		e := c.actor.Event(c.tenantID, audit.TypeMCPToolCall, kind, sandboxID, details)
 		e.Outcome = outcome
 		if aerr := s.audit.Record(context.WithoutCancel(ctx), e); aerr != nil {
 			s.log.ErrorContext(ctx, "audit mcp tool call", "tool", details["tool"], "err", aerr)
