@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -18,6 +20,33 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
+// vmEnv is the whole app on real VMs (TCG here) with two tenants, A
+// (a pool of one VM) and B, and an MCP session of a developer token of each.
+type vmEnv struct {
+	env      *webtest.Env
+	sbx      *sandbox.Service
+	tnA, tnB tenants.Tenant
+	a, b     *sdk.ClientSession
+}
+
+func newVMEnv(t *testing.T, slug string) vmEnv {
+	t.Helper()
+	dataDir := sandboxtest.NeedVMs(t)
+	db := dbtest.SQLite(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	vms, sbx := sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: log},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, DefaultTemplate: "busybox"})
+	v := vmEnv{env: webtest.New(t, webtest.Options{DB: db, VMs: vms, Sandboxes: sbx}), sbx: sbx}
+	v.tnA, v.tnB = v.env.Tenant(t, slug+"-a"), v.env.Tenant(t, slug+"-b")
+	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
+	if _, err := vms.SetPool(context.Background(), sys, v.tnA.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
+		t.Fatal(err)
+	}
+	v.a = connect(t, v.env, v.env.Token(t, v.tnA, tenants.RoleDeveloper))
+	v.b = connect(t, v.env, v.env.Token(t, v.tnB, tenants.RoleDeveloper))
+	return v
+}
+
 // TestMCPSandboxLifecycle is the acceptance test of /mcp: the go-sdk's
 // client over Streamable HTTP against the whole app on real VMs (TCG
 // here) creates a sandbox, runs echo, writes and reads a file and destroys
@@ -25,20 +54,9 @@ import (
 // naming the field; the audit log has every tool call and, as for the REST
 // API, the sandbox's own events (exec, files) by the token.
 func TestMCPSandboxLifecycle(t *testing.T) {
-	dataDir := sandboxtest.NeedVMs(t)
-	db := dbtest.SQLite(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vms, sbx := sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: log},
-		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, DefaultTemplate: "busybox"})
-	env := webtest.New(t, webtest.Options{DB: db, VMs: vms, Sandboxes: sbx})
-	tnA, tnB := env.Tenant(t, "mcp-vm-a"), env.Tenant(t, "mcp-vm-b")
+	v := newVMEnv(t, "mcp-vm")
+	env, sbx, tnA, tnB, a, b := v.env, v.sbx, v.tnA, v.tnB, v.a, v.b
 	ctx := context.Background()
-	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
-	if _, err := vms.SetPool(ctx, sys, tnA.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
-		t.Fatal(err)
-	}
-	a := connect(t, env, env.Token(t, tnA, tenants.RoleDeveloper))
-	b := connect(t, env, env.Token(t, tnB, tenants.RoleDeveloper))
 
 	var sb struct {
 		ID, State, Template string
