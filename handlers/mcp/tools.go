@@ -325,16 +325,25 @@ func (s *Server) writeFile(ctx context.Context, c *caller, in WriteFileIn) (api.
 	default:
 		return api.File{}, errdefs.Invalid("encoding", "enum", `must be "utf-8" or "base64"`)
 	}
-	var mode uint64
-	if in.Mode != "" {
-		var err error
-		if mode, err = strconv.ParseUint(in.Mode, 8, 32); err != nil {
-			return api.File{}, errdefs.Invalid("mode", "syntax", "must be octal permission bits, such as 0644 or 755")
-		}
+	mode, err := octal("mode", in.Mode)
+	if err != nil {
+		return api.File{}, err
 	}
-	fi, err := s.sbx.WriteFile(ctx, c.actor, c.tenantID, in.SandboxID, in.Path, bytes.NewReader(body), uint32(mode))
+	fi, err := s.sbx.WriteFile(ctx, c.actor, c.tenantID, in.SandboxID, in.Path, bytes.NewReader(body), mode)
 	if err != nil {
 		return api.File{}, err
 	}
 	return api.File{Path: fi.Path, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode&0o7777)}, nil
+}
+
+// octal reads optional octal permission bits ("" is 0: the default).
+func octal(field, s string) (uint32, error) {
+	if s == "" {
+		return 0, nil
+	}
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		return 0, errdefs.Invalid(field, "syntax", "must be octal permission bits, such as 0644 or 755")
+	}
+	return uint32(m), nil
 }
