@@ -74,8 +74,10 @@ func New(d Deps) (*Server, error) {
 	// a bearer token is no ambient credential a rebinding page could use,
 	// so the SDK's own localhost (DNS rebinding) check is off: it would
 	// refuse every request a TLS proxy on this machine forwards.
+	// A call ends with its request, as a REST call does (a command of exec
+	// is killed when its client goes).
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
-		Stateless: true, JSONResponse: true, Logger: d.Log, DisableLocalhostProtection: true,
+		Stateless: true, JSONResponse: true, Logger: d.Log, DisableLocalhostProtection: true, PropagateRequestCancellation: true,
 	})
 	// The caller rides in the request's token info, which the SDK hands to
 	// every message of that request (RequestExtra.TokenInfo): never a

@@ -149,6 +149,36 @@ func TestMCPSandboxLifecycle(t *testing.T) {
 		t.Errorf("Got(the sandbox's commands) = %d, %v; want 2", st.Execs, err)
 	}
 
+	// A call its client gives up on (Esc in an agent) ends its command, as
+	// a REST exec ends when its client goes.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.CallTool(cctx, &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"sandbox_id": sb.ID, "cmd": []string{"sleep", "600"}}})
+		done <- err
+	}()
+	sleep := func() (sandbox.ExecRecord, bool) {
+		recs, err := sbx.Execs(ctx, tnA.ID, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if slices.Equal(r.Argv(), []string{"sleep", "600"}) {
+				return r, true
+			}
+		}
+		return sandbox.ExecRecord{}, false
+	}
+	eventually(t, "the sleep to start", func() bool { _, ok := sleep(); return ok })
+	cancel()
+	if err := <-done; err == nil {
+		t.Errorf("Got(cancelled call) = no error; want the cancellation")
+	}
+	eventually(t, "the cancelled sleep to end", func() bool { r, _ := sleep(); return r.EndedAt != nil })
+	if r, _ := sleep(); r.Reason == "exited" {
+		t.Errorf("Got(the cancelled sleep's end) = %s; want it killed", r.Reason)
+	}
+
 	decode(t, "destroy_sandbox", call(t, a, "destroy_sandbox", map[string]any{"sandbox_id": sb.ID}), &sb)
 	if sb.State != string(sandbox.StateDestroyed) {
 		t.Errorf("Got(destroy_sandbox) = %+v; want destroyed", sb)
@@ -190,6 +220,16 @@ func TestMCPSandboxLifecycle(t *testing.T) {
 	for _, e := range toolCalls(t, env, tnB.ID) {
 		if e.Outcome == audit.OutcomeSuccess && e.Details["tool"] != "list_sandboxes" {
 			t.Errorf("Got(B's %s) = success; want refused", e.Details["tool"])
+		}
+	}
+}
+
+// eventually waits (up to two minutes) until ok holds.
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited two minutes for %s", what)
 		}
 	}
 }
