@@ -104,6 +104,17 @@ func wantToolError(t *testing.T, what string, res *sdk.CallToolResult, want ...s
 	}
 }
 
+// wantOthersNotFound calls each tool of calls as cs (another tenant's
+// session) on sandboxID, with the tool's other arguments, and wants
+// not-found naming sandbox_id every time.
+func wantOthersNotFound(t *testing.T, cs *sdk.ClientSession, sandboxID string, calls map[string]map[string]any) {
+	t.Helper()
+	for tool, args := range calls {
+		args["sandbox_id"] = sandboxID
+		wantToolError(t, "another tenant's "+tool, call(t, cs, tool, args), `not-found: sandbox_id: no sandbox "`+sandboxID+`" in this tenant`)
+	}
+}
+
 type listOut struct {
 	Sandboxes []struct {
 		ID    string `json:"id"`
@@ -203,18 +214,12 @@ func TestMCPWithoutVMs(t *testing.T) {
 	if ids := listIDs(t, devB); len(ids) != 0 {
 		t.Errorf("Got(list_sandboxes of B) = %v; want none", ids)
 	}
-	notFound := "sandbox_id: no sandbox \"" + sbA.ID + "\" in this tenant"
-	for _, tc := range []struct {
-		tool string
-		args map[string]any
-	}{
-		{"exec", map[string]any{"sandbox_id": sbA.ID, "cmd": []string{"echo", "hi"}}},
-		{"read_file", map[string]any{"sandbox_id": sbA.ID, "path": "/etc/hostname"}},
-		{"write_file", map[string]any{"sandbox_id": sbA.ID, "path": "x", "content": "y"}},
-		{"destroy_sandbox", map[string]any{"sandbox_id": sbA.ID}},
-	} {
-		wantToolError(t, "B's "+tc.tool+" on A's sandbox", call(t, devB, tc.tool, tc.args), "not-found: ", notFound)
-	}
+	wantOthersNotFound(t, devB, sbA.ID, map[string]map[string]any{
+		"exec":            {"cmd": []string{"echo", "hi"}},
+		"read_file":       {"path": "/etc/hostname"},
+		"write_file":      {"path": "x", "content": "y"},
+		"destroy_sandbox": {},
+	})
 	if st, err := env.App.Sandboxes.Get(ctx, tnA.ID, sbA.ID); err != nil || st.State != sandbox.StateRunning {
 		t.Errorf("Got(A's sandbox after B's calls) = %v, %v; want running", st.State, err)
 	}

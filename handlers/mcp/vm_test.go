@@ -123,17 +123,12 @@ func TestMCPSandboxLifecycle(t *testing.T) {
 	if ids := listIDs(t, b); len(ids) != 0 {
 		t.Errorf("Got(B's list_sandboxes) = %v; want none", ids)
 	}
-	for _, tc := range []struct {
-		tool string
-		args map[string]any
-	}{
-		{"exec", map[string]any{"sandbox_id": sb.ID, "cmd": []string{"echo", "pwned"}}},
-		{"read_file", map[string]any{"sandbox_id": sb.ID, "path": "notes/hi.txt"}},
-		{"write_file", map[string]any{"sandbox_id": sb.ID, "path": "notes/hi.txt", "content": "pwned"}},
-		{"destroy_sandbox", map[string]any{"sandbox_id": sb.ID}},
-	} {
-		wantToolError(t, "B's "+tc.tool, call(t, b, tc.tool, tc.args), `not-found: sandbox_id: no sandbox "`+sb.ID+`" in this tenant`)
-	}
+	wantOthersNotFound(t, b, sb.ID, map[string]map[string]any{
+		"exec":            {"cmd": []string{"echo", "pwned"}},
+		"read_file":       {"path": "notes/hi.txt"},
+		"write_file":      {"path": "notes/hi.txt", "content": "pwned"},
+		"destroy_sandbox": {},
+	})
 	decode(t, "read_file", call(t, a, "read_file", map[string]any{"sandbox_id": sb.ID, "path": "notes/hi.txt"}), &rf)
 	if rf.Content != note {
 		t.Errorf("Got(A's file after B's write) = %q; want %q", rf.Content, note)
