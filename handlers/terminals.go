@@ -199,6 +199,10 @@ func size(v, field string) (uint16, error) {
 	return uint16(n), nil
 }
 
+// SameOrigin is sameOrigin, for the endpoints web serves outside the route
+// table (MCPPath).
+func (h *Handlers) SameOrigin(r *http.Request) bool { return h.sameOrigin(r) }
+
 // sameOrigin reports whether a browser request comes from a page of this
 // server (the public URL; the Host it was reached at when none is set).
 // Clients that are not browsers send no Origin and carry no ambient

@@ -11,6 +11,12 @@ for p in $PKGS; do
 		missing="$missing $p"
 	fi
 done
+# Node.js and npm: tests drive Stockade with npm clients (pinned versions,
+# installed by the tests). Checked as commands: a Node.js from elsewhere
+# (NodeSource) carries its own npm.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	missing="$missing nodejs npm"
+fi
 if [ -n "$missing" ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: missing Debian packages:$missing (run as root or install them)" >&2

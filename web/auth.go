@@ -22,26 +22,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx := c.Request().Context()
 		handlers.SetMayOpen(c, s.mayOpen(c))
 		if authz := c.Request().Header.Get(echo.HeaderAuthorization); authz != "" && s.isAPI(c) {
-			scheme, secret, _ := strings.Cut(authz, " ")
-			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-				return errdefs.ErrUnauthorized
-			}
-			tok, tenant, err := s.store.AuthenticateToken(ctx, strings.TrimSpace(secret))
-			if errors.Is(err, errdefs.ErrUnauthorized) {
-				// Known but dead tokens go to their tenant's log; unknown ones
-				// to the platform's (never any part of the secret).
-				tenantID, details := "", map[string]any{"reason": "unknown or malformed", "path": c.Request().URL.Path}
-				var te *tenants.TokenError
-				if errors.As(err, &te) {
-					tenantID, details["reason"], details["token_prefix"] = te.TenantID, te.Reason, te.Prefix
-				}
-				s.handlers.AuditAuthFailure(c, audit.TypeTokenFailed, tenantID, details)
-			}
-			if err != nil {
+			if err := s.authenticateToken(c, authz); err != nil {
 				return err
 			}
-			handlers.SetCaller(c, &handlers.Caller{Kind: "token", Token: &tok, Tenant: &tenant, Role: tok.Role})
-			c.Set(bearerKey, true)
 			return next(c)
 		}
 		ck, err := c.Cookie(handlers.SessionCookieName(s.cfg.SecureCookies))
@@ -75,6 +58,33 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		handlers.SetCaller(c, cl)
 		return next(c)
 	}
+}
+
+// authenticateToken makes the API token of authz ("Bearer stk_...") the
+// caller: the one token lookup of the API routes and /mcp. A refused
+// token is audited (rate-limited) and answers errdefs.ErrUnauthorized.
+func (s *Server) authenticateToken(c echo.Context, authz string) error {
+	scheme, secret, _ := strings.Cut(authz, " ")
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return errdefs.ErrUnauthorized
+	}
+	tok, tenant, err := s.store.AuthenticateToken(c.Request().Context(), strings.TrimSpace(secret))
+	if errors.Is(err, errdefs.ErrUnauthorized) {
+		// Known but dead tokens go to their tenant's log; unknown ones
+		// to the platform's (never any part of the secret).
+		tenantID, details := "", map[string]any{"reason": "unknown or malformed", "path": c.Request().URL.Path}
+		var te *tenants.TokenError
+		if errors.As(err, &te) {
+			tenantID, details["reason"], details["token_prefix"] = te.TenantID, te.Reason, te.Prefix
+		}
+		s.handlers.AuditAuthFailure(c, audit.TypeTokenFailed, tenantID, details)
+	}
+	if err != nil {
+		return err
+	}
+	handlers.SetCaller(c, &handlers.Caller{Kind: "token", Token: &tok, Tenant: &tenant, Role: tok.Role})
+	c.Set(bearerKey, true)
+	return nil
 }
 
 const bearerKey = "stockade.bearer"

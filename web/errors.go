@@ -64,10 +64,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 }
 
 // isAPI says whether c's route is of the JSON API (Route.API); a request
-// no route took (404, 405) is the API's when its path is under /api/.
+// no route took (404, 405) is the API's when its path is under /api/; the
+// MCP endpoint's refusals are problem documents too.
 func (s *Server) isAPI(c echo.Context) bool {
 	if r, ok := routeOf(s.routes, c); ok {
 		return r.API
 	}
-	return strings.HasPrefix(c.Request().URL.Path, "/api/")
+	return strings.HasPrefix(c.Request().URL.Path, "/api/") || c.Request().URL.Path == MCPPath
 }

@@ -454,6 +454,10 @@ func Routes(h *handlers.Handlers) []Route {
 		// Workflows (YAML definitions, JSON accepted too), their settings, and
 		// runs. GitHub deliveries arrive on web.GitHubHookPath, outside this
 		// table: they authenticate by signature, not session or token.
+		// The MCP endpoint (MCPPath, web/mcp.go) is outside it too: a
+		// protocol endpoint that takes an API token only (no session, so no
+		// CSRF), whose tools each need their REST twin's permission here
+		// (handlers/mcp's tool table; its tests check roles and tenants).
 		{Method: get, Path: "/api/v1/workflows", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflows,
 			Doc: &Doc{Summary: "List the tenant's workflows (the newest version of each)", Tag: "workflows", Answers: ok("The list", api.WorkflowList{})}},
 		{Method: get, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflow,

@@ -50,6 +50,8 @@ type Config struct {
 	BodyMinRate int64
 	// GitHub receives the tenants' GitHub deliveries at GitHubHookPath.
 	GitHub GitHubReceiver
+	// MCP serves the MCP endpoint at MCPPath.
+	MCP MCPServer
 }
 
 // Server is the configured Echo instance.
@@ -73,6 +75,8 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 		return nil, errors.New("web server: store, handlers, logger and metrics registry are required")
 	case cfg.GitHub == nil:
 		return nil, errors.New("web server: the GitHub receiver is required")
+	case cfg.MCP == nil:
+		return nil, errors.New("web server: the MCP server is required")
 	}
 	if cfg.BodyLimit == "" {
 		cfg.BodyLimit = "1M"
@@ -122,6 +126,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 		app.Add(r.Method, r.Path, r.Handler, s.authorize(r))
 	}
 	s.mountGitHub(cfg.GitHub)
+	s.mountMCP(cfg.MCP)
 	return s, nil
 }
 

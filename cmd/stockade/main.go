@@ -57,6 +57,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade workflow ls | show NAME | apply FILE | rm NAME        workflows (YAML; apply checks it first)
   stockade workflow run NAME [--ref REF] [--sha SHA] [--wait]     start a run by hand; --wait follows its log
   stockade run ls [--workflow W] [--state S] | show ID | logs [-f] ID | cancel ID... | rerun ID...
+  stockade mcp [--json] [--inline-token] [--check]               how to add this server to a coding agent (MCP)
 
 Configuration comes from the environment (see README), flags override it.
 `
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return workflowCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "runs":
 		return runCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "mcp":
+		return mcpCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "stockade", version)
 		return nil

@@ -115,6 +115,11 @@ const (
 	TypeWebhookUpdated = "integration.webhook_updated"
 	TypeWebhookDeleted = "integration.webhook_deleted"
 	TypeWebhookTested  = "integration.webhook_tested"
+
+	// MCP: a tool called at /mcp (details: tool, sandbox_id, and error,
+	// the kind of a refusal; never arguments or file contents). What the
+	// tool did is audited as well, as its REST twin's (sandbox.exec, ...).
+	TypeMCPToolCall = "mcp.tool_call"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -206,6 +211,8 @@ var codes = map[string]string{
 	TypeWebhookUpdated: "SI1601I",
 	TypeWebhookDeleted: "SI1602I",
 	TypeWebhookTested:  "SI1603I",
+
+	TypeMCPToolCall: "SG1700I",
 }
 
 // Code returns the stable code of an event type.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/handlers/github"
+	"github.com/stockade-dev/stockade/handlers/mcp"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
@@ -391,11 +392,16 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	if id.dev != nil {
 		devHandler = id.dev.Handler()
 	}
+	mcpServer, err := mcp.New(mcp.Deps{Sandboxes: a.Sandboxes, Audit: a.Audit, Log: log, Version: cfg.Version})
+	if err != nil {
+		return err
+	}
 	a.Server, err = web.New(web.Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: operators,
 		DevIdP: devHandler, DevIdPPath: web.DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
 		GitHub: &github.Receiver{Tenants: a.Store, Workflows: a.Workflows, Secrets: notify.HostScoped(a.Secrets),
 			Runs: a.Runs.Store(), Starter: a.Runs, Log: log},
+		MCP: mcpServer,
 	}, a.Store, h, log, reg)
 	return err
 }
