@@ -46,6 +46,10 @@ func (s *Server) table() []Tool {
 		tool(s, "read_file", "Read a file of a running sandbox (up to 1 MiB). Text comes back as is; other bytes as base64 "+
 			"(encoding says which).", w, readOnly, s.readFile),
 		tool(s, "write_file", "Write a file of a running sandbox, whole or not at all; missing folders are made.", w, nil, s.writeFile),
+		tool(s, "list_files", "List a folder of a running sandbox, depth levels deep (links listed, not followed).", w, readOnly, s.listFiles),
+		tool(s, "make_dir", "Make a folder of a running sandbox with its missing parents (mkdir -p).", w, nil, s.makeDir),
+		tool(s, "remove_file", "Remove a file, link or folder of a running sandbox (a folder with what it holds only with recursive).", w, destructive, s.removeFile),
+		tool(s, "move_file", "Move or rename a file or folder of a running sandbox; a file at the destination is replaced.", w, nil, s.moveFile),
 	}
 }
 
