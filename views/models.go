@@ -254,8 +254,10 @@ type AuditRow struct {
 	Type       string
 	Actor      string
 	Target     string
+	TargetHref string // the target's page; empty: no link
 	Outcome    string
-	Details    string
+	Details    string      // compact JSON (exports, the dashboard)
+	Pairs      []AuditPair // the details as shown on the audit page
 	RemoteAddr string
 }
 

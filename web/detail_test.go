@@ -1,0 +1,123 @@
+package web_test
+
+import (
+	"context"
+	"html"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox/egress"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/tenants/policy"
+	"github.com/stockade-dev/stockade/tenants/secrets"
+	"github.com/stockade-dev/stockade/views"
+	"github.com/stockade-dev/stockade/web/webtest"
+)
+
+// TestEgressShortID: the egress filter takes the 12-character short id
+// the pages show as well as the whole id, on the page and in the API;
+// another tenant's sandbox matches nothing; a filter that matches nothing
+// says so, with a way back.
+func TestEgressShortID(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t)})
+	a := env.TenantNamed(t, "short-a", "Short A")
+	b := env.TenantNamed(t, "short-b", "Short B")
+	env.Member(t, a, "dev@short-a.test", tenants.RoleDeveloper)
+	ids := map[string]string{"one": "01a23304-0000-7000-8000-aaaaaaaaaaaa", "two": "01a23304-0000-7000-8000-bbbbbbbbbbbb",
+		"theirs": "01a23304-0000-7000-8000-cccccccccccc"}
+	st := egress.NewStore(env.DB)
+	for _, ev := range []egress.Event{
+		{TenantID: a.ID, SandboxID: ids["one"], Host: "one.test"}, {TenantID: a.ID, SandboxID: ids["two"], Host: "two.test"},
+		{TenantID: b.ID, SandboxID: ids["theirs"], Host: "theirs.test"},
+	} {
+		ev.Method, ev.Port, ev.Decision, ev.Rule, ev.StartedAt = "CONNECT", 443, egress.DecisionDeny, "default deny", time.Now()
+		if err := st.Record(context.Background(), &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := env.Login(t, "dev@short-a.test")
+	api := env.WithToken(env.Token(t, a, tenants.RoleDeveloper))
+	tests := []struct {
+		name, sandbox string
+		want, not     []string
+	}{
+		{"short id", views.ShortID(ids["one"]), []string{"one.test"}, []string{"two.test", "No match"}},
+		{"short id in capitals", strings.ToUpper(views.ShortID(ids["two"])), []string{"two.test"}, []string{"one.test"}},
+		{"whole id", ids["two"], []string{"two.test"}, []string{"one.test"}},
+		{"another tenant's short id", views.ShortID(ids["theirs"]), []string{"No match", `href="/egress"`}, []string{"theirs.test", "one.test"}},
+		{"no such sandbox", "ffffffffffff", []string{"No match: no connection of sandbox ffffffffffff"}, []string{"one.test", "No egress yet"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := page.GetPage(t, "/egress?sandbox="+tc.sandbox)
+			body = html.UnescapeString(body)
+			if code != http.StatusOK {
+				t.Fatalf("Got(GET /egress?sandbox=%s) = %d; want 200", tc.sandbox, code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("Got(GET /egress?sandbox=%s) without %q; want it", tc.sandbox, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(body, n) {
+					t.Errorf("Got(GET /egress?sandbox=%s) with %q; want it not", tc.sandbox, n)
+				}
+			}
+			_, js := api.JSON(t, http.MethodGet, "/api/v1/egress-events?sandbox="+tc.sandbox, nil, nil)
+			for _, w := range tc.want {
+				if strings.HasSuffix(w, ".test") && !strings.Contains(js, w) {
+					t.Errorf("Got(API egress-events?sandbox=%s) = %s; want %s", tc.sandbox, js, w)
+				}
+			}
+			if strings.Contains(js, "theirs.test") {
+				t.Errorf("Got(API egress-events?sandbox=%s) = %s; want nothing of tenant B", tc.sandbox, js)
+			}
+		})
+	}
+}
+
+// TestAuditReadable: the audit page names its targets as people know them
+// (a member's email, a secret's name, the policy version) and links them
+// to their pages, but only to the pages the reader may open; the details
+// are key/value pairs, not JSON.
+func TestAuditReadable(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t)})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
+	env.Member(t, acme, "audrey@example.com", tenants.RoleAuditor)
+	env.Invite(t, acme, "newhire@example.com", tenants.RoleDeveloper)
+	ctx, sys := context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}
+	doc := policy.Defaults()
+	doc.Network.Egress.Allow = []policy.Rule{{Domain: "pypi.org", Ports: []int{443}}}
+	if _, err := env.Policies.Save(ctx, sys, acme.ID, policy.Edit{Doc: doc, Reason: "allow pypi.org"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Secrets.Create(ctx, sys, acme.ID, secrets.NewSecret{Name: "GITHUB_TOKEN", Value: "ghp_x", Hosts: []string{"api.github.com"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`<a href="/settings/members">member newhire@example.com</a>`,
+		`<a href="/settings/secrets">secret GITHUB_TOKEN</a>`,
+		`<a href="/policy/versions/1">policy version 1</a>`,
+		`<dt>reason</dt><dd>allow pypi.org</dd>`,
+		`<dt>hosts</dt><dd>api.github.com</dd>`,
+		`<dt>email</dt><dd>newhire@example.com</dd>`,
+	}
+	for _, who := range []string{"ada@example.com", "audrey@example.com"} {
+		_, body := env.Login(t, who).GetPage(t, "/audit")
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("Got(audit page as %s) without %s; want it", who, w)
+			}
+		}
+		if _, table, ok := strings.Cut(body, `<table class="audit`); !ok || strings.Contains(table, `{&#34;`) {
+			t.Errorf("Got(audit table as %s) with JSON details (or none); want key/value pairs", who)
+		}
+
+	}
+}
