@@ -125,3 +125,39 @@ func (t *auditTargets) rows(evs []audit.Event) []views.AuditRow {
 	}
 	return rows
 }
+
+// people names the actors pages record by id (who invited a member, who
+// set a price): a user's email, a token's name; an id it does not know
+// (a system actor, a user since deleted) stays as it is.
+type people struct {
+	h     *Handlers
+	ctx   context.Context
+	known map[string]string
+}
+
+func (h *Handlers) people(ctx context.Context, tenantID string) (*people, error) {
+	t := &auditTargets{members: map[string]string{}, tokens: map[string]string{}, names: map[string]string{}}
+	if err := h.auditNames(ctx, tenantID, t); err != nil {
+		return nil, err
+	}
+	p := &people{h: h, ctx: ctx, known: t.members}
+	for id, name := range t.tokens {
+		p.known[id] = "token " + name
+	}
+	return p, nil
+}
+
+func (p *people) name(id string) string {
+	if id == "" {
+		return ""
+	}
+	if n, ok := p.known[id]; ok {
+		return n
+	}
+	n := id
+	if u, err := p.h.store.UserByID(p.ctx, id); err == nil {
+		n = u.Email
+	}
+	p.known[id] = n
+	return n
+}

@@ -64,7 +64,7 @@ func settingsNav() []navEntry {
 func operatorNav() []navEntry {
 	return []navEntry{
 		{views.NavTenants, "Tenants", "/operator/tenants", ""},
-		{views.NavOperatorUsage, "Usage", "/operator/usage", ""},
+		{views.NavOperatorUsage, "Platform usage", "/operator/usage", ""},
 		{views.NavPrices, "Prices", "/operator/prices", ""},
 		{views.NavHosts, "Hosts", "/operator/hosts", ""},
 	}

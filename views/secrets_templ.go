@@ -245,14 +245,14 @@ func Secrets(p Page, v SecretsView) templ.Component {
 							return templ_7745c5c3_Err
 						}
 						if s.CreatedBy != "" {
-							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<span class=\"muted\">by ")
+							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<span class=\"muted\">")
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
 							var templ_7745c5c3_Var8 string
-							templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(s.CreatedBy)
+							templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(" by " + s.CreatedBy)
 							if templ_7745c5c3_Err != nil {
-								return templ.Error{Err: templ_7745c5c3_Err, FileName: `secrets.templ`, Line: 86, Col: 48}
+								return templ.Error{Err: templ_7745c5c3_Err, FileName: `secrets.templ`, Line: 86, Col: 54}
 							}
 							_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 							if templ_7745c5c3_Err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,30 @@ func TestAuditReadable(t *testing.T) {
 			t.Errorf("Got(audit table as %s) with JSON details (or none); want key/value pairs", who)
 		}
 
+	}
+}
+
+// TestPeopleByName: who invited a member and who set a price show as
+// emails, not user ids.
+func TestPeopleByName(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t), Operators: []string{"olga@example.com"}})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
+	ada := env.Login(t, "ada@example.com")
+	if st, body, _ := ada.Post(t, "/settings/members", url.Values{"email": {"newhire@example.com"}, "role": {"developer"}}); st >= 400 {
+		t.Fatalf("Got(invite) = %d %s; want it done", st, body)
+	}
+	_, page := ada.GetPage(t, "/settings/members")
+	if !strings.Contains(page, `<td data-label="Invited by">ada@example.com</td>`) {
+		t.Errorf("Got(members page) without ada@example.com as who invited newhire; want her email, not her id")
+	}
+	olga := env.Login(t, "olga@example.com")
+	if st, body, _ := olga.Post(t, "/operator/prices", url.Values{"currency": {"USD"}, "vcpu_second": {"0.00001"}, "gib_second": {"0.000001"},
+		"cpu_second": {"0.00001"}, "egress_gb": {"0.09"}}); st >= 400 {
+		t.Fatalf("Got(set price) = %d %s; want it set", st, body)
+	}
+	_, page = olga.GetPage(t, "/operator/prices")
+	if !strings.Contains(page, `<td data-label="Set by">olga@example.com</td>`) {
+		t.Errorf("Got(prices page) without olga@example.com as who set the price; want her email, not her id")
 	}
 }

@@ -152,6 +152,11 @@ func TestWalkBrowser(t *testing.T) {
 					for _, m := range b.ProblemsSince(mark) {
 						t.Errorf("Got(console on %s, %s) %s; want no errors, exceptions or CSP reports", pg, size.name, m)
 					}
+					// Words run together where a template joins text to a
+					// time or a name without a space ("UTCby", "since2026").
+					if joins := webtest.Eval[[]string](t, b, walkJoins); len(joins) > 0 {
+						t.Errorf("Got(text of %s) with words run together: %q; want spaces", pg, joins)
+					}
 					if size.name == "phone" {
 						w := webtest.Eval[[]float64](t, b, `[document.documentElement.scrollWidth, window.innerWidth, document.documentElement.clientWidth]`)
 						if w[0] > float64(size.w) || w[0] > w[2] {
@@ -169,6 +174,10 @@ func TestWalkBrowser(t *testing.T) {
 	}
 	writeWalkTimings(t, timings)
 }
+
+// walkJoins finds text run together: a time's "UTC" followed by a
+// letter, a letter followed by a date.
+const walkJoins = `Array.from(document.body.innerText.matchAll(/\S*(:\d\d UTC[A-Za-z]|[A-Za-z]\d{4}-\d{2}-\d{2})\S*/g), m => m[0]).slice(0, 5)`
 
 // walkOverflowing lists the elements wider than the screen whose parent is
 // not (the ones to fix), for a failure message.
@@ -264,6 +273,11 @@ func seedWalk(t *testing.T, env *webtest.Env, acme tenants.Tenant) {
 	}
 	env.NewToken(t, acme, "nightly-evals", tenants.RoleDeveloper)
 	env.Invite(t, acme, "newhire@example.com", tenants.RoleDeveloper)
+	// A frozen tenant, for the operator's pages.
+	globex := env.TenantNamed(t, "globex", "Globex Industries")
+	if _, err := env.Store.FreezeTenant(ctx, sys, globex.ID, "unpaid invoice"); err != nil {
+		t.Fatalf("freeze tenant: %v", err)
+	}
 	if err := env.DB.FirstOrCreate(&vmpool.Host{URI: "test:///walk", Health: vmpool.HealthOK, CPUs: 4}).Error; err != nil {
 		t.Fatalf("record host: %v", err)
 	}
