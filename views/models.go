@@ -98,6 +98,7 @@ type TenantChoice struct {
 type Flash struct {
 	Kind string // FlashSuccess, FlashError or FlashInfo
 	Text string
+	ID   string // optional element id, for links and tests
 }
 
 // Choice is one option of a select.
