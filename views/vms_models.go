@@ -26,11 +26,11 @@ type VMTable struct {
 	Rows       []VMRow
 	CanEdit    bool
 	CSRF       string
-	ShowTenant bool   // the operators' table across tenants
+	ShowTenant bool // the operators' table across tenants
 	// Operator offers Destroy on every active VM (a stuck one its tenant
 	// cannot end), through the operators' route.
 	Operator bool
-	PollURL    string // fetched every 2 s to replace the table; "" disables it
+	PollURL  string // fetched every 2 s to replace the table; "" disables it
 }
 
 // VMRow is one VM.
