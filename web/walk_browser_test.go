@@ -163,6 +163,11 @@ func TestWalkBrowser(t *testing.T) {
 							t.Errorf("Got(document width of %s at 390 px) = %v (scroll, inner, client); want no wider than the screen; too wide: %v",
 								pg, w, webtest.Eval[[]string](t, b, walkOverflowing))
 						}
+						// Nor is anything cut off inside a box that scrolls
+						// or clips (a form control past a card's edge).
+						if cut := webtest.Eval[[]string](t, b, walkClipped); len(cut) > 0 {
+							t.Errorf("Got(controls of %s cut off at 390 px) %v; want every control on the screen", pg, cut)
+						}
 						continue
 					}
 					nt := webtest.Eval[[]float64](t, b, `(n => [n.responseStart - n.startTime, n.domContentLoadedEventEnd - n.startTime, n.loadEventEnd - n.startTime])(performance.getEntriesByType("navigation")[0])`)
@@ -178,6 +183,14 @@ func TestWalkBrowser(t *testing.T) {
 // walkJoins finds text run together: a time's "UTC" followed by a
 // letter, a letter followed by a date.
 const walkJoins = `Array.from(document.body.innerText.matchAll(/\S*(:\d\d UTC[A-Za-z]|[A-Za-z]\d{4}-\d{2}-\d{2})\S*/g), m => m[0]).slice(0, 5)`
+
+// walkClipped lists the form controls and links whose right edge is past
+// the screen's: hidden in a box that scrolls or clips, a person at phone
+// width cannot reach them (code and terminals scroll by design).
+const walkClipped = `Array.from(document.querySelectorAll("main input:not([type=hidden]), main select, main textarea, main button, main a")).filter(e => {
+  const r = e.getBoundingClientRect();
+  return r.width > 0 && e.checkVisibility() && r.right > document.documentElement.clientWidth + 1 && !e.closest("pre, .xterm, .terminal");
+}).slice(0, 8).map(e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.name ? "[name=" + e.name + "]" : "") + " " + (e.textContent || "").trim().slice(0, 30) + " " + Math.round(e.getBoundingClientRect().right) + "px")`
 
 // walkOverflowing lists the elements wider than the screen whose parent is
 // not (the ones to fix), for a failure message.
