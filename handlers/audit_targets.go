@@ -102,6 +102,11 @@ func (t *auditTargets) target(e audit.Event) (label, href string) {
 		if e.TargetKind == "vm_pool" {
 			label = "VM pool"
 		}
+	case "tenant":
+		if cl := CallerOf(t.c); cl.Tenant.ID == id && cl.Tenant.Name != "" {
+			return "tenant " + cl.Tenant.Name, ""
+		}
+		return "tenant " + views.ShortID(id), ""
 	case "usage":
 		label, href = "usage "+id, "/usage"
 	case "compliance_item":

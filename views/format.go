@@ -124,13 +124,16 @@ func ShortID(id string) string { return termShort(id) }
 type AuditPair struct{ Key, Value string }
 
 // DetailPairs turns an event's details into readable pairs, by key:
-// strings as they are, lists of plain values joined with commas, empty
-// values as a dash, anything nested as compact JSON.
+// strings as they are (times as every page shows them), lists of plain
+// values joined with commas, anything nested as compact JSON; empty
+// values are left out.
 func DetailPairs(details map[string]any) []AuditPair {
 	keys := slices.Sorted(maps.Keys(details))
 	out := make([]AuditPair, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, AuditPair{Key: strings.ReplaceAll(k, "_", " "), Value: detailValue(details[k])})
+		if v := detailValue(details[k]); v != "—" {
+			out = append(out, AuditPair{Key: strings.ReplaceAll(k, "_", " "), Value: v})
+		}
 	}
 	return out
 }
@@ -140,6 +143,9 @@ func detailValue(v any) string {
 	case nil:
 		return "—"
 	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return showTime(t)
+		}
 		return orDash(x)
 	case bool:
 		if x {
