@@ -147,3 +147,44 @@ func TestPeopleByName(t *testing.T) {
 		t.Errorf("Got(prices page) without olga@example.com as who set the price; want her email, not her id")
 	}
 }
+
+// TestComplianceBeforeFirstProbe: until a probe has completed, the page
+// says why its items are at warning (and, to an admin, how to end it);
+// after one, it no longer does.
+func TestComplianceBeforeFirstProbe(t *testing.T) {
+	ce := newComplianceEnv(t, webtest.Options{})
+	for _, tc := range []struct {
+		role tenants.Role
+		want string
+	}{{tenants.RoleAdmin, "Run the probe now (above)"}, {tenants.RoleAuditor, "an admin can run it now"}} {
+		_, body := ce.people[tc.role].GetPage(t, "/compliance")
+		if !strings.Contains(body, `id="compliance-before-probe"`) || !strings.Contains(body, tc.want) {
+			t.Errorf("Got(compliance page as %s before any probe) without the explanation %q; want it", tc.role, tc.want)
+		}
+	}
+	recordProbeRun(t, ce.env.DB, ce.acme.ID, "probe output\n", nil)
+	if _, body := ce.people[tenants.RoleAdmin].GetPage(t, "/compliance"); strings.Contains(body, `id="compliance-before-probe"`) {
+		t.Errorf("Got(compliance page after a probe) with the before-the-first-probe explanation; want it gone")
+	}
+}
+
+// TestEmptyStatesShowCommands: a fresh tenant's empty lists say how to
+// start from the CLI or the API.
+func TestEmptyStatesShowCommands(t *testing.T) {
+	env := webtest.New(t, webtest.Options{DB: dbtest.SQLite(t)})
+	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
+	env.Member(t, acme, "ada@example.com", tenants.RoleAdmin)
+	ada := env.Login(t, "ada@example.com")
+	for path, want := range map[string]string{
+		"/sandboxes": "stockade sandbox create --template debian",
+		"/vms":       `curl -X POST "$STOCKADE_URL/api/v1/vms"`,
+		"/egress":    "stockade sandbox exec SANDBOX_ID -- curl",
+		"/workflows": "stockade workflow apply ci.yaml",
+		"/terminals": "stockade sandbox attach SANDBOX_ID",
+	} {
+		st, body := ada.GetPage(t, path)
+		if body = html.UnescapeString(body); st != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("Got(GET %s of a fresh tenant) = %d without %q; want the command shown", path, st, want)
+		}
+	}
+}
