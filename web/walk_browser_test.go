@@ -95,6 +95,23 @@ func TestWalkBrowser(t *testing.T) {
 
 	b := webtest.NewBrowser(t)
 	b.WatchCSP(t)
+	// The watch sees what a page does against the policy: here an inline
+	// script, which the CSP forbids (and the console reports).
+	mark := b.Mark()
+	b.Do(t, "open /login", chromedp.Navigate(env.URL+"/login"))
+	webtest.Eval[bool](t, b, `(() => { const s = document.createElement("script"); s.textContent = "window.inlineRan = true"; document.head.append(s); return true; })()`)
+	for deadline := time.Now().Add(10 * time.Second); len(b.CSPViolations(t)) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Got(CSP violations after an inline script) = none (watch installed: %v); want the watch to see it",
+				webtest.Eval[bool](t, b, `Array.isArray(window.__stockadeCSP)`))
+		}
+	}
+	// The console reports it too, a moment later.
+	for deadline := time.Now().Add(10 * time.Second); len(b.ProblemsSince(mark)) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Got(console after a CSP violation) = nothing; want the report")
+		}
+	}
 	var timings []walkTiming
 	sizes := []struct {
 		name string
