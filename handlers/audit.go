@@ -130,8 +130,12 @@ func (h *Handlers) Audit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	targets, err := h.auditTargets(c, cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
 	v := views.AuditView{
-		Rows:     auditRows(evs),
+		Rows:     targets.rows(evs),
 		Filter:   views.AuditFilter{Type: f.Type, Actor: q.Get("actor"), Outcome: f.Outcome, Since: q.Get("since"), Until: q.Get("until")},
 		Types:    audit.Types(),
 		Outcomes: audit.Outcomes(),

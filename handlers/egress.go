@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,9 +20,17 @@ import (
 // (handlers.New), so it never fails.
 func (h *Handlers) egressStore() (*egress.Store, error) { return h.egress, nil }
 
-// egressFilter reads ?sandbox=&decision=&limit=.
+// egressFilter reads ?sandbox=&decision=&limit=. The sandbox is its id or
+// the end of it: the 12-character short id every page shows.
 func egressFilter(c echo.Context) (egress.Filter, error) {
-	f := egress.Filter{SandboxID: c.QueryParam("sandbox"), Decision: c.QueryParam("decision")}
+	f := egress.Filter{Decision: c.QueryParam("decision")}
+	switch sb := strings.TrimSpace(c.QueryParam("sandbox")); {
+	case sb == "":
+	case len(sb) < 36 && strings.Trim(strings.ToLower(sb), "0123456789abcdef-") == "":
+		f.SandboxShort = strings.ToLower(sb)
+	default:
+		f.SandboxID = sb
+	}
 	switch f.Decision {
 	case "", egress.DecisionAllow, egress.DecisionDeny:
 	default:
@@ -75,7 +84,7 @@ func (h *Handlers) EgressPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f.Limit = 200
+	f.Limit = views.EgressPageRows
 	evs, err := st.Events(c.Request().Context(), CallerOf(c).Tenant.ID, f)
 	if err != nil {
 		return err

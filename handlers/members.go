@@ -28,10 +28,14 @@ func (h *Handlers) membersView(c echo.Context, form views.InviteForm) (views.Mem
 		return views.MembersView{}, err
 	}
 	v := views.MembersView{CanEdit: tenants.Can(cl.Role, tenants.PermMembersWrite), Roles: roleNames(), Form: form}
+	who, err := h.people(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return views.MembersView{}, err
+	}
 	for _, m := range ms {
 		v.Rows = append(v.Rows, views.MemberRow{
 			ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(),
-			InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt,
+			InvitedBy: who.name(m.InvitedBy), CreatedAt: m.CreatedAt,
 		})
 	}
 	return v, nil

@@ -65,7 +65,7 @@ func operatorNav() []navEntry {
 	return []navEntry{
 		{views.NavPlatform, "Overview", "/operator", ""},
 		{views.NavTenants, "Tenants", "/operator/tenants", ""},
-		{views.NavOperatorUsage, "Usage", "/operator/usage", ""},
+		{views.NavOperatorUsage, "Platform usage", "/operator/usage", ""},
 		{views.NavPrices, "Prices", "/operator/prices", ""},
 		{views.NavHosts, "Hosts", "/operator/hosts", ""},
 	}

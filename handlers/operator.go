@@ -1,12 +1,15 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
@@ -105,4 +108,27 @@ func (h *Handlers) APICreateTenant(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusCreated, TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
+}
+
+// OperatorDestroyVM destroys any tenant's VM from /operator/hosts: POST
+// /operator/vms/:id/destroy. It is for a VM stuck booting or stopping (a
+// hung guest, an agent that never answers) that its tenant cannot end;
+// the VM's tenant's audit log records vm.destroyed by the operator.
+func (h *Handlers) OperatorDestroyVM(c echo.Context) error {
+	const back = "/operator/hosts"
+	svc, err := h.vmService()
+	if err != nil {
+		return h.vmActionResultTo(c, err, "", back)
+	}
+	ctx, id := c.Request().Context(), c.Param("id")
+	sts, err := svc.ListAll(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(sts, func(st vmpool.Status) bool { return st.ID == id })
+	if i < 0 {
+		return fmt.Errorf("destroy vm %s: %w", id, errdefs.ErrNotFound)
+	}
+	_, err = svc.Destroy(ctx, CallerOf(c).Actor(c), sts[i].TenantID, id)
+	return h.vmActionResultTo(c, err, "VM "+shortID(id)+" destroyed.", back)
 }

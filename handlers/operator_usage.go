@@ -454,7 +454,7 @@ func (h *Handlers) pricesView(c echo.Context, slug string, platformForm, tenantF
 		}
 	}
 	if slug == "" {
-		return v, nil
+		return h.namePriceSetters(ctx, v)
 	}
 	tn, err := h.store.TenantBySlug(ctx, slug)
 	if err != nil {
@@ -470,6 +470,24 @@ func (h *Handlers) pricesView(c echo.Context, slug string, platformForm, tenantF
 	}
 	for _, p := range th {
 		v.TenantHistory = append(v.TenantHistory, opPriceRow(p, now, tcur.ID))
+	}
+	return h.namePriceSetters(ctx, v)
+}
+
+// namePriceSetters shows who set each price by email, not user id.
+func (h *Handlers) namePriceSetters(ctx context.Context, v views.PricesView) (views.PricesView, error) {
+	who, err := h.people(ctx, "")
+	if err != nil {
+		return v, err
+	}
+	for _, rows := range [][]views.PriceRow{v.PlatformHistory, v.TenantHistory} {
+		for i := range rows {
+			rows[i].CreatedBy = who.name(rows[i].CreatedBy)
+		}
+	}
+	v.Platform.CreatedBy, v.TenantCurrent.CreatedBy = who.name(v.Platform.CreatedBy), who.name(v.TenantCurrent.CreatedBy)
+	for i := range v.Overrides {
+		v.Overrides[i].Price.CreatedBy = who.name(v.Overrides[i].Price.CreatedBy)
 	}
 	return v, nil
 }

@@ -314,10 +314,12 @@ func (h *Handlers) PolicyPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	p := h.page(c, "Policy", "policy")
 	if n, err := strconv.Atoi(c.QueryParam("saved")); err == nil {
 		v.Saved = n
+		p.Flash = append(p.Flash, views.Flash{Kind: views.FlashSuccess, Text: "Saved as version " + strconv.Itoa(n) + ".", ID: "policy-saved"})
 	}
-	return render(c, http.StatusOK, views.Policy(h.page(c, "Policy", "policy"), v))
+	return render(c, http.StatusOK, views.Policy(p, v))
 }
 
 // SavePolicySection previews (op=preview) or saves (op=save) one section's

@@ -88,7 +88,12 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 	}
 	v.Created, v.CreatedEchoable = created, slices.ContainsFunc(sec.Inject, secrets.Echoable)
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return render(c, status, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+	p := h.page(c, "Secrets", views.NavSecrets)
+	if created != "" {
+		p.Flash = append(p.Flash, views.Flash{Kind: views.FlashSuccess, ID: "secret-saved",
+			Text: "Secret " + created + " saved. Its value cannot be shown again: to change it, revoke it and create it anew."})
+	}
+	return render(c, status, views.Secrets(p, v))
 }
 
 // newSecretForm is the empty create form: Authorization ticked.

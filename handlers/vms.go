@@ -366,6 +366,11 @@ func (h *Handlers) VMsTable(c echo.Context) error {
 // redirect back to the page. Errors a person can act on become messages;
 // not-found and anything unexpected go to the error page.
 func (h *Handlers) vmActionResult(c echo.Context, err error, success string) error {
+	return h.vmActionResultTo(c, err, success, "/vms")
+}
+
+// vmActionResultTo is vmActionResult back to the page at to.
+func (h *Handlers) vmActionResultTo(c echo.Context, err error, success, to string) error {
 	if err != nil {
 		switch {
 		case errors.Is(err, vmpool.ErrUnavailable):
@@ -375,10 +380,10 @@ func (h *Handlers) vmActionResult(c echo.Context, err error, success string) err
 		default:
 			return err
 		}
-		return redirect(c, "/vms")
+		return redirect(c, to)
 	}
 	h.flash(c, views.FlashSuccess, success)
-	return redirect(c, "/vms")
+	return redirect(c, to)
 }
 
 // StartVM boots a VM from the page: POST /vms.
@@ -481,7 +486,10 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 
 // OperatorHosts lists hosts and every tenant's VMs: GET /operator/hosts.
 func (h *Handlers) OperatorHosts(c echo.Context) error {
-	v := views.HostsView{VMs: views.VMTable{ShowTenant: true}}
+	v := views.HostsView{VMs: views.VMTable{ShowTenant: true, Operator: true}}
+	if tok, ok := c.Get(CSRFContextKey).(string); ok {
+		v.VMs.CSRF = tok
+	}
 	svc, err := h.vmService()
 	if err != nil {
 		v.Unavailable = err.Error()

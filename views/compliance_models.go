@@ -145,3 +145,14 @@ func probeDuration(r ProbeRunRow) string {
 	}
 	return r.EndedAt.Sub(r.StartedAt).Round(100 * time.Millisecond).String()
 }
+
+// NoProbeYet says no probe run has completed: the items the probe proves
+// are at warning for want of evidence, which the page explains.
+func (v ComplianceView) NoProbeYet() bool {
+	for _, r := range v.Probes {
+		if r.State == "completed" {
+			return false
+		}
+	}
+	return true
+}

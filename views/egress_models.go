@@ -38,3 +38,23 @@ type EgressRow struct {
 }
 
 func egressSandboxURL(id string) string { return "/sandboxes/" + id }
+
+// EgressPageRows is how many decisions the egress page lists.
+const EgressPageRows = 200
+
+func egressDecisionWord(d string) string {
+	switch d {
+	case "allow":
+		return "allowed "
+	case "deny":
+		return "denied "
+	}
+	return ""
+}
+
+func egressSandboxWords(sb string) string {
+	if sb == "" {
+		return ""
+	}
+	return "of sandbox " + sb + " "
+}

@@ -2,10 +2,15 @@ package views
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/a-h/templ"
 )
 
 // displayTime is how every time is shown: UTC, to the minute, unambiguous.
@@ -108,4 +113,79 @@ func defaultRole(role string, roles []string) string {
 		return "developer"
 	}
 	return ""
+}
+
+// ShortID is the short form of an id that every list shows: its last 12
+// characters (a UUIDv7's random tail; the head is a timestamp that many
+// ids share).
+func ShortID(id string) string { return termShort(id) }
+
+// AuditPair is one key/value of an audit event's details, as shown.
+type AuditPair struct{ Key, Value string }
+
+// DetailPairs turns an event's details into readable pairs, by key:
+// strings as they are (times as every page shows them), lists of plain
+// values joined with commas, anything nested as compact JSON; empty
+// values are left out.
+func DetailPairs(details map[string]any) []AuditPair {
+	keys := slices.Sorted(maps.Keys(details))
+	out := make([]AuditPair, 0, len(keys))
+	for _, k := range keys {
+		if v := detailValue(details[k]); v != "—" {
+			out = append(out, AuditPair{Key: strings.ReplaceAll(k, "_", " "), Value: v})
+		}
+	}
+	return out
+}
+
+func detailValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "—"
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return showTime(t)
+		}
+		return orDash(x)
+	case bool:
+		if x {
+			return "yes"
+		}
+		return "no"
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			switch e.(type) {
+			case map[string]any, []any:
+				b, _ := json.Marshal(x)
+				return string(b)
+			}
+			parts = append(parts, detailValue(e))
+		}
+		if len(parts) == 0 {
+			return "—"
+		}
+		return strings.Join(parts, ", ")
+	case []string:
+		if len(x) == 0 {
+			return "—"
+		}
+		return strings.Join(x, ", ")
+	default:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return fmt.Sprint(x)
+		}
+		return string(b)
+	}
+}
+
+// isoDate makes a text input take a date as YYYY-MM-DD, the form every
+// page shows dates in (a native date input shows the browser's locale,
+// 12/01/2026 in en-US); the server reads the same value either way.
+func isoDate() templ.Attributes {
+	return templ.Attributes{"pattern": `\d{4}-\d{2}-\d{2}`, "inputmode": "numeric", "maxlength": "10", "size": "10",
+		"title": "A date as YYYY-MM-DD", "autocomplete": "off", "data-autosubmit-ignore": true}
 }

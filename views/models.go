@@ -98,6 +98,7 @@ type TenantChoice struct {
 type Flash struct {
 	Kind string // FlashSuccess, FlashError or FlashInfo
 	Text string
+	ID   string // optional element id, for links and tests
 }
 
 // Choice is one option of a select.
@@ -230,8 +231,10 @@ type AuditRow struct {
 	Type       string
 	Actor      string
 	Target     string
+	TargetHref string // the target's page; empty: no link
 	Outcome    string
-	Details    string
+	Details    string      // compact JSON (exports, the dashboard)
+	Pairs      []AuditPair // the details as shown on the audit page
 	RemoteAddr string
 }
 

@@ -61,11 +61,11 @@ func OperatorUsage(p Page, v OperatorUsageView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = formField(field{Form: "period", Name: "from", Label: "From", Type: "date", Value: v.From, Errors: v.Errors}).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = formField(field{Form: "period", Name: "from", Label: "From", Type: "text", Value: v.From, Errors: v.Errors, Placeholder: "YYYY-MM-DD", Attrs: isoDate()}).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = formField(field{Form: "period", Name: "to", Label: "To (inclusive)", Type: "date", Value: v.To, Errors: v.Errors}).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = formField(field{Form: "period", Name: "to", Label: "To (inclusive)", Type: "text", Value: v.To, Errors: v.Errors, Placeholder: "YYYY-MM-DD", Attrs: isoDate()}).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -26,8 +26,11 @@ type VMTable struct {
 	Rows       []VMRow
 	CanEdit    bool
 	CSRF       string
-	ShowTenant bool   // the operators' table across tenants
-	PollURL    string // fetched every 2 s to replace the table; "" disables it
+	ShowTenant bool // the operators' table across tenants
+	// Operator offers Destroy on every active VM (a stuck one its tenant
+	// cannot end), through the operators' route.
+	Operator bool
+	PollURL  string // fetched every 2 s to replace the table; "" disables it
 }
 
 // VMRow is one VM.
@@ -163,4 +166,14 @@ func phaseLabel(r VMRow) string {
 		return r.State
 	}
 	return strings.ReplaceAll(r.Phase, "_", " ")
+}
+
+// operatorDestroyConfirm is what an operator confirms before destroying a
+// tenant's VM.
+func operatorDestroyConfirm(r VMRow) string {
+	what := "Destroy VM " + r.shortID() + " of tenant " + r.Tenant + " now (" + r.State + ")?"
+	if r.Acquired {
+		what += " It is in use: its sandboxes end at once."
+	}
+	return what + " The tenant's audit log records it as yours."
 }

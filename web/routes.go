@@ -165,6 +165,7 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: get, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorTenants},
 		{Method: post, Path: "/operator/tenants", Perm: tenants.PermOperator, Handler: h.OperatorCreateTenant},
 		{Method: get, Path: "/operator/hosts", Perm: tenants.PermOperator, Handler: h.OperatorHosts},
+		{Method: post, Path: "/operator/vms/:id/destroy", Perm: tenants.PermOperator, Handler: h.OperatorDestroyVM},
 		{Method: post, Path: "/operator/tenants/:id/quota", Perm: tenants.PermOperator, Handler: h.OperatorSetQuota},
 		{Method: get, Path: "/operator/usage", Perm: tenants.PermOperator, Handler: h.OperatorUsagePage},
 		{Method: get, Path: "/operator/prices", Perm: tenants.PermOperator, Handler: h.PricesPage},

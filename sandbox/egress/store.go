@@ -172,6 +172,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 // Filter narrows Events.
 type Filter struct {
 	SandboxID string
+	// SandboxShort matches the sandbox whose id is it or ends with it (the
+	// short id the pages show); hex digits and dashes only.
+	SandboxShort string
 	// Decision is DecisionAllow, DecisionDeny or "" for both.
 	Decision string
 	// Limit bounds the list; 0 or over MaxEvents means MaxEvents.
@@ -186,6 +189,12 @@ func (s *Store) Events(ctx context.Context, tenantID string, f Filter) ([]Event,
 	q := s.db.WithContext(ctx).Where("tenant_id = ?", tenantID)
 	if f.SandboxID != "" {
 		q = q.Where("sandbox_id = ?", f.SandboxID)
+	}
+	if f.SandboxShort != "" {
+		if strings.Trim(f.SandboxShort, "0123456789abcdef-") != "" {
+			return nil, fmt.Errorf("egress events of tenant %s: short sandbox id %q is not hex", tenantID, f.SandboxShort)
+		}
+		q = q.Where("(sandbox_id = ? OR sandbox_id LIKE ?)", f.SandboxShort, "%"+f.SandboxShort)
 	}
 	if f.Decision != "" {
 		q = q.Where("decision = ?", f.Decision)

@@ -220,4 +220,19 @@
   document.addEventListener("htmx:load", function (ev) {
     if (ev.target instanceof Element) enhance(ev.target);
   });
+  // The Menu button (shell.templ) folds the navigation away on narrow
+  // screens: shown only when this script runs, so without it the
+  // navigation stays a strip above the content.
+  document.querySelectorAll("[data-navtoggle]").forEach(function (btn) {
+    var nav = document.getElementById(btn.getAttribute("aria-controls"));
+    if (!nav) return;
+    document.documentElement.classList.add("js-nav");
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      var open = !nav.classList.contains("open");
+      nav.classList.toggle("open", open);
+      btn.setAttribute("aria-expanded", String(open));
+      btn.textContent = open ? "Close menu" : "Menu";
+    });
+  });
 })();

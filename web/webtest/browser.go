@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -172,15 +175,65 @@ func (b *Browser) Messages() []chromedp.ConsoleMessage {
 
 // Problems returns the console messages that mean a page is broken: errors,
 // uncaught exceptions, warnings, and every Content Security Policy report.
-func (b *Browser) Problems() []string {
+func (b *Browser) Problems() []string { return problems(b.Messages()) }
+
+func problems(msgs []chromedp.ConsoleMessage) []string {
 	var out []string
-	for _, m := range b.Messages() {
+	for _, m := range msgs {
 		csp := strings.Contains(m.Text, "Content Security Policy") || strings.Contains(m.Text, "Content-Security-Policy")
 		if csp || m.IsException() || m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning {
 			out = append(out, m.String()+" ("+m.URL+")")
 		}
 	}
 	return out
+}
+
+// Mark is a position in the tab's console: ProblemsSince(mark) returns
+// only what came after it (one page's problems in a walk of many).
+func (b *Browser) Mark() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.msgs)
+}
+
+// ProblemsSince is Problems after mark.
+func (b *Browser) ProblemsSince(mark int) []string {
+	b.mu.Lock()
+	later := append([]chromedp.ConsoleMessage(nil), b.msgs[min(mark, len(b.msgs)):]...)
+	b.mu.Unlock()
+	return problems(later)
+}
+
+// cspWatch runs in every document before its own scripts: it keeps each
+// securitypolicyviolation event the page raises, so a test reads them from
+// the page itself rather than waiting for the console to report them.
+const cspWatch = `window.__stockadeCSP = [];
+document.addEventListener("securitypolicyviolation", e => window.__stockadeCSP.push(e.violatedDirective + " blocked " + (e.blockedURI || "inline") + " at " + e.sourceFile + ":" + e.lineNumber));`
+
+// WatchCSP makes every page the tab opens from now on record its Content
+// Security Policy violations for CSPViolations.
+func (b *Browser) WatchCSP(t testing.TB) {
+	t.Helper()
+	b.Do(t, "watch CSP violations", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: cspWatch})
+		return err
+	}))
+}
+
+// CSPViolations returns the violations the page on show has raised (since
+// WatchCSP; nil before).
+func (b *Browser) CSPViolations(t testing.TB) []string {
+	t.Helper()
+	return Eval[[]string](t, b, `window.__stockadeCSP || []`)
+}
+
+// ClearCookies signs the tab out of everything: it forgets every cookie.
+func (b *Browser) ClearCookies(t testing.TB) {
+	t.Helper()
+	b.Do(t, "clear cookies", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.ClearBrowserCookies, cdp.Empty{})
+		return err
+	}))
 }
 
 // Screenshot saves a full-page PNG of the tab as dir/name.
