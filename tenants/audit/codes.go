@@ -47,6 +47,12 @@ const (
 	TypeSandboxStopped     = "sandbox.stopped"
 	TypeSandboxFileWritten = "sandbox.file_written"
 	TypeSandboxFileRead    = "sandbox.file_read"
+	// The process API: a process started, a signal sent to one (details:
+	// process_id, pid, signal), a running sandbox's lifetime set (details:
+	// timeout_seconds, expires_at, previous_expires_at).
+	TypeProcessStarted    = "process.started"
+	TypeProcessSignaled   = "process.signaled"
+	TypeSandboxTimeoutSet = "sandbox.timeout_set"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -154,6 +160,9 @@ var codes = map[string]string{
 	TypeSandboxStopped:     "SS8004W",
 	TypeSandboxFileWritten: "SS8005I",
 	TypeSandboxFileRead:    "SS8006I",
+	TypeProcessStarted:     "SS8020I",
+	TypeProcessSignaled:    "SS8021I",
+	TypeSandboxTimeoutSet:  "SS8022I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",
