@@ -15,6 +15,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
+	"github.com/stockade-dev/stockade/views"
 )
 
 // The process API (sandbox/process.go): commands that run detached from
@@ -268,4 +269,18 @@ func (h *Handlers) APISetTimeout(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, sandboxJSON(sb))
+}
+
+// sandboxProcesses are the processes a sandbox page lists.
+func (h *Handlers) sandboxProcesses(c echo.Context, sandboxID string) (views.SandboxProcesses, error) {
+	ps, err := h.sbx.ListProcesses(c.Request().Context(), CallerOf(c).Tenant.ID, sandboxID)
+	if err != nil {
+		return views.SandboxProcesses{}, err
+	}
+	out := views.SandboxProcesses{Rows: make([]views.ProcessRow, 0, len(ps))}
+	for _, p := range ps {
+		out.Rows = append(out.Rows, views.ProcessRow{PID: p.PID, Command: p.Argv(), Tag: p.Tag, State: p.State, ExitCode: p.ExitCode,
+			Signal: p.Signal, Reason: p.Reason, StartedBy: p.StartedByName, StartedAt: p.StartedAt, OutputBytes: p.OutputBytes, TTY: p.TTY})
+	}
+	return out, nil
 }
