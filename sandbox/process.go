@@ -284,6 +284,13 @@ func newProcesses() *processes {
 	return &processes{live: map[string]*liveProcess{}, starting: map[string]int{}, ended: map[string][]string{}}
 }
 
+// unstart ends a start's count; r.mu is held.
+func (r *processes) unstart(sandboxID string) {
+	if r.starting[sandboxID]--; r.starting[sandboxID] <= 0 {
+		delete(r.starting, sandboxID)
+	}
+}
+
 func (r *processes) get(id string) *liveProcess {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -348,10 +355,11 @@ func (s *Service) StartProcess(ctx context.Context, actor audit.Actor, tenantID,
 	r.mu.Lock()
 	r.starting[sb.ID]++
 	r.mu.Unlock()
+	started := false // counted as live from then on; r.mu guards it
 	defer func() {
 		r.mu.Lock()
-		if r.starting[sb.ID]--; r.starting[sb.ID] <= 0 {
-			delete(r.starting, sb.ID)
+		if !started {
+			r.unstart(sb.ID)
 		}
 		r.mu.Unlock()
 	}()
@@ -396,17 +404,26 @@ func (s *Service) StartProcess(ctx context.Context, actor audit.Actor, tenantID,
 		}
 		return Process{}, agentErr("start process in sandbox "+sb.ID, err)
 	}
+	p.mu.Lock()
 	p.e = e
 	p.rec.PID = uint32(max(e.PID(), 0))
 	rec = p.rec
+	p.mu.Unlock()
+	// Live before its row exists: the adopt loop never takes a process
+	// being started here for one a stopped server left.
+	r.mu.Lock()
+	r.live[id] = p
+	r.unstart(sb.ID)
+	started = true
+	r.mu.Unlock()
 	if err := s.store.insertProcess(context.WithoutCancel(ctx), actor, rec, req); err != nil {
+		r.mu.Lock()
+		delete(r.live, id)
+		r.mu.Unlock()
 		e.Close() // kills it: nothing recorded, nothing left running
 		cancel()
 		return Process{}, err
 	}
-	r.mu.Lock()
-	r.live[id] = p
-	r.mu.Unlock()
 	go s.followProcess(p, cancel)
 	s.log.Info("process started", "sandbox", sb.ID, "process", id, "pid", rec.PID, "actor", actorName(actor))
 	if err := s.store.touch(context.WithoutCancel(ctx), sb.ID); err != nil {
