@@ -454,9 +454,13 @@ func (s *Service) followProcess(p *liveProcess, cancel context.CancelFunc) {
 		return
 	}
 	now := s.store.now()
-	code := st.Code
+	// The guest's claim, bounded.
+	code, reason, signal := st.Code, st.Reason, truncate(strings.ToValidUTF8(st.Signal, ""), 16)
+	if !validExitReason(reason) {
+		reason = ReasonLost
+	}
 	p.mu.Lock()
-	p.rec.State, p.rec.ExitCode, p.rec.Signal, p.rec.Reason, p.rec.EndedAt = ProcessExited, &code, st.Signal, st.Reason, &now
+	p.rec.State, p.rec.ExitCode, p.rec.Signal, p.rec.Reason, p.rec.EndedAt = ProcessExited, &code, signal, reason, &now
 	rec := p.snapshotLocked()
 	p.signal()
 	p.mu.Unlock()
