@@ -234,7 +234,7 @@ func (h *Handlers) APIProcessResize(c echo.Context) error {
 }
 
 // APIProcessWait waits for a process to end, for at most
-// ?timeout_seconds= (default 60): POST .../processes/:pid/wait answers the
+// ?timeout_seconds= (default 60): GET .../processes/:pid/wait answers the
 // process as it is then (still running when the wait ran out).
 func (h *Handlers) APIProcessWait(c echo.Context) error {
 	pid, err := h.processSandbox(c)

@@ -187,7 +187,7 @@ func TestProcessAPI(t *testing.T) {
 	}
 	api0.JSON(t, http.MethodPost, processPath(sb.ID, tp.PID, "/stdin"), map[string]string{"data": "\n"}, nil)
 	var ended api.Process
-	if s, b := api0.JSON(t, http.MethodPost, processPath(sb.ID, tp.PID, "/wait?timeout_seconds=120"), nil, &ended); s != http.StatusOK || ended.State != "exited" || ended.ExitCode == nil || *ended.ExitCode != 0 {
+	if s, b := api0.JSON(t, http.MethodGet, processPath(sb.ID, tp.PID, "/wait?timeout_seconds=120"), nil, &ended); s != http.StatusOK || ended.State != "exited" || ended.ExitCode == nil || *ended.ExitCode != 0 {
 		t.Fatalf("Got(wait tty process) = %d %s; want exited 0", s, b)
 	}
 	if o, _ := readOutput(t, api0, sb.ID, tp.PID, 0); !strings.Contains(o, "30 100") {
@@ -198,7 +198,7 @@ func TestProcessAPI(t *testing.T) {
 	if s, b := api0.JSON(t, http.MethodPost, processPath(sb.ID, p.PID, "/signal"), map[string]string{"signal": "SIGTERM"}, nil); s != http.StatusNoContent {
 		t.Fatalf("Got(SIGTERM) = %d %s; want 204", s, b)
 	}
-	if s, b := api0.JSON(t, http.MethodPost, processPath(sb.ID, p.PID, "/wait?timeout_seconds=120"), nil, &ended); s != http.StatusOK ||
+	if s, b := api0.JSON(t, http.MethodGet, processPath(sb.ID, p.PID, "/wait?timeout_seconds=120"), nil, &ended); s != http.StatusOK ||
 		ended.State != "exited" || ended.Signal != "TERM" || ended.Reason != "killed" || ended.EndedAt == nil {
 		t.Fatalf("Got(wait after SIGTERM) = %d %s; want exited by TERM, killed", s, b)
 	}

@@ -349,7 +349,7 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: post, Path: "/api/v1/sandboxes/:id/processes/:pid/resize", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIProcessResize,
 			Doc: &Doc{Summary: "Resize a process's terminal", Tag: "processes", Params: api.ProcessParams{}, Body: jsonIn(api.ProcessResize{}),
 				Answers: done, Errors: map[int]string{404: "No process with that pid", 409: "It ended", 422: "It has no terminal, or a size out of range"}}},
-		{Method: post, Path: "/api/v1/sandboxes/:id/processes/:pid/wait", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APIProcessWait,
+		{Method: get, Path: "/api/v1/sandboxes/:id/processes/:pid/wait", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APIProcessWait,
 			Doc: &Doc{Summary: "Wait for a process to end (at most timeout_seconds)", Tag: "processes", Params: api.ProcessWaitQuery{},
 				Answers: ok("The process: ended, or still running when the wait ran out", api.Process{}), Errors: map[int]string{404: "No process with that pid"}}},
 		{Method: post, Path: "/api/v1/sandboxes/:id/timeout", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APISetTimeout,
