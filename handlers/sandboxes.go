@@ -609,9 +609,11 @@ func (h *Handlers) CreateSandbox(c echo.Context) error {
 	return render(c, status, views.Sandboxes(h.page(c, "Sandboxes", views.NavSandboxes), v))
 }
 
-// formSpec reads the create form: whole numbers, timeout in minutes.
+// formSpec reads the create form: whole numbers, timeout in minutes; an
+// error names every field at fault.
 func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
 	spec := sandbox.Spec{Template: f.Template}
+	var errs []error
 	for _, x := range []struct {
 		name, raw string
 		dst       *int
@@ -623,12 +625,16 @@ func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
 		}
 		n, err := strconv.Atoi(x.raw)
 		if err != nil || n < 1 {
-			return sandbox.Spec{}, errdefs.Invalid(x.name, "number", "must be a whole number of at least 1")
+			errs = append(errs, errdefs.Invalid(x.name, "number", "must be a whole number of at least 1"))
+			continue
 		}
 		*x.dst = n
 	}
 	if spec.TimeoutSeconds > sandbox.MaxTimeoutSeconds/60 {
-		return sandbox.Spec{}, errdefs.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60))
+		errs = append(errs, errdefs.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60)))
+	}
+	if len(errs) > 0 {
+		return sandbox.Spec{}, errors.Join(errs...)
 	}
 	spec.TimeoutSeconds *= 60
 	return spec, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -319,6 +320,11 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	case "POST /settings/secrets/:name/inject":
 		return url.Values{"inject": {"authorization"}}, nil
 	case "POST /settings/integrations":
+		// The form's signing secret is one of the tenant's live secrets.
+		if _, err := f.env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID,
+			secrets.NewSecret{Name: "HOOK_KEY", Value: "whsec_x", Hosts: []string{"example.com"}}); err != nil && !errdefs.IsConflict(err) {
+			return nil, nil // the call fails and says so
+		}
 		return url.Values{"url": {fmt.Sprintf("https://form-%d.example.com/in", n)}, "secret_name": {"HOOK_KEY"}}, nil
 	case "POST /api/v1/integrations/webhooks":
 		return nil, map[string]any{"url": fmt.Sprintf("https://api-%d.example.com/in", n), "secret_name": "HOOK_KEY"}
