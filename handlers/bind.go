@@ -133,3 +133,42 @@ func reshow(c echo.Context, err error, r refusal, errs *map[string]string, page 
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return render(c, status, comp)
 }
+
+// inputErrors is fieldErrors for a query that filters a page: every field
+// a *errdefs.MalformedError or *errdefs.FieldError in err names (a period
+// that is no date, outcome not one of the list), the first message per
+// field; nil when err names none.
+func inputErrors(err error) map[string]string {
+	out := map[string]string{}
+	var walk func(error)
+	walk = func(err error) {
+		var me *errdefs.MalformedError
+		var fe *errdefs.FieldError
+		switch {
+		case errors.As(err, &fe) && err == error(fe):
+			if _, ok := out[fe.Field]; !ok {
+				out[fe.Field] = fe.Detail
+			}
+		case errors.As(err, &me) && err == error(me) && me.Field != "":
+			if _, ok := out[me.Field]; !ok {
+				out[me.Field] = me.Detail
+			}
+		default:
+			switch u := err.(type) {
+			case interface{ Unwrap() []error }:
+				for _, e := range u.Unwrap() {
+					walk(e)
+				}
+			case interface{ Unwrap() error }:
+				if e := u.Unwrap(); e != nil {
+					walk(e)
+				}
+			}
+		}
+	}
+	walk(err)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

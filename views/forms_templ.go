@@ -63,9 +63,9 @@ func (f field) hasChoice() bool {
 
 func fieldsToFix(n int) string {
 	if n == 1 {
-		return "Not saved: check the field marked below."
+		return "Check the field marked below."
 	}
-	return "Not saved: check the " + strconv.Itoa(n) + " fields marked below."
+	return "Check the " + strconv.Itoa(n) + " fields marked below."
 }
 
 func roleChoices(roles []string) []Choice {

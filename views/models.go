@@ -267,6 +267,8 @@ type AuditFilter struct {
 	Outcome string
 	Since   string
 	Until   string
+	// Errors name the filter's fields that could not be read.
+	Errors map[string]string
 }
 
 // SettingsView is the user's profile and session.
