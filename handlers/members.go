@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/a-h/templ"
@@ -78,9 +80,22 @@ func (h *Handlers) SetMemberRole(c echo.Context) error {
 	return redirect(c, "/settings/members")
 }
 
-// RemoveMember removes a member from the members page.
+// RemoveMember removes a member from the members page, confirmed.
 func (h *Handlers) RemoveMember(c echo.Context) error {
 	cl := CallerOf(c)
+	ms, err := h.store.ListMembers(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ms, func(m tenants.Membership) bool { return m.ID == c.Param("id") })
+	if i < 0 {
+		return fmt.Errorf("member %s: %w", c.Param("id"), errdefs.ErrNotFound)
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Remove " + ms[i].Email,
+		Summary: []string{"Removing " + ms[i].Email + " (" + string(ms[i].Role) + ") from this tenant ends their access at once: their sessions here stop working. Their past actions stay in the audit log."},
+		Button:  "Remove member", Cancel: "/settings/members"}); asked {
+		return err
+	}
 	if err := h.store.RemoveMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
 			h.flash(c, "error", "Not removed: "+err.Error())

@@ -46,7 +46,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		keys = []string{}
 	}
 	return SandboxJSON{
-		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, TemplateVersion: sb.TemplateVersion,
+		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, TemplateVersion: sb.TemplateVersion,
 		VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, TimeoutSeconds: sb.TimeoutSeconds, IdleTimeoutSeconds: sb.IdleTimeoutSeconds,
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
@@ -467,7 +467,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 
 func sandboxRow(sb sandbox.Sandbox) views.SandboxRow {
 	return views.SandboxRow{
-		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, VCPUs: sb.VCPUs,
+		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, VCPUs: sb.VCPUs,
 		MemoryMiB: sb.MemoryMiB, VMID: sb.VMID, CreatedBy: sb.CreatedByName, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
 		EndedAt: sb.EndedAt, Execs: sb.Execs,
 	}
@@ -542,6 +542,9 @@ func (h *Handlers) sandboxesView(c echo.Context, form *views.SandboxForm) (views
 	}
 	if v.CanEdit {
 		v.QuotaLines = h.quotaWarningsView(c)
+	}
+	if why := h.frozenReason(c); why != "" {
+		v.Unavailable = why // the create form is disabled, saying why
 	}
 	if form != nil {
 		v.Form = *form
@@ -720,6 +723,9 @@ func (h *Handlers) SandboxLive(c echo.Context) error {
 // DestroySandbox destroys a sandbox from its page or the list:
 // POST /sandboxes/:id/destroy.
 func (h *Handlers) DestroySandbox(c echo.Context) error {
+	if asked, err := h.confirmDestroySandbox(c); asked {
+		return err
+	}
 	svc, err := h.sandboxService()
 	if err == nil {
 		cl := CallerOf(c)

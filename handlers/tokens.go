@@ -168,8 +168,27 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 	return render(c, http.StatusOK, views.Tokens(h.page(c, "API tokens", "tokens"), v))
 }
 
-// RevokeToken revokes a token from the tokens page.
+// RevokeToken revokes a token from the tokens page, confirmed.
 func (h *Handlers) RevokeToken(c echo.Context) error {
+	// The token the caller may revoke (their own, or any with
+	// tokens.write): another's is not found, confirmation or not.
+	cl := CallerOf(c)
+	ts, err := h.store.ListTokens(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	owner, anyToken := tokenOwner(cl), tenants.Can(cl.Role, tenants.PermTokensWrite)
+	i := slices.IndexFunc(ts, func(t tenants.APIToken) bool {
+		return t.ID == c.Param("id") && (anyToken || (owner != "" && t.CreatedByUserID != nil && *t.CreatedByUserID == owner))
+	})
+	if i < 0 {
+		return fmt.Errorf("revoke token %s: %w", c.Param("id"), errdefs.ErrNotFound)
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Revoke token " + ts[i].Name,
+		Summary: []string{"Revoking " + ts[i].Name + " (" + ts[i].Prefix + ", " + string(ts[i].Role) + ") stops it working at once: every CLI, agent or script using it gets 401 from its next request."},
+		Button:  "Revoke token", Cancel: "/settings/tokens"}); asked {
+		return err
+	}
 	if err := h.revokeToken(c); err != nil {
 		return err
 	}

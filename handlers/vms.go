@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -289,6 +291,9 @@ func (h *Handlers) vmsView(c echo.Context, form *views.PoolForm) (views.VMsView,
 	if err := svc.Available(); err != nil {
 		v.Unavailable = err.Error()
 	}
+	if why := h.frozenReason(c); why != "" {
+		v.Unavailable = why
+	}
 	p, err := svc.Pool(ctx, cl.Tenant.ID)
 	if err != nil {
 		return views.VMsView{}, err
@@ -358,16 +363,46 @@ func (h *Handlers) StartVM(c echo.Context) error {
 	return h.vmActionResult(c, err, "VM "+shortID(vm.ID)+" is booting.")
 }
 
-// StopVM shuts a VM down from the page: POST /vms/:id/stop.
+// confirmVM is the confirm step of stopping or destroying a VM: what
+// ends with it, counted.
+func (h *Handlers) confirmVM(c echo.Context, verb, effect string) (bool, error) {
+	ctx, cl, id := c.Request().Context(), CallerOf(c), c.Param("id")
+	if _, err := h.vms.Get(ctx, cl.Tenant.ID, id); err != nil {
+		return true, h.vmActionResult(c, err, "")
+	}
+	list, err := h.sbx.Store().Sandboxes(ctx, cl.Tenant.ID)
+	if err != nil {
+		return true, err
+	}
+	n := 0
+	for _, sb := range list {
+		if sb.VMID == id && (sb.State == sandbox.StateRunning || sb.State == sandbox.StateCreating || sb.State == sandbox.StateStopped) {
+			n++
+		}
+	}
+	ends := "No sandbox runs in it."
+	if n > 0 {
+		ends = fmt.Sprintf("Its %d sandbox(es) end with it, and their terminals.", n)
+	}
+	return h.askFirst(c, views.ConfirmView{Title: verb + " VM " + shortID(id), Summary: []string{effect + " " + ends}, Cancel: "/vms"})
+}
+
+// StopVM shuts a VM down from the page: POST /vms/:id/stop, confirmed.
 func (h *Handlers) StopVM(c echo.Context) error {
+	if asked, err := h.confirmVM(c, "Stop", "Stopping the VM shuts it down through its agent."); asked {
+		return err
+	}
 	svc := h.vms
 	cl := CallerOf(c)
 	_, err := svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" is shutting down.")
 }
 
-// DestroyVM destroys a VM from the page: POST /vms/:id/destroy.
+// DestroyVM destroys a VM from the page: POST /vms/:id/destroy, confirmed.
 func (h *Handlers) DestroyVM(c echo.Context) error {
+	if asked, err := h.confirmVM(c, "Destroy", "Destroying the VM ends it at once, with its disk."); asked {
+		return err
+	}
 	svc := h.vms
 	cl := CallerOf(c)
 	_, err := svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))

@@ -311,6 +311,8 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return url.Values{"slug": {slug}}, nil
 	case "POST /settings/members":
 		return url.Values{"email": {fmt.Sprintf("form%d@%s.test", n, f.tenant.Slug)}, "role": {"developer"}}, nil
+	case "POST /operator/tenants/:id/freeze":
+		return url.Values{"reason": {"fixture"}}, nil
 	case "POST /settings/members/:id/role":
 		return url.Values{"role": {"manager"}}, nil
 	case "POST /settings/tokens":
@@ -455,6 +457,11 @@ func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in
 		}
 		if cl.Bearer == "" {
 			form.Set("_csrf", cl.CSRF(t))
+		}
+		// Past the confirm step of destructive forms (TestConfirmStep
+		// tests it), so the call does its work.
+		if form.Get("confirm") == "" {
+			form.Set("confirm", "yes")
 		}
 		return cl.Request(t, r.Method, path, "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
 	}
