@@ -75,7 +75,12 @@ func TestFormErrorsBrowser(t *testing.T) {
 				}
 				const btn = f.querySelector('button[type="submit"]'); btn.disabled = false; btn.click(); return true; })()`)
 			if c.confirm {
-				b.Do(t, "confirm in the dialog", chromedp.WaitVisible(css(`dialog.confirm-dialog[open]`)), chromedp.Click(css(`dialog.confirm-dialog [data-confirm-ok]`)))
+				b.Do(t, "the dialog", chromedp.WaitVisible(css(`dialog.confirm-dialog[open]`)))
+				if got := b.Text(t, `dialog.confirm-dialog p`); !strings.Contains(got, "Freeze acme-corp? It has no live sandbox.") {
+					t.Errorf("Got(dialog) = %q; want what the freeze does, counted", got)
+				}
+				shoot(t, b, "freeze-confirm-dialog")
+				b.Do(t, "confirm in the dialog", chromedp.Click(css(`dialog.confirm-dialog [data-confirm-ok]`)))
 			}
 			b.Do(t, "wait for the refusal", chromedp.WaitVisible(css(c.form+` [aria-invalid="true"]`)))
 			type fieldState struct{ Name, Message string }

@@ -91,16 +91,20 @@ func TestCreateOnceAndFreezeBrowser(t *testing.T) {
 	}
 
 	b.Do(t, "the sandboxes page, frozen", chromedp.Navigate(env.URL+"/sandboxes"), chromedp.WaitVisible(css(`#frozen-banner`)))
-	if got := b.Text(t, `#frozen-banner`); !strings.Contains(got, "drill: exfiltration") || !strings.Contains(got, "frozen") {
+	if got := b.Text(t, `#frozen-banner`); !strings.Contains(got, "drill: exfiltration. ") || !strings.Contains(got, "frozen") {
 		t.Errorf("Got(banner) = %q; want the freeze with its reason", got)
 	}
-	if b.Attr(t, create, "disabled") == "" && !webtest.Eval[bool](t, b, `document.querySelector(`+webtest.JSString(create)+`).disabled`) {
+	if !webtest.Eval[bool](t, b, `document.querySelector(`+webtest.JSString(create)+`).disabled`) {
 		t.Errorf("Got(Create enabled while frozen); want it disabled")
 	}
 	if got := b.Text(t, `main`); !strings.Contains(got, "Disabled: the tenant is frozen") {
 		t.Errorf("Got(sandboxes page) without why Create is disabled; want it")
 	}
 	shoot(t, b, "frozen-sandboxes")
+	b.Do(t, "the recording", chromedp.Navigate(env.URL+"/terminals/"+sess.ID), chromedp.WaitVisible(css(`main h1`)))
+	shoot(t, b, "frozen-recording")
+	b.Do(t, "the sandbox", chromedp.Navigate(env.URL+"/sandboxes/"+sb.ID), chromedp.WaitVisible(css(`main h1`)))
+	shoot(t, b, "frozen-sandbox")
 	for _, p := range b.Problems() {
 		t.Errorf("Got(console problem) = %s; want none", p)
 	}
