@@ -55,7 +55,7 @@
     actions.className = "form-actions";
     var ok = document.createElement("button");
     ok.type = "button";
-    ok.className = "btn btn-primary btn-danger";
+    ok.className = "btn btn-danger";
     ok.setAttribute("data-confirm-ok", "");
     ok.textContent = buttonLabel(submitter) || "Confirm";
     var cancel = document.createElement("button");
