@@ -25,9 +25,8 @@ func TestConfirmStep(t *testing.T) {
 	env.Member(t, acme, "admin@acme.test", tenants.RoleAdmin)
 	env.Member(t, globex, "admin@globex.test", tenants.RoleAdmin)
 	op, admin, other := env.Login(t, "op@platform.test"), env.Login(t, "admin@acme.test"), env.Login(t, "admin@globex.test")
-	for range 2 {
-		sandboxtest.RecordState(t, env.DB, acme.ID, "admin@acme.test", "running")
-	}
+	live := sandboxtest.RecordState(t, env.DB, acme.ID, "admin@acme.test", "running")
+	sandboxtest.RecordState(t, env.DB, acme.ID, "admin@acme.test", "running")
 	sandboxtest.RecordState(t, env.DB, acme.ID, "admin@acme.test", "destroyed") // not live: not counted
 	member := env.Invite(t, acme, "leaver@acme.test", tenants.RoleDeveloper)
 	_, tok := env.NewToken(t, acme, "ci-runner", tenants.RoleDeveloper)
@@ -46,6 +45,7 @@ func TestConfirmStep(t *testing.T) {
 			[]string{"destroys its 2 live sandboxes", "Reason: agent exfiltrating", `name="reason" value="agent exfiltrating"`}},
 		{"remove member", admin, "/settings/members/" + member.ID + "/remove", nil, []string{"Removing leaver@acme.test (developer)", "ends their access at once"}},
 		{"revoke token", admin, "/settings/tokens/" + tok.ID + "/revoke", nil, []string{"Revoking ci-runner", "stops it working at once"}},
+		{"destroy sandbox", admin, "/sandboxes/" + live.ID + "/destroy", nil, []string{"ends its processes and deletes its files for good", "recordings, command records and usage stay"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestConfirmStep(t *testing.T) {
 		})
 	}
 	// Another tenant's token and member: not found, not a confirm page.
-	for _, path := range []string{"/settings/members/" + member.ID + "/remove", "/settings/tokens/" + tok.ID + "/revoke"} {
+	for _, path := range []string{"/settings/members/" + member.ID + "/remove", "/settings/tokens/" + tok.ID + "/revoke", "/sandboxes/" + live.ID + "/destroy"} {
 		if s, _, _ := other.Post(t, path, nil); s != http.StatusNotFound {
 			t.Errorf("Got(POST %s as another tenant's admin) = %d; want 404", path, s)
 		}
