@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -61,24 +62,28 @@ func parseTime(field, s string, endOfDay bool) (time.Time, error) {
 
 func auditFilter(q url.Values) (audit.Filter, error) {
 	f := audit.Filter{Type: q.Get("type"), ActorID: q.Get("actor"), Outcome: q.Get("outcome"), Query: q.Get("q"), Before: q.Get("before")}
+	// Every field at fault is named, not just the first.
+	var errs []error
 	var err error
 	if f.Since, err = parseTime("since", q.Get("since"), false); err != nil {
-		return f, err
+		errs = append(errs, err)
 	}
 	if f.Until, err = parseTime("until", q.Get("until"), true); err != nil {
-		return f, err
+		errs = append(errs, err)
+	} else if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		errs = append(errs, errdefs.Invalid("until", "after_since", "must not be before From"))
 	}
 	if f.Outcome != "" && !slices.Contains(audit.Outcomes(), f.Outcome) {
-		return f, errdefs.Invalid("outcome", "enum", `must be "success", "failure" or "denied"`)
+		errs = append(errs, errdefs.Invalid("outcome", "enum", `must be "success", "failure" or "denied"`))
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			return f, errdefs.Invalid("limit", "range", "must be a whole number from 1 to 1000")
+			errs = append(errs, errdefs.Invalid("limit", "range", "must be a whole number from 1 to 1000"))
 		}
 		f.Limit = n
 	}
-	return f, nil
+	return f, errors.Join(errs...)
 }
 
 // resolveActor turns the actor filter into an actor id. People type what
@@ -116,9 +121,16 @@ func (h *Handlers) resolveActor(ctx context.Context, tenantID string, f *audit.F
 func (h *Handlers) Audit(c echo.Context) error {
 	cl := CallerOf(c)
 	q := c.QueryParams()
+	status := http.StatusOK
 	f, err := auditFilter(q)
+	var filterErrs map[string]string
 	if err != nil {
-		return err
+		// A filter that cannot be read is said next to its field, as
+		// typed, over the latest events.
+		if filterErrs = inputErrors(err); filterErrs == nil {
+			return err
+		}
+		status, f = errdefs.HTTPStatus(err), audit.Filter{}
 	}
 	if err := h.resolveActor(c.Request().Context(), cl.Tenant.ID, &f); err != nil {
 		return err
@@ -136,7 +148,7 @@ func (h *Handlers) Audit(c echo.Context) error {
 	}
 	v := views.AuditView{
 		Rows:     targets.rows(evs),
-		Filter:   views.AuditFilter{Type: f.Type, Actor: q.Get("actor"), Outcome: f.Outcome, Since: q.Get("since"), Until: q.Get("until")},
+		Filter:   views.AuditFilter{Type: q.Get("type"), Actor: q.Get("actor"), Outcome: q.Get("outcome"), Since: q.Get("since"), Until: q.Get("until"), Errors: filterErrs},
 		Types:    audit.Types(),
 		Outcomes: audit.Outcomes(),
 	}
@@ -158,7 +170,10 @@ func (h *Handlers) Audit(c echo.Context) error {
 		next.Set("before", evs[len(evs)-1].ID)
 		v.NextURL = "/audit?" + next.Encode()
 	}
-	return render(c, http.StatusOK, views.Audit(h.page(c, "Audit log", "audit"), v))
+	if filterErrs != nil {
+		v.ExportCSV, v.ExportJSONL, v.NextURL = "", "", "" // they would carry the bad filter
+	}
+	return render(c, status, views.Audit(h.page(c, "Audit log", "audit"), v))
 }
 
 // exportRecord is one exported event: the event's own fields (tenant_id,

@@ -3,10 +3,12 @@ package handlers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
@@ -76,14 +78,42 @@ func (h *Handlers) APIUnfreezeTenant(c echo.Context) error {
 	return c.JSON(http.StatusOK, FreezeJSON{TenantID: t.ID})
 }
 
-// OperatorFreezeTenant is the freeze button of /operator/tenants.
+// OperatorFreezeTenant is the freeze button of /operator/tenants. It
+// needs a reason, and confirms first with how many live sandboxes it
+// destroys (askFirst).
 func (h *Handlers) OperatorFreezeTenant(c echo.Context) error {
 	ctx := c.Request().Context()
 	t, err := h.tenantByID(ctx, c.Param("id"))
 	if err != nil {
 		return err
 	}
-	out, err := h.freeze(ctx, CallerOf(c).Actor(c), t.ID, strings.TrimSpace(c.FormValue("reason")))
+	reason := strings.TrimSpace(c.FormValue("reason"))
+	if reason == "" {
+		err = errdefs.Required("reason")
+	} else {
+		err = tenants.CheckFreezeReason(reason)
+	}
+	if err != nil {
+		var errs map[string]string
+		return reshow(c, err, refusal{}, &errs, func() (templ.Component, error) {
+			v, err := h.tenantsView(c, views.TenantForm{})
+			for i := range v.Rows {
+				if v.Rows[i].ID == t.ID {
+					v.Rows[i].FreezeReason, v.Rows[i].FreezeErrors = reason, errs
+				}
+			}
+			return views.Tenants(h.page(c, "Tenants", "tenants"), v), err
+		})
+	}
+	live, err := h.sbx.LiveCount(ctx, t.ID)
+	if err != nil {
+		return err
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Freeze " + t.Slug,
+		Summary: []string{views.FreezeSummary(t.Slug, live), "Reason: " + reason}, Cancel: "/operator/tenants"}); asked {
+		return err
+	}
+	out, err := h.freeze(ctx, CallerOf(c).Actor(c), t.ID, reason)
 	switch {
 	case errors.Is(err, errdefs.ErrConflict):
 		h.flash(c, views.FlashError, "Tenant "+t.Slug+" is already frozen.")
@@ -114,4 +144,19 @@ func (h *Handlers) OperatorUnfreezeTenant(c echo.Context) error {
 		h.flash(c, views.FlashSuccess, "Tenant "+t.Slug+" is unfrozen.")
 	}
 	return redirect(c, "/operator/tenants")
+}
+
+// confirmDestroySandbox is the confirm step of the sandbox page's destroy
+// button: its live terminals counted.
+func (h *Handlers) confirmDestroySandbox(c echo.Context) (bool, error) {
+	ctx, cl, id := c.Request().Context(), CallerOf(c), c.Param("id")
+	if _, err := h.sbx.Store().Sandbox(ctx, cl.Tenant.ID, id); err != nil {
+		return true, err
+	}
+	what := "Destroying sandbox " + shortID(id) + " ends its processes and deletes its files for good."
+	if n := len(h.terms.Live(cl.Tenant.ID, id)); n > 0 {
+		what += fmt.Sprintf(" Its %d live terminal(s) end too.", n)
+	}
+	return h.askFirst(c, views.ConfirmView{Title: "Destroy sandbox " + shortID(id),
+		Summary: []string{what, "Its recordings, command records and usage stay."}, Button: "Destroy sandbox", Cancel: "/sandboxes/" + id})
 }

@@ -1,32 +1,30 @@
 package handlers
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/views"
 )
-
-// Kept so its call sites stay as they are; every service is required
-// (handlers.New), so it never fails.
-func (h *Handlers) integrationsStore() (*integrations.Store, error) { return h.integrations, nil }
 
 const recentDeliveries = 50
 
 func (h *Handlers) integrationsView(c echo.Context, form views.WebhookForm) (views.IntegrationsView, error) {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return views.IntegrationsView{}, err
-	}
+	s := h.integrations
 	ctx, cl := c.Request().Context(), CallerOf(c)
 	eps, err := s.Endpoints(ctx, cl.Tenant.ID)
 	if err != nil {
@@ -37,6 +35,15 @@ func (h *Handlers) integrationsView(c echo.Context, form views.WebhookForm) (vie
 		return views.IntegrationsView{}, err
 	}
 	v := views.IntegrationsView{CanEdit: tenants.Can(cl.Role, tenants.PermIntegrationsWrite), Form: form, EventTypes: integrations.EventTypes()}
+	if v.CanEdit {
+		names, err := h.liveSecretNames(ctx, cl.Tenant.ID)
+		if err != nil {
+			return views.IntegrationsView{}, err
+		}
+		for _, n := range names {
+			v.SecretChoices = append(v.SecretChoices, views.Choice{Value: n, Label: n})
+		}
+	}
 	urls := map[string]string{}
 	for _, ep := range eps {
 		urls[ep.ID] = ep.URL
@@ -69,34 +76,53 @@ func (h *Handlers) IntegrationsPage(c echo.Context) error {
 }
 
 // CreateWebhook adds an endpoint from the form; a refused one shows the
-// form again with what was typed and the errors in place.
+// form again with what was typed and every error in place. The signing
+// secret is one of the tenant's live secrets, chosen from a list.
 func (h *Handlers) CreateWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
 	cl := CallerOf(c)
 	if err := c.Request().ParseForm(); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalid, err)
 	}
 	form := views.WebhookForm{URL: strings.TrimSpace(c.FormValue("url")), SecretName: strings.TrimSpace(c.FormValue("secret_name")),
 		Description: strings.TrimSpace(c.FormValue("description")), EventTypes: c.Request().Form["event_types"]}
-	_, err = s.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, integrations.NewEndpoint{URL: form.URL, SecretName: form.SecretName,
-		EventTypes: form.EventTypes, Description: form.Description})
+	ne := integrations.NewEndpoint{URL: form.URL, SecretName: form.SecretName, EventTypes: form.EventTypes, Description: form.Description}
+	ctx := c.Request().Context()
+	names, err := h.liveSecretNames(ctx, cl.Tenant.ID)
 	if err != nil {
-		status := errdefs.HTTPStatus(err)
-		err = conflictAsField(err, "url", "endpoint_limit", "this tenant has as many endpoints as allowed: delete one first")
-		if form.Errors, err = fieldErrors(err); err != nil {
-			return err
-		}
-		v, verr := h.integrationsView(c, form)
-		if verr != nil {
-			return verr
-		}
-		return render(c, status, views.Integrations(h.page(c, "Integrations", views.NavIntegrations), v))
+		return err
+	}
+	if form.SecretName != "" && !slices.Contains(names, form.SecretName) {
+		ne.SecretName = "" // reported here, not as "required" too
+		err = errors.Join(errdefs.Invalid("secret_name", "secret_unknown", "choose one of the tenant's live secrets (Settings > Secrets)"),
+			h.integrations.Check(ne))
+	} else {
+		_, err = h.integrations.Create(ctx, cl.Actor(c), cl.Tenant.ID, ne)
+	}
+	if err != nil {
+		return reshow(c, err, refusal{Conflict: &errdefs.FieldError{Field: "url", Rule: "endpoint_limit", Detail: "this tenant has as many endpoints as allowed: delete one first"}},
+			&form.Errors, func() (templ.Component, error) {
+				v, err := h.integrationsView(c, form)
+				return views.Integrations(h.page(c, "Integrations", views.NavIntegrations), v), err
+			})
 	}
 	h.flash(c, "success", "Endpoint added. Send it a test event to check its secret and URL.")
 	return redirect(c, "/settings/integrations")
+}
+
+// liveSecretNames are the names of the tenant's live secrets, for the
+// signing secret's choices.
+func (h *Handlers) liveSecretNames(ctx context.Context, tenantID string) ([]string, error) {
+	list, err := h.secrets.List(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range list {
+		if s.State == secrets.StateActive {
+			out = append(out, s.Name)
+		}
+	}
+	return out, nil
 }
 
 // EnableWebhook enables an endpoint from the page.
@@ -106,10 +132,7 @@ func (h *Handlers) EnableWebhook(c echo.Context) error { return h.setWebhookEnab
 func (h *Handlers) DisableWebhook(c echo.Context) error { return h.setWebhookEnabled(c, false) }
 
 func (h *Handlers) setWebhookEnabled(c echo.Context, enable bool) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	cl := CallerOf(c)
 	if _, err := s.SetEnabled(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"), enable); err != nil {
 		return err
@@ -124,10 +147,7 @@ func (h *Handlers) setWebhookEnabled(c echo.Context, enable bool) error {
 
 // TestWebhook queues a webhook.test event for an endpoint from the page.
 func (h *Handlers) TestWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	cl := CallerOf(c)
 	if _, err := s.SendTest(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
 		return err
@@ -138,10 +158,7 @@ func (h *Handlers) TestWebhook(c echo.Context) error {
 
 // DeleteWebhook deletes an endpoint from the page.
 func (h *Handlers) DeleteWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	cl := CallerOf(c)
 	if err := s.Delete(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
 		return err
@@ -152,10 +169,7 @@ func (h *Handlers) DeleteWebhook(c echo.Context) error {
 
 // APIWebhooks lists the tenant's endpoints.
 func (h *Handlers) APIWebhooks(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	list, err := s.Endpoints(c.Request().Context(), CallerOf(c).Tenant.ID)
 	if err != nil {
 		return err
@@ -170,10 +184,7 @@ func (h *Handlers) APIWebhooks(c echo.Context) error {
 // APICreateWebhook adds an endpoint: {url, secret_name, event_types,
 // description}.
 func (h *Handlers) APICreateWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	var in api.CreateWebhook
 	if err := decodeJSON(c, &in); err != nil {
 		return err
@@ -188,10 +199,7 @@ func (h *Handlers) APICreateWebhook(c echo.Context) error {
 
 // APIUpdateWebhook enables or disables an endpoint: {enabled}.
 func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	var in api.UpdateWebhook
 	if err := decodeJSON(c, &in); err != nil {
 		return err
@@ -209,10 +217,7 @@ func (h *Handlers) APIUpdateWebhook(c echo.Context) error {
 
 // APIDeleteWebhook deletes an endpoint.
 func (h *Handlers) APIDeleteWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	cl := CallerOf(c)
 	if err := s.Delete(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
 		return err
@@ -223,10 +228,7 @@ func (h *Handlers) APIDeleteWebhook(c echo.Context) error {
 // APITestWebhook queues a webhook.test event for an endpoint and answers
 // its delivery (pending).
 func (h *Handlers) APITestWebhook(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	cl := CallerOf(c)
 	d, err := s.SendTest(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	if err != nil {
@@ -238,12 +240,10 @@ func (h *Handlers) APITestWebhook(c echo.Context) error {
 // APIWebhookDeliveries lists the tenant's recent deliveries, newest first:
 // ?endpoint_id= for one endpoint, ?limit= up to 500 (default 100).
 func (h *Handlers) APIWebhookDeliveries(c echo.Context) error {
-	s, err := h.integrationsStore()
-	if err != nil {
-		return err
-	}
+	s := h.integrations
 	limit := 0
 	if l := c.QueryParam("limit"); l != "" {
+		var err error
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 500 {
 			return errdefs.Invalid("limit", "range", "must be 1 to 500")
 		}

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/integrations"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -112,6 +114,18 @@ func TestIntegrationsPage(t *testing.T) {
 	if s, _ := dan.GetPage(t, "/settings/integrations"); s != http.StatusForbidden {
 		t.Errorf("Got(GET /settings/integrations as developer) = %d; want 403", s)
 	}
+	// The signing secret is chosen from the tenant's live secrets: a name
+	// that is none of them is refused next to the field.
+	unknown := url.Values{"url": {"https://hooks.example.com/in"}, "secret_name": {"HOOK_KEY"}}
+	if s, page, _ := ann.Post(t, "/settings/integrations", unknown); s != http.StatusUnprocessableEntity {
+		t.Errorf("Got(POST with no such secret) = %d; want 422", s)
+	} else if msg, ok := webtest.ParseHTML(t, page).FieldError("secret_name"); !ok || !strings.Contains(msg, "live secrets") {
+		t.Errorf("Got(secret_name error) = %q, %t; want it to ask for one of the tenant's live secrets", msg, ok)
+	}
+	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, acme.ID,
+		secrets.NewSecret{Name: "HOOK_KEY", Value: "whsec_x", Hosts: []string{"hooks.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
 	form := url.Values{"url": {"ftp://hooks.example.com/in"}, "secret_name": {"HOOK_KEY"}, "description": {"ops pager"},
 		"event_types": {"sandbox.created", "run.completed"}}
 	s, page, _ := ann.Post(t, "/settings/integrations", form)
@@ -122,7 +136,7 @@ func TestIntegrationsPage(t *testing.T) {
 	if msg, ok := doc.FieldError("url"); !ok || !strings.Contains(msg, "https") {
 		t.Errorf("Got(url field error) = %q, %t; want a message about https", msg, ok)
 	}
-	for _, kept := range []string{`value="ftp://hooks.example.com/in"`, `value="HOOK_KEY"`, `value="ops pager"`} {
+	for _, kept := range []string{`value="ftp://hooks.example.com/in"`, `value="HOOK_KEY" selected`, `value="ops pager"`} {
 		if !strings.Contains(page, kept) {
 			t.Errorf("Got(page after a refused POST) without %s; want what was typed kept", kept)
 		}

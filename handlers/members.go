@@ -2,9 +2,12 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
@@ -50,32 +53,17 @@ func (h *Handlers) Members(c echo.Context) error {
 	return render(c, http.StatusOK, views.Members(h.page(c, "Members", "members"), v))
 }
 
-// fieldErrors turns a validation error into per-field messages for a form;
-// any other error is returned as is.
-func fieldErrors(err error) (map[string]string, error) {
-	var fe *errdefs.FieldError
-	if errors.As(err, &fe) {
-		return map[string]string{fe.Field: fe.Detail}, nil
-	}
-	return nil, err
-}
-
 // InviteMember adds a member by email from the members page.
 func (h *Handlers) InviteMember(c echo.Context) error {
 	cl := CallerOf(c)
 	form := views.InviteForm{Email: strings.TrimSpace(c.FormValue("email")), Role: c.FormValue("role")}
 	_, err := h.store.InviteMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, form.Email, tenants.Role(form.Role))
 	if err != nil {
-		status := errdefs.HTTPStatus(err)
-		err = conflictAsField(err, "email", "member_exists", "is already a member of this tenant")
-		if form.Errors, err = fieldErrors(err); err != nil {
-			return err
-		}
-		v, err := h.membersView(c, form)
-		if err != nil {
-			return err
-		}
-		return render(c, status, views.Members(h.page(c, "Members", "members"), v))
+		return reshow(c, err, refusal{Conflict: &errdefs.FieldError{Field: "email", Rule: "member_exists", Detail: "is already a member of this tenant"}},
+			&form.Errors, func() (templ.Component, error) {
+				v, err := h.membersView(c, form)
+				return views.Members(h.page(c, "Members", "members"), v), err
+			})
 	}
 	h.flash(c, "success", "Invited "+form.Email+" as "+form.Role+". The membership activates at their first sign-in.")
 	return redirect(c, "/settings/members")
@@ -96,9 +84,22 @@ func (h *Handlers) SetMemberRole(c echo.Context) error {
 	return redirect(c, "/settings/members")
 }
 
-// RemoveMember removes a member from the members page.
+// RemoveMember removes a member from the members page, confirmed.
 func (h *Handlers) RemoveMember(c echo.Context) error {
 	cl := CallerOf(c)
+	ms, err := h.store.ListMembers(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ms, func(m tenants.Membership) bool { return m.ID == c.Param("id") })
+	if i < 0 {
+		return fmt.Errorf("member %s: %w", c.Param("id"), errdefs.ErrNotFound)
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Remove " + ms[i].Email,
+		Summary: []string{"Removing " + ms[i].Email + " (" + string(ms[i].Role) + ") from this tenant ends their access at once: their sessions here stop working. Their past actions stay in the audit log."},
+		Button:  "Remove member", Cancel: "/settings/members"}); asked {
+		return err
+	}
 	if err := h.store.RemoveMember(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id")); err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
 			h.flash(c, "error", "Not removed: "+err.Error())
@@ -167,13 +168,3 @@ func (h *Handlers) APIRemoveMember(c echo.Context) error {
 }
 
 const timeJSON = "2006-01-02T15:04:05Z07:00"
-
-// conflictAsField turns a conflict into a field error for forms, to show
-// next to the field; the page's status stays the conflict's (ask
-// errdefs.HTTPStatus before).
-func conflictAsField(err error, field, rule, detail string) error {
-	if errdefs.IsConflict(err) {
-		return errdefs.Invalid(field, rule, detail)
-	}
-	return err
-}

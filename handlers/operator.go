@@ -28,6 +28,8 @@ func (h *Handlers) tenantsView(c echo.Context, form views.TenantForm) (views.Ten
 		row := views.TenantRow{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: t.Members, CreatedAt: t.CreatedAt}
 		if f, ok := frozen[t.ID]; ok {
 			row.Frozen = &views.FreezeView{Since: f.Since, Reason: f.Reason, By: f.By}
+		} else if row.Live, err = h.sbx.LiveCount(c.Request().Context(), t.ID); err != nil {
+			return views.TenantsView{}, err // what the freeze button's confirmation counts
 		}
 		v.Rows = append(v.Rows, row)
 	}

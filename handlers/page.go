@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/views"
 )
 
@@ -44,7 +46,37 @@ func (h *Handlers) page(c echo.Context, title, active string) views.Page {
 	}
 	p.Nav = nav(c)
 	p.Flash = h.takeFlash(c)
+	if f := h.tenantFreeze(c); f != nil {
+		p.Frozen = &views.FreezeView{Since: f.Freeze.Since, Reason: f.Freeze.Reason, By: f.Freeze.By}
+	}
 	return p
+}
+
+// tenantFreeze is the caller's tenant's freeze, nil when it is not frozen
+// (or the lookup failed: logged, the page goes on without the banner).
+func (h *Handlers) tenantFreeze(c echo.Context) *tenants.FrozenError {
+	cl := CallerOf(c)
+	if cl.Tenant == nil {
+		return nil
+	}
+	f, frozen, err := h.store.TenantFreeze(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		h.log.WarnContext(c.Request().Context(), "read tenant freeze", "tenant", cl.Tenant.ID, "err", err)
+		return nil
+	}
+	if !frozen {
+		return nil
+	}
+	return &tenants.FrozenError{Freeze: f}
+}
+
+// frozenReason is why a create form of a frozen tenant is disabled ("" when
+// it is not frozen).
+func (h *Handlers) frozenReason(c echo.Context) string {
+	if f := h.tenantFreeze(c); f != nil {
+		return "Disabled: " + f.Error() + "."
+	}
+	return ""
 }
 
 const flashCookie = "stockade_flash"
@@ -91,4 +123,33 @@ func redirect(c echo.Context, to string) error { return c.Redirect(http.StatusSe
 // ErrorShell is the shell model for error pages rendered by web/.
 func (h *Handlers) ErrorShell(c echo.Context) views.Page {
 	return h.page(c, "Error", "")
+}
+
+// askFirst is the confirm step of a destructive form post: unless the post
+// says confirm=yes it answers with a page saying what the action will do
+// (v.Summary, counted by the caller after it found the object, so another
+// tenant's is still "not found") and a button that posts the same form
+// again, confirmed; asked is then true and err what rendering said. With
+// static/js/app.js the form's data-confirm dialog confirms instead.
+func (h *Handlers) askFirst(c echo.Context, v views.ConfirmView) (asked bool, err error) {
+	if c.FormValue("confirm") == "yes" {
+		return false, nil
+	}
+	v.Action = c.Request().URL.Path
+	if vals, err := c.FormParams(); err == nil {
+		for name, vs := range vals {
+			if name == "confirm" || name == "_csrf" {
+				continue
+			}
+			for _, x := range vs {
+				v.Fields = append(v.Fields, views.Choice{Value: name, Label: x})
+			}
+		}
+		slices.SortFunc(v.Fields, func(a, b views.Choice) int { return strings.Compare(a.Value, b.Value) })
+	}
+	if v.Button == "" {
+		v.Button = v.Title
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return true, render(c, http.StatusOK, views.Confirm(h.page(c, v.Title, ""), v))
 }

@@ -46,7 +46,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		keys = []string{}
 	}
 	return SandboxJSON{
-		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, TemplateVersion: sb.TemplateVersion,
+		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, TemplateVersion: sb.TemplateVersion,
 		VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, TimeoutSeconds: sb.TimeoutSeconds, IdleTimeoutSeconds: sb.IdleTimeoutSeconds,
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
@@ -467,7 +467,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 
 func sandboxRow(sb sandbox.Sandbox) views.SandboxRow {
 	return views.SandboxRow{
-		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, VCPUs: sb.VCPUs,
+		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, VCPUs: sb.VCPUs,
 		MemoryMiB: sb.MemoryMiB, VMID: sb.VMID, CreatedBy: sb.CreatedByName, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
 		EndedAt: sb.EndedAt, Execs: sb.Execs,
 	}
@@ -543,6 +543,9 @@ func (h *Handlers) sandboxesView(c echo.Context, form *views.SandboxForm) (views
 	if v.CanEdit {
 		v.QuotaLines = h.quotaWarningsView(c)
 	}
+	if why := h.frozenReason(c); why != "" {
+		v.Unavailable = why // the create form is disabled, saying why
+	}
 	if form != nil {
 		v.Form = *form
 	}
@@ -609,9 +612,11 @@ func (h *Handlers) CreateSandbox(c echo.Context) error {
 	return render(c, status, views.Sandboxes(h.page(c, "Sandboxes", views.NavSandboxes), v))
 }
 
-// formSpec reads the create form: whole numbers, timeout in minutes.
+// formSpec reads the create form: whole numbers, timeout in minutes; an
+// error names every field at fault.
 func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
 	spec := sandbox.Spec{Template: f.Template}
+	var errs []error
 	for _, x := range []struct {
 		name, raw string
 		dst       *int
@@ -623,12 +628,16 @@ func formSpec(f views.SandboxForm) (sandbox.Spec, error) {
 		}
 		n, err := strconv.Atoi(x.raw)
 		if err != nil || n < 1 {
-			return sandbox.Spec{}, errdefs.Invalid(x.name, "number", "must be a whole number of at least 1")
+			errs = append(errs, errdefs.Invalid(x.name, "number", "must be a whole number of at least 1"))
+			continue
 		}
 		*x.dst = n
 	}
 	if spec.TimeoutSeconds > sandbox.MaxTimeoutSeconds/60 {
-		return sandbox.Spec{}, errdefs.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60))
+		errs = append(errs, errdefs.Invalid("timeout_minutes", "range", fmt.Sprintf("must be at most %d (a week)", sandbox.MaxTimeoutSeconds/60)))
+	}
+	if len(errs) > 0 {
+		return sandbox.Spec{}, errors.Join(errs...)
 	}
 	spec.TimeoutSeconds *= 60
 	return spec, nil
@@ -717,6 +726,9 @@ func (h *Handlers) SandboxLive(c echo.Context) error {
 // DestroySandbox destroys a sandbox from its page or the list:
 // POST /sandboxes/:id/destroy.
 func (h *Handlers) DestroySandbox(c echo.Context) error {
+	if asked, err := h.confirmDestroySandbox(c); asked {
+		return err
+	}
 	svc, err := h.sandboxService()
 	if err == nil {
 		cl := CallerOf(c)

@@ -1,11 +1,13 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
@@ -58,42 +60,49 @@ func (h *Handlers) CreateSecret(c echo.Context) error {
 	cl := CallerOf(c)
 	form := injectForm(c)
 	form.Name, form.Hosts, form.TTL = strings.TrimSpace(c.FormValue("name")), strings.TrimSpace(c.FormValue("hosts")), c.FormValue("ttl")
-	sec, err := func() (secrets.Secret, error) {
-		ttl, err := tenants.ParseTTL(form.TTL)
-		if err != nil {
-			return secrets.Secret{}, err
-		}
-		inject, err := formInject(form)
-		if err != nil {
-			return secrets.Secret{}, err
-		}
-		return h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, secrets.NewSecret{
-			Name: form.Name, Value: c.FormValue("value"), Hosts: splitHosts(form.Hosts), Inject: inject, TTL: ttl})
-	}()
-	status := http.StatusOK
-	created := ""
-	if err != nil {
-		status = errdefs.HTTPStatus(err)
-		err = conflictAsField(err, "name", "secret_exists", "a live secret has this name: revoke it first to replace it")
-		if form.Errors, err = fieldErrors(err); err != nil {
-			return err
-		}
-	} else {
-		created = sec.Name
-		form = newSecretForm()
+	value := c.FormValue("value")
+	ns := secrets.NewSecret{Name: form.Name, Value: value, Hosts: splitHosts(form.Hosts)}
+	// What the form itself cannot read is reported with what the store
+	// would refuse, so every field at fault shows at once.
+	var errs []error
+	var err error
+	if ns.TTL, err = tenants.ParseTTL(form.TTL); err != nil {
+		errs = append(errs, err)
 	}
-	v, err := h.secretsView(c, form)
+	if ns.Inject, err = formInject(form); err != nil {
+		errs = append(errs, err)
+	}
+	var sec secrets.Secret
+	if len(errs) > 0 {
+		_, err = ns.Check()
+		err = errors.Join(append(errs, err)...)
+	} else {
+		sec, err = h.secrets.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, ns)
+	}
+	if err != nil {
+		return reshow(c, err, refusal{
+			Conflict: &errdefs.FieldError{Field: "name", Rule: "secret_exists", Detail: "a live secret has this name: revoke it first to replace it"},
+			// The value is never sent back: a refused form asks for it again.
+			Keep: func(errs map[string]string) {
+				if _, ok := errs["value"]; !ok && value != "" {
+					errs["value"] = "enter the value again: it is never sent back to the page"
+				}
+			},
+		}, &form.Errors, func() (templ.Component, error) {
+			v, err := h.secretsView(c, form)
+			return views.Secrets(h.page(c, "Secrets", views.NavSecrets), v), err
+		})
+	}
+	v, err := h.secretsView(c, newSecretForm())
 	if err != nil {
 		return err
 	}
-	v.Created, v.CreatedEchoable = created, slices.ContainsFunc(sec.Inject, secrets.Echoable)
+	v.Created, v.CreatedEchoable = sec.Name, slices.ContainsFunc(sec.Inject, secrets.Echoable)
 	c.Response().Header().Set("Cache-Control", "no-store")
 	p := h.page(c, "Secrets", views.NavSecrets)
-	if created != "" {
-		p.Flash = append(p.Flash, views.Flash{Kind: views.FlashSuccess, ID: "secret-saved",
-			Text: "Secret " + created + " saved. Its value cannot be shown again: to change it, revoke it and create it anew."})
-	}
-	return render(c, status, views.Secrets(p, v))
+	p.Flash = append(p.Flash, views.Flash{Kind: views.FlashSuccess, ID: "secret-saved",
+		Text: "Secret " + sec.Name + " saved. Its value cannot be shown again: to change it, revoke it and create it anew."})
+	return render(c, http.StatusOK, views.Secrets(p, v))
 }
 
 // newSecretForm is the empty create form: Authorization ticked.
@@ -136,16 +145,11 @@ func (h *Handlers) SetSecretInject(c echo.Context) error {
 		return h.secrets.SetInject(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, name, inject)
 	}()
 	if err != nil {
-		status := errdefs.HTTPStatus(err)
-		if form.Errors, err = fieldErrors(err); err != nil {
-			return err
-		}
-		v, err := h.secretsView(c, newSecretForm())
-		if err != nil {
-			return err
-		}
-		v.Edit, v.EditForm = name, form
-		return render(c, status, views.Secrets(h.page(c, "Secrets", views.NavSecrets), v))
+		return reshow(c, err, refusal{}, &form.Errors, func() (templ.Component, error) {
+			v, err := h.secretsView(c, newSecretForm())
+			v.Edit, v.EditForm = name, form
+			return views.Secrets(h.page(c, "Secrets", views.NavSecrets), v), err
+		})
 	}
 	msg := "Saved where " + sec.Name + " goes. The gateway applies it from the next connection."
 	kind := views.FlashSuccess

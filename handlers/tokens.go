@@ -1,11 +1,13 @@
 package handlers
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
@@ -136,23 +138,26 @@ func (h *Handlers) Tokens(c echo.Context) error {
 func (h *Handlers) CreateToken(c echo.Context) error {
 	cl := CallerOf(c)
 	form := views.TokenForm{Name: strings.TrimSpace(c.FormValue("name")), Role: c.FormValue("role"), TTL: c.FormValue("ttl")}
-	secret, tok, err := func() (string, tenants.APIToken, error) {
-		ttl, err := tenants.ParseTTL(form.TTL)
-		if err != nil {
-			return "", tenants.APIToken{}, err
-		}
-		return h.store.CreateToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, tenants.NewToken{Name: form.Name, Role: tenants.Role(form.Role), TTL: ttl})
-	}()
-	status := http.StatusOK
-	if err != nil {
-		status = errdefs.HTTPStatus(err)
-		if form.Errors, err = fieldErrors(err); err != nil {
-			return err
-		}
+	nt := tenants.NewToken{Name: form.Name, Role: tenants.Role(form.Role)}
+	var (
+		secret string
+		tok    tenants.APIToken
+		err    error
+	)
+	if nt.TTL, err = tenants.ParseTTL(form.TTL); err != nil {
+		// Every field at fault shows at once, the TTL's with the others'.
+		_, cerr := nt.Check()
+		err = errors.Join(err, cerr)
 	} else {
-		form = tokenForm(cl)
+		secret, tok, err = h.store.CreateToken(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, nt)
 	}
-	v, err := h.tokensView(c, form)
+	if err != nil {
+		return reshow(c, err, refusal{}, &form.Errors, func() (templ.Component, error) {
+			v, err := h.tokensView(c, form)
+			return views.Tokens(h.page(c, "API tokens", "tokens"), v), err
+		})
+	}
+	v, err := h.tokensView(c, tokenForm(cl))
 	if err != nil {
 		return err
 	}
@@ -160,11 +165,30 @@ func (h *Handlers) CreateToken(c echo.Context) error {
 		v.NewSecret, v.NewSecretName = secret, tok.Name
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return render(c, status, views.Tokens(h.page(c, "API tokens", "tokens"), v))
+	return render(c, http.StatusOK, views.Tokens(h.page(c, "API tokens", "tokens"), v))
 }
 
-// RevokeToken revokes a token from the tokens page.
+// RevokeToken revokes a token from the tokens page, confirmed.
 func (h *Handlers) RevokeToken(c echo.Context) error {
+	// The token the caller may revoke (their own, or any with
+	// tokens.write): another's is not found, confirmation or not.
+	cl := CallerOf(c)
+	ts, err := h.store.ListTokens(c.Request().Context(), cl.Tenant.ID)
+	if err != nil {
+		return err
+	}
+	owner, anyToken := tokenOwner(cl), tenants.Can(cl.Role, tenants.PermTokensWrite)
+	i := slices.IndexFunc(ts, func(t tenants.APIToken) bool {
+		return t.ID == c.Param("id") && (anyToken || (owner != "" && t.CreatedByUserID != nil && *t.CreatedByUserID == owner))
+	})
+	if i < 0 {
+		return fmt.Errorf("revoke token %s: %w", c.Param("id"), errdefs.ErrNotFound)
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Revoke token " + ts[i].Name,
+		Summary: []string{"Revoking " + ts[i].Name + " (" + ts[i].Prefix + ", " + string(ts[i].Role) + ") stops it working at once: every CLI, agent or script using it gets 401 from its next request."},
+		Button:  "Revoke token", Cancel: "/settings/tokens"}); asked {
+		return err
+	}
 	if err := h.revokeToken(c); err != nil {
 		return err
 	}

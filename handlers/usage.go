@@ -40,13 +40,10 @@ func (h *Handlers) meteredUsage() (*usage.Store, error) { return h.usage, nil }
 // either, the current calendar month; with one, the calendar month it
 // starts or ends. Bad input is a 400 naming the field.
 func usagePeriodOf(c echo.Context, now time.Time, maxSpan time.Duration) (usage.Range, error) {
-	from, err := usageTime("from", c.QueryParam("from"), false)
-	if err != nil {
-		return usage.Range{}, err
-	}
-	to, err := usageTime("to", c.QueryParam("to"), true)
-	if err != nil {
-		return usage.Range{}, err
+	from, ferr := usageTime("from", c.QueryParam("from"), false)
+	to, terr := usageTime("to", c.QueryParam("to"), true)
+	if err := errors.Join(ferr, terr); err != nil {
+		return usage.Range{}, err // both ends named, when both are wrong
 	}
 	switch {
 	case from.IsZero() && to.IsZero():
@@ -251,9 +248,17 @@ func (h *Handlers) UsagePage(c echo.Context) error {
 	}
 	ctx, cl := c.Request().Context(), CallerOf(c)
 	now := h.clock().UTC()
+	status := http.StatusOK
 	r, err := usagePeriodOf(c, now, usageMaxSpan)
+	var periodErrs map[string]string
 	if err != nil {
-		return err
+		// A period that cannot be read is said next to its field, the
+		// typed dates kept, over this month's figures (as /operator/usage).
+		if periodErrs = inputErrors(err); periodErrs == nil {
+			return err
+		}
+		status = errdefs.HTTPStatus(err)
+		r = usage.Range{From: usage.MonthStart(now), To: usage.MonthStart(now).AddDate(0, 1, 0)}
 	}
 	rep, err := h.usageReport(ctx, st, cl.Tenant.ID, r)
 	if err != nil {
@@ -291,7 +296,10 @@ func (h *Handlers) UsagePage(c echo.Context) error {
 	for _, l := range rep.ByTempl {
 		v.TopTemplates = append(v.TopTemplates, line(usage.ByTemplate, l))
 	}
-	return render(c, http.StatusOK, views.Usage(h.page(c, "Usage", views.NavUsage), v))
+	if periodErrs != nil {
+		v.Errors, v.From, v.To = periodErrs, c.QueryParam("from"), c.QueryParam("to")
+	}
+	return render(c, status, views.Usage(h.page(c, "Usage", views.NavUsage), v))
 }
 
 // SandboxUsagePage is one sandbox's usage: its ledger hours with their

@@ -2,24 +2,26 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/views"
 )
 
-// vmService returns the VM pool service; svc.Available says whether a
-// libvirt host answers.
-// Kept so its call sites stay as they are; every service is required
-// (handlers.New), so it never fails.
+// vmService returns the VM pool service (required by handlers.New, so it
+// never fails); svc.Available says whether a libvirt host answers. Only
+// /operator/hosts still asks it; the others use h.vms.
 func (h *Handlers) vmService() (*vmpool.Service, error) { return h.vms, nil }
 
 // VMJSON is a VM in the API.
@@ -64,10 +66,7 @@ func vmJSON(st vmpool.Status) VMJSON {
 
 // APIVMs lists the tenant's VMs: GET /api/v1/vms.
 func (h *Handlers) APIVMs(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	sts, err := svc.List(c.Request().Context(), CallerOf(c).Tenant.ID)
 	if err != nil {
 		return err
@@ -86,10 +85,7 @@ func (h *Handlers) APIVMs(c echo.Context) error {
 // APICreateVM boots one VM in the caller's tenant pool: POST /api/v1/vms
 // with no body or {}. It answers 202 at once; poll the VM for progress.
 func (h *Handlers) APICreateVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	if c.Request().ContentLength != 0 {
 		var in api.CreateVM
 		if err := decodeJSON(c, &in); err != nil {
@@ -107,10 +103,7 @@ func (h *Handlers) APICreateVM(c echo.Context) error {
 
 // APIVM shows one VM with live numbers: GET /api/v1/vms/:id.
 func (h *Handlers) APIVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	st, err := svc.Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
 	if err != nil {
 		return err
@@ -120,10 +113,7 @@ func (h *Handlers) APIVM(c echo.Context) error {
 
 // APIDestroyVM destroys a VM at once: DELETE /api/v1/vms/:id.
 func (h *Handlers) APIDestroyVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	cl := CallerOf(c)
 	vm, err := svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	if err != nil {
@@ -134,10 +124,7 @@ func (h *Handlers) APIDestroyVM(c echo.Context) error {
 
 // APIStopVM shuts a running VM down through its agent: POST /api/v1/vms/:id/stop.
 func (h *Handlers) APIStopVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	cl := CallerOf(c)
 	vm, err := svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	if err != nil {
@@ -148,10 +135,7 @@ func (h *Handlers) APIStopVM(c echo.Context) error {
 
 // APIRecycleVM replaces a running VM with a fresh one: POST /api/v1/vms/:id/recycle.
 func (h *Handlers) APIRecycleVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	cl := CallerOf(c)
 	old, repl, err := svc.Recycle(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	if err != nil {
@@ -185,10 +169,7 @@ func (h *Handlers) poolJSON(c echo.Context, svc *vmpool.Service, p vmpool.Pool) 
 
 // APIVMPool shows the pool settings and quota: GET /api/v1/vm-pool.
 func (h *Handlers) APIVMPool(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	p, err := svc.Pool(c.Request().Context(), CallerOf(c).Tenant.ID)
 	if err != nil {
 		return err
@@ -203,10 +184,7 @@ func (h *Handlers) APIVMPool(c echo.Context) error {
 // APISetVMPool replaces the pool settings: PUT /api/v1/vm-pool with every
 // field of PoolJSON except quota and updated_at.
 func (h *Handlers) APISetVMPool(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	var in api.SetPool
 	if err := decodeJSON(c, &in); err != nil {
 		return err
@@ -256,10 +234,7 @@ func hostRows(hs []vmpool.HostStatus) []HostJSON {
 
 // APIHosts lists the libvirt hosts (operators): GET /api/v1/hosts.
 func (h *Handlers) APIHosts(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return err
-	}
+	svc := h.vms
 	hs, err := svc.Hosts(c.Request().Context())
 	if err != nil {
 		return err
@@ -312,13 +287,12 @@ func (h *Handlers) vmsView(c echo.Context, form *views.PoolForm) (views.VMsView,
 		return views.VMsView{}, err
 	}
 	v := views.VMsView{Table: table, CanEdit: table.CanEdit, IsOperator: cl.Operator}
-	svc, err := h.vmService()
-	if err != nil {
-		v.Unavailable = err.Error()
-		return v, nil
-	}
+	svc := h.vms
 	if err := svc.Available(); err != nil {
 		v.Unavailable = err.Error()
+	}
+	if why := h.frozenReason(c); why != "" {
+		v.Unavailable = why
 	}
 	p, err := svc.Pool(ctx, cl.Tenant.ID)
 	if err != nil {
@@ -388,43 +362,61 @@ func (h *Handlers) vmActionResultTo(c echo.Context, err error, success, to strin
 
 // StartVM boots a VM from the page: POST /vms.
 func (h *Handlers) StartVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return h.vmActionResult(c, err, "")
-	}
+	svc := h.vms
 	cl := CallerOf(c)
 	vm, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID)
 	return h.vmActionResult(c, err, "VM "+shortID(vm.ID)+" is booting.")
 }
 
-// StopVM shuts a VM down from the page: POST /vms/:id/stop.
-func (h *Handlers) StopVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return h.vmActionResult(c, err, "")
+// confirmVM is the confirm step of stopping or destroying a VM: what
+// ends with it, counted.
+func (h *Handlers) confirmVM(c echo.Context, verb, effect string) (bool, error) {
+	ctx, cl, id := c.Request().Context(), CallerOf(c), c.Param("id")
+	if _, err := h.vms.Get(ctx, cl.Tenant.ID, id); err != nil {
+		return true, h.vmActionResult(c, err, "")
 	}
+	list, err := h.sbx.Store().Sandboxes(ctx, cl.Tenant.ID)
+	if err != nil {
+		return true, err
+	}
+	n := 0
+	for _, sb := range list {
+		if sb.VMID == id && (sb.State == sandbox.StateRunning || sb.State == sandbox.StateCreating || sb.State == sandbox.StateStopped) {
+			n++
+		}
+	}
+	ends := "No sandbox runs in it."
+	if n > 0 {
+		ends = fmt.Sprintf("Its %d sandbox(es) end with it, and their terminals.", n)
+	}
+	return h.askFirst(c, views.ConfirmView{Title: verb + " VM " + shortID(id), Summary: []string{effect + " " + ends}, Cancel: "/vms"})
+}
+
+// StopVM shuts a VM down from the page: POST /vms/:id/stop, confirmed.
+func (h *Handlers) StopVM(c echo.Context) error {
+	if asked, err := h.confirmVM(c, "Stop", "Stopping the VM shuts it down through its agent."); asked {
+		return err
+	}
+	svc := h.vms
 	cl := CallerOf(c)
-	_, err = svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	_, err := svc.Stop(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" is shutting down.")
 }
 
-// DestroyVM destroys a VM from the page: POST /vms/:id/destroy.
+// DestroyVM destroys a VM from the page: POST /vms/:id/destroy, confirmed.
 func (h *Handlers) DestroyVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return h.vmActionResult(c, err, "")
+	if asked, err := h.confirmVM(c, "Destroy", "Destroying the VM ends it at once, with its disk."); asked {
+		return err
 	}
+	svc := h.vms
 	cl := CallerOf(c)
-	_, err = svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
+	_, err := svc.Destroy(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" destroyed.")
 }
 
 // RecycleVM replaces a VM from the page: POST /vms/:id/recycle.
 func (h *Handlers) RecycleVM(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return h.vmActionResult(c, err, "")
-	}
+	svc := h.vms
 	cl := CallerOf(c)
 	_, repl, err := svc.Recycle(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, c.Param("id"))
 	return h.vmActionResult(c, err, "VM "+shortID(c.Param("id"))+" recycled; "+shortID(repl.ID)+" is booting in its place.")
@@ -433,17 +425,16 @@ func (h *Handlers) RecycleVM(c echo.Context) error {
 // SetVMPool saves the pool settings form: POST /vms/pool. Errors are shown
 // in place, next to the field (or above the form for a quota).
 func (h *Handlers) SetVMPool(c echo.Context) error {
-	svc, err := h.vmService()
-	if err != nil {
-		return h.vmActionResult(c, err, "")
-	}
+	svc := h.vms
 	form := views.PoolForm{
 		VCPUs: strings.TrimSpace(c.FormValue("vcpus")), MemoryMiB: strings.TrimSpace(c.FormValue("memory_mib")),
 		MaxVMs: strings.TrimSpace(c.FormValue("max_vms")), WarmVMs: strings.TrimSpace(c.FormValue("warm_vms")),
 		RecycleAfterHours: strings.TrimSpace(c.FormValue("recycle_after_hours")),
 	}
 	var set vmpool.PoolSettings
-	err = nil
+	// Every field at fault shows at once: those that are no number, and
+	// the ranges of those that are.
+	var errs []error
 	for _, f := range []struct {
 		name string
 		raw  string
@@ -453,32 +444,28 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 		{"warm_vms", form.WarmVMs, &set.WarmVMs}, {"recycle_after_hours", form.RecycleAfterHours, &set.RecycleAfterHours},
 	} {
 		n, perr := strconv.Atoi(f.raw)
-		if perr != nil {
-			err = errdefs.Invalid(f.name, "number", "must be a whole number")
-			break
+		switch {
+		case f.raw == "":
+			errs = append(errs, errdefs.Required(f.name))
+		case perr != nil:
+			errs = append(errs, errdefs.Invalid(f.name, "number", "must be a whole number"))
 		}
 		*f.dst = n
 	}
 	cl := CallerOf(c)
-	if err == nil {
+	var err error
+	if len(errs) > 0 {
+		err = errors.Join(append(errs, set.Validate())...)
+	} else {
 		_, err = svc.SetPool(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, set)
 	}
 	if err != nil {
-		status := errdefs.HTTPStatus(err)
-		var qe *errdefs.QuotaError
-		switch {
-		case errors.As(err, &qe):
-			form.Errors = map[string]string{views.FormError: "Over the tenant quota: " + qe.Error() + ". Ask a platform operator to raise it, or lower max VMs or the VM size."}
-		default:
-			if form.Errors, err = fieldErrors(err); err != nil {
-				return err
-			}
-		}
-		v, err := h.vmsView(c, &form)
-		if err != nil {
-			return err
-		}
-		return render(c, status, views.VMs(h.page(c, "VMs", views.NavVMs), v))
+		return reshow(c, err, refusal{Quota: func(qe error) string {
+			return "Over the tenant quota: " + qe.Error() + ". Ask a platform operator to raise it, or lower max VMs or the VM size."
+		}}, &form.Errors, func() (templ.Component, error) {
+			v, err := h.vmsView(c, &form)
+			return views.VMs(h.page(c, "VMs", views.NavVMs), v), err
+		})
 	}
 	h.flash(c, views.FlashSuccess, "Pool settings saved.")
 	return redirect(c, "/vms")

@@ -233,12 +233,11 @@ var lineRE = regexp.MustCompile(`\bline (\d+):\s*`)
 func workflowErrors(err error) ([]views.WorkflowError, bool) {
 	var list []*errdefs.FieldError
 	var we workflow.Errors
-	var fe *errdefs.FieldError
 	switch {
 	case errors.As(err, &we):
 		list = we
-	case errors.As(err, &fe):
-		list = []*errdefs.FieldError{fe}
+	case len(errdefs.FieldErrors(err)) > 0:
+		list = errdefs.FieldErrors(err) // every one, not the first
 	case errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrQuota):
 		return []views.WorkflowError{{Detail: err.Error()}}, true
 	default:

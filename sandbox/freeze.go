@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -13,6 +14,24 @@ import (
 
 // ReasonFrozen ends the sandboxes of a tenant an operator froze.
 const ReasonFrozen = "frozen"
+
+// EndText says why a sandbox destroyed with reason ended, in words, for
+// its terminals and their recordings: a freeze says so.
+func EndText(reason string) string {
+	if rest, ok := strings.CutPrefix(reason, ReasonFrozen); ok && (rest == "" || rest[0] == ' ') {
+		return "the sandbox was destroyed: its tenant was frozen by a platform operator" + rest
+	}
+	return "the sandbox was destroyed (" + reason + ")"
+}
+
+// ReasonText is a state reason in words for pages ("frozen": ended by a
+// freeze of its tenant).
+func ReasonText(reason string) string {
+	if rest, ok := strings.CutPrefix(reason, ReasonFrozen); ok && (rest == "" || rest[0] == ' ') {
+		return "ended by a freeze of its tenant" + rest
+	}
+	return reason
+}
 
 // Freezes tells whether a tenant is frozen (incident response).
 // *tenants.Store implements it; a frozen tenant's error wraps
@@ -31,6 +50,19 @@ func (s *Service) checkNotFrozen(ctx context.Context, tenantID string) error {
 	return nil
 }
 
+// liveStates are the states a freeze destroys.
+var liveStates = []State{StateCreating, StateRunning, StateStopped}
+
+// LiveCount is how many sandboxes of the tenant DestroyTenant would
+// destroy now: what a freeze's confirmation says it destroys.
+func (s *Service) LiveCount(ctx context.Context, tenantID string) (int, error) {
+	var n int64
+	if err := s.store.db.WithContext(ctx).Model(&Sandbox{}).Where("tenant_id = ? AND state IN ?", tenantID, liveStates).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("count live sandboxes of %s: %w", tenantID, err)
+	}
+	return int(n), nil
+}
+
 // DestroyTenant destroys every live sandbox of the tenant with reason,
 // each audited sandbox.destroyed as actor's; recordings, command records
 // and logs stay. Creates under way are waited for (up to CreateTimeout)
@@ -43,7 +75,7 @@ func (s *Service) DestroyTenant(ctx context.Context, actor audit.Actor, tenantID
 	for {
 		var live []Sandbox
 		err := s.store.db.WithContext(ctx).Session(&gorm.Session{}).Where("tenant_id = ? AND state IN ?", tenantID,
-			[]State{StateCreating, StateRunning, StateStopped}).Order("id").Find(&live).Error
+			liveStates).Order("id").Find(&live).Error
 		if err != nil {
 			return n, fmt.Errorf("destroy sandboxes of %s: %w", tenantID, err)
 		}

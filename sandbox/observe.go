@@ -26,3 +26,8 @@ func (o *endObservers) notify(tenantID, sandboxID, reason string) {
 
 // OnEnd registers fn to run whenever a sandbox ends, with its reason.
 func (s *Service) OnEnd(fn func(tenantID, sandboxID, reason string)) { s.ended.add(fn) }
+
+// OnEnding registers fn to run just before a sandbox is destroyed, with
+// the reason it will end with ("" when the destroy failed and it runs on):
+// a terminal then ends with that reason rather than with its stream's.
+func (s *Service) OnEnding(fn func(tenantID, sandboxID, reason string)) { s.ending.add(fn) }

@@ -771,7 +771,7 @@ func (e *testEnv) testPages(t *testing.T) {
 	})
 
 	t.Run("destroy from the page", func(t *testing.T) {
-		s, _, hdr := ann.Post(t, "/sandboxes/"+id+"/destroy", nil)
+		s, _, hdr := ann.Post(t, "/sandboxes/"+id+"/destroy", url.Values{"confirm": {"yes"}})
 		if s != http.StatusSeeOther || hdr.Get("Location") != "/sandboxes/"+id {
 			t.Fatalf("Got(destroy) = %d %s; want 303 back to the sandbox", s, hdr.Get("Location"))
 		}

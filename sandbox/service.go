@@ -191,6 +191,7 @@ type Service struct {
 	// itself: orphan audit rows and warnings, per VM.
 	guestLog *audit.Limiter
 	ended    endObservers
+	ending   endObservers           // told before a destroy kills what runs
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	admitMu  map[string]*sync.Mutex // a create's capacity check and its record
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
@@ -600,8 +601,12 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 		c, err := s.vms.Agent(ctx, sb.TenantID, sb.VMID)
 		switch {
 		case err == nil:
+			// Terminals learn why before their processes are killed, so
+			// they end saying so (not "agent closed the stream").
+			s.ending.notify(sb.TenantID, sb.ID, EndText(reason))
 			info, err := c.DestroySandbox(ctx, sb.ID)
 			if err != nil && !errors.Is(err, agentproto.ErrNotFound) {
+				s.ending.notify(sb.TenantID, sb.ID, "") // it still runs
 				return Sandbox{}, agentErr("destroy sandbox "+sb.ID, err)
 			}
 			final = info.Final
@@ -628,7 +633,7 @@ func (s *Service) destroy(ctx context.Context, sb Sandbox, actor audit.Actor, re
 	}
 	if changed {
 		s.log.Info("sandbox destroyed", "sandbox", sb.ID, "tenant", sb.TenantID, "reason", reason)
-		s.ended.notify(sb.TenantID, sb.ID, "the sandbox was destroyed ("+reason+")")
+		s.ended.notify(sb.TenantID, sb.ID, EndText(reason))
 	}
 	return out, nil
 }

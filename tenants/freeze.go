@@ -48,13 +48,19 @@ type freezeRow struct {
 // maxFreezeReason bounds the free-text reason.
 const maxFreezeReason = 500
 
+// CheckFreezeReason validates a freeze's reason (empty is allowed here;
+// the operator's form asks for one).
+func CheckFreezeReason(reason string) error {
+	return checkName("reason", strings.TrimSpace(reason), maxFreezeReason)
+}
+
 // FreezeTenant freezes the tenant (audited tenant.frozen, in the same
 // transaction). Freezing a frozen tenant is errdefs.ErrConflict; an unknown one
 // errdefs.ErrNotFound. Destroying its sandboxes is the caller's next step: tenants
 // never calls sandbox.
 func (s *Store) FreezeTenant(ctx context.Context, actor audit.Actor, tenantID, reason string) (Freeze, error) {
 	reason = strings.TrimSpace(reason)
-	if err := checkName("reason", reason, maxFreezeReason); err != nil {
+	if err := CheckFreezeReason(reason); err != nil {
 		return Freeze{}, err
 	}
 	now := s.now()

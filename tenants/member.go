@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/mail"
 	"strings"
@@ -27,6 +28,26 @@ func normalizeEmail(email string) (string, error) {
 	return strings.ToLower(email), nil
 }
 
+// CheckInvite validates an invitation's email and role, reporting both
+// when both are wrong (a required one left empty says "required"), and
+// returns the email normalised.
+func CheckInvite(email string, role Role) (string, error) {
+	var errs []error
+	if strings.TrimSpace(email) == "" {
+		errs = append(errs, errdefs.Required("email"))
+	} else if e, err := normalizeEmail(email); err != nil {
+		errs = append(errs, err)
+	} else {
+		email = e
+	}
+	if role == "" {
+		errs = append(errs, errdefs.Required("role"))
+	} else if err := checkRole(role); err != nil {
+		errs = append(errs, err)
+	}
+	return email, errors.Join(errs...)
+}
+
 func checkRole(role Role) error {
 	if !role.Valid() {
 		return errdefs.Invalid("role", "role", "must be one of admin, manager, developer, auditor, billing")
@@ -39,11 +60,8 @@ func checkRole(role Role) error {
 // waits for the invitee's first login. A second invite of the same email,
 // or of a user who is already a member, is errdefs.ErrConflict.
 func (s *Store) InviteMember(ctx context.Context, actor audit.Actor, tenantID, email string, role Role) (Membership, error) {
-	email, err := normalizeEmail(email)
+	email, err := CheckInvite(email, role)
 	if err != nil {
-		return Membership{}, err
-	}
-	if err := checkRole(role); err != nil {
 		return Membership{}, err
 	}
 	var m Membership

@@ -132,14 +132,14 @@ func TestInviteValidation(t *testing.T) {
 			role        tenants.Role
 			field, rule string
 		}{
-			{"", tenants.RoleAdmin, "email", "email_format"},
+			{"", tenants.RoleAdmin, "email", "required"},
 			{"bob", tenants.RoleAdmin, "email", "email_format"},
 			{"Bob <bob@example.com>", tenants.RoleAdmin, "email", "email_format"},
 			{"a@b@example.com", tenants.RoleAdmin, "email", "email_format"},
 			{"bob@", tenants.RoleAdmin, "email", "email_format"},
 			{strings.Repeat("a", 250) + "@example.com", tenants.RoleAdmin, "email", "email_format"},
 			{"bob@example.com", "owner", "role", "role"},
-			{"bob@example.com", "", "role", "role"},
+			{"bob@example.com", "", "role", "required"},
 			{"bob@example.com", "Admin", "role", "role"},
 		}
 		for _, c := range cases {
@@ -150,6 +150,24 @@ func TestInviteValidation(t *testing.T) {
 				unchanged(t, e.db, before)
 			})
 		}
+	})
+}
+
+// TestInviteValidationAll: an invitation wrong in both fields names both,
+// email first, so a form shows every error at once.
+func TestInviteValidationAll(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		acme := e.tenant(t, "acme")
+		before := dbtest.Count(t, e.db)
+		_, err := e.store.InviteMember(ctx, admin, acme.ID, "not-an-email", "owner")
+		var got []string
+		for _, fe := range errdefs.FieldErrors(err) {
+			got = append(got, fe.Field+"/"+fe.Rule)
+		}
+		if strings.Join(got, ",") != "email/email_format,role/role" {
+			t.Errorf("Got(field errors) = %v; want [email/email_format role/role]", got)
+		}
+		unchanged(t, e.db, before)
 	})
 }
 

@@ -74,26 +74,45 @@ func randomText(n int) (string, error) {
 	return tokenEncoding.EncodeToString(b), nil
 }
 
+// Check validates every field of nt, reporting all that are wrong at once
+// (joined *errdefs.FieldError), and returns it normalised: the name trimmed,
+// the default TTL for none. The role's cap (at most the creator's) is
+// checked where the creator is known.
+func (nt NewToken) Check() (NewToken, error) {
+	var errs []error
+	nt.Name = strings.TrimSpace(nt.Name)
+	switch {
+	case nt.Name == "":
+		errs = append(errs, errdefs.Required("name"))
+	case utf8.RuneCountInString(nt.Name) > 64:
+		errs = append(errs, errdefs.Invalid("name", "name_length", "must be 1-64 characters"))
+	default:
+		if err := checkName("name", nt.Name, 64); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if nt.Role == "" {
+		errs = append(errs, errdefs.Required("role"))
+	} else if err := checkRole(nt.Role); err != nil {
+		errs = append(errs, err)
+	}
+	if nt.TTL == 0 {
+		nt.TTL = DefaultTokenTTL
+	}
+	if nt.TTL < MinTokenTTL || nt.TTL > MaxTokenTTL {
+		errs = append(errs, errdefs.Invalid("ttl", "ttl_range", "must be between 1h and 8760h (one year)"))
+	}
+	return nt, errors.Join(errs...)
+}
+
 // CreateToken makes an API token and returns its secret, which is shown
 // once and never stored: the database keeps its SHA-256 and visible prefix.
 func (s *Store) CreateToken(ctx context.Context, actor audit.Actor, tenantID string, nt NewToken) (string, APIToken, error) {
-	name := strings.TrimSpace(nt.Name)
-	if name == "" || utf8.RuneCountInString(name) > 64 {
-		return "", APIToken{}, errdefs.Invalid("name", "name_length", "must be 1-64 characters")
-	}
-	if err := checkName("name", name, 64); err != nil {
+	nt, err := nt.Check()
+	if err != nil {
 		return "", APIToken{}, err
 	}
-	if err := checkRole(nt.Role); err != nil {
-		return "", APIToken{}, err
-	}
-	ttl := nt.TTL
-	if ttl == 0 {
-		ttl = DefaultTokenTTL
-	}
-	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
-		return "", APIToken{}, errdefs.Invalid("ttl", "ttl_range", "must be between 1h and 8760h (one year)")
-	}
+	name, ttl := nt.Name, nt.TTL
 	prefix, err := randomText(5)
 	if err != nil {
 		return "", APIToken{}, err

@@ -158,7 +158,8 @@ func TestCreateTokenValidation(t *testing.T) {
 			nt          tenants.NewToken
 			field, rule string
 		}{
-			{"empty name", tenants.NewToken{Name: " ", Role: tenants.RoleDeveloper}, "name", "name_length"},
+			{"empty name", tenants.NewToken{Name: " ", Role: tenants.RoleDeveloper}, "name", "required"},
+			{"empty role", tenants.NewToken{Name: "ci"}, "role", "required"},
 			{"long name", tenants.NewToken{Name: strings.Repeat("x", 65), Role: tenants.RoleDeveloper}, "name", "name_length"},
 			{"control", tenants.NewToken{Name: "a\tb", Role: tenants.RoleDeveloper}, "name", "name_format"},
 			{"role", tenants.NewToken{Name: "ci", Role: "superuser"}, "role", "role"},
@@ -176,6 +177,15 @@ func TestCreateTokenValidation(t *testing.T) {
 				}
 				unchanged(t, e.db, before)
 			})
+		}
+		// Every field at fault at once, in the fields' order.
+		_, _, err := e.store.CreateToken(ctx, maker, acme.ID, tenants.NewToken{Name: "", Role: "superuser", TTL: time.Minute})
+		var got []string
+		for _, fe := range errdefs.FieldErrors(err) {
+			got = append(got, fe.Field+"/"+fe.Rule)
+		}
+		if strings.Join(got, ",") != "name/required,role/role,ttl/ttl_range" {
+			t.Errorf("Got(field errors of an all-bad token) = %v; want [name/required role/role ttl/ttl_range]", got)
 		}
 		if _, _, err := e.store.CreateToken(ctx, maker, acme.ID, tenants.NewToken{Name: strings.Repeat("x", 64), Role: tenants.RoleBilling}); err != nil {
 			t.Errorf("Got(CreateToken 64-char name) = %v; want nil", err)

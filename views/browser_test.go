@@ -239,45 +239,36 @@ func TestBrowser(t *testing.T) {
 	t.Run("remove asks first", func(t *testing.T) {
 		posts.reset()
 		ctx, _ := newTab(t, browser)
-		var mu sync.Mutex
-		accept := false
-		var messages []string
-		dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
-		go func() {
-			for ev, err := range dialogs {
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				messages = append(messages, ev.Message)
-				a := accept
-				mu.Unlock()
-				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: a})
-			}
-		}()
 		remove := chromedp.CSS(`form[action="/settings/members/m2/remove"] button`)
-		if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/preview/members"), chromedp.Click(remove)); err != nil {
-			t.Fatalf("click remove (dismiss): %v", err)
+		dialog := chromedp.CSS(`dialog.confirm-dialog[open]`)
+		if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/preview/members"), chromedp.Click(remove), chromedp.WaitVisible(dialog)); err != nil {
+			t.Fatalf("click remove: %v", err)
 		}
-		mu.Lock()
-		accept = true
-		mu.Unlock()
-		// A submit that the dismissal failed to stop would have left the page,
+		msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`dialog.confirm-dialog p`)))
+		if err != nil {
+			t.Fatalf("read the dialog: %v", err)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`dialog.confirm-dialog [data-confirm-cancel]`)), chromedp.WaitNotPresent(dialog)); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+		if !strings.Contains(msg, "grace@acme.test") {
+			t.Errorf("Got(confirm dialog) = %q; want it naming grace@acme.test", msg)
+		}
+		// A submit that Cancel failed to stop would have left the page,
 		// and this second click needs the members page still loaded.
-		if err := chromedp.Do(ctx, chromedp.Click(remove), chromedp.WaitVisible(chromedp.CSS("#received"))); err != nil {
-			t.Fatalf("click remove (accept): %v", err)
+		if err := chromedp.Do(ctx, chromedp.Click(remove), chromedp.WaitVisible(dialog),
+			chromedp.Click(chromedp.CSS(`dialog.confirm-dialog [data-confirm-ok]`)), chromedp.WaitVisible(chromedp.CSS("#received"))); err != nil {
+			t.Fatalf("click remove, then confirm: %v", err)
 		}
 		paths, forms := posts.snapshot()
 		if len(paths) != 1 || paths[0] != "/settings/members/m2/remove" {
-			t.Fatalf("Got(POSTs) = %v; want exactly the accepted remove", paths)
+			t.Fatalf("Got(POSTs) = %v; want exactly the confirmed remove", paths)
 		}
 		if got := forms[0].Get("_csrf"); got != sampleCSRF {
 			t.Errorf("Got(_csrf) = %q; want %q", got, sampleCSRF)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(messages) != 2 || !strings.Contains(messages[0], "grace@acme.test") {
-			t.Errorf("Got(confirm messages) = %q; want two naming grace@acme.test", messages)
+		if got := forms[0].Get("confirm"); got != "yes" {
+			t.Errorf("Got(confirm) = %q; want yes, which the server's confirm step accepts", got)
 		}
 	})
 

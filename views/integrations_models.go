@@ -14,6 +14,8 @@ type IntegrationsView struct {
 	CanEdit    bool
 	Form       WebhookForm
 	EventTypes []string
+	// SecretChoices are the tenant's live secrets, one of which signs.
+	SecretChoices []Choice
 }
 
 // WebhookRow is one endpoint.
@@ -59,4 +61,13 @@ func (f WebhookForm) Checked(t string) bool {
 		}
 	}
 	return false
+}
+
+// signingPlaceholder is the empty choice of the signing secret: a prompt,
+// or what to do when the tenant has no secret yet.
+func signingPlaceholder(choices []Choice) string {
+	if len(choices) == 0 {
+		return "No secrets yet: add one first"
+	}
+	return "Choose a secret…"
 }

@@ -54,6 +54,8 @@ type Page struct {
 	AssetVersion string // appended to asset URLs as ?v= so a new build busts caches
 	// Nav is the navigation: only the pages the caller may open.
 	Nav Nav
+	// Frozen is the tenant's freeze, shown as a banner on every page.
+	Frozen *FreezeView
 }
 
 // Nav is the caller's navigation, each list holding only what the caller
@@ -201,6 +203,11 @@ type TenantRow struct {
 	// Frozen is set while an operator has frozen the tenant (incident
 	// response).
 	Frozen *FreezeView
+	// Live is how many sandboxes a freeze would destroy now.
+	Live int
+	// FreezeReason and FreezeErrors are a refused freeze form's.
+	FreezeReason string
+	FreezeErrors map[string]string
 }
 
 // TenantForm is the create-tenant form's values and field errors.
@@ -246,6 +253,8 @@ type AuditFilter struct {
 	Outcome string
 	Since   string
 	Until   string
+	// Errors name the filter's fields that could not be read.
+	Errors map[string]string
 }
 
 // SettingsView is the user's profile and session.

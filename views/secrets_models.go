@@ -100,3 +100,16 @@ func injectLabel(loc string) string {
 	}
 	return loc
 }
+
+// injectDescribedBy is what describes a "goes in" checkbox: the echo
+// warning for query, path and body, and the group's error when it has one.
+func injectDescribedBy(form string, echoable, invalid bool) string {
+	var ids []string
+	if echoable {
+		ids = append(ids, form+"-inject-warning")
+	}
+	if invalid {
+		ids = append(ids, form+"-inject-error")
+	}
+	return strings.Join(ids, " ")
+}

@@ -15,6 +15,9 @@ type UsageView struct {
 	// From and To are the period's first and last day (To inclusive), as
 	// the date inputs show them.
 	From, To string
+	// Errors are the period's fields that could not be read ("from",
+	// "to"), shown next to them; the figures are then this month's.
+	Errors map[string]string
 	// PrevURL and NextURL are the months before and after the period's
 	// first month; ThisMonthURL the current month.
 	PrevURL, NextURL, ThisMonthURL string

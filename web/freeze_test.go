@@ -85,7 +85,7 @@ func TestFreezeTenant(t *testing.T) {
 	}
 
 	// The page buttons: freeze globex, unfreeze acme.
-	if s, _, h := op.Post(t, "/operator/tenants/"+globex.ID+"/freeze", url.Values{"reason": {"drill"}}); s != http.StatusSeeOther || h.Get("Location") != "/operator/tenants" {
+	if s, _, h := op.Post(t, "/operator/tenants/"+globex.ID+"/freeze", url.Values{"reason": {"drill"}, "confirm": {"yes"}}); s != http.StatusSeeOther || h.Get("Location") != "/operator/tenants" {
 		t.Errorf("Got(freeze button) = %d %s; want 303 back to the list", s, h.Get("Location"))
 	}
 	if s, _, _ := op.Post(t, "/operator/tenants/"+acme.ID+"/unfreeze", nil); s != http.StatusSeeOther {

@@ -1,12 +1,15 @@
 package web_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -19,17 +22,25 @@ func TestIntegrationsBrowser(t *testing.T) {
 	acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
 	env.Member(t, acme, "dev@example.com", tenants.RoleAdmin)
 	css := webtest.CSS
+	// The signing secret is chosen from the tenant's live secrets.
+	if _, err := env.Secrets.Create(context.Background(), audit.Actor{Kind: "system", ID: "test"}, acme.ID, secrets.NewSecret{
+		Name: "WEBHOOK_SIGNING_KEY", Value: "whsec_dGVzdA==", Hosts: []string{"hooks.example.com"}}); err != nil {
+		t.Fatal(err)
+	}
 
 	b.Login(t, env.URL+"/settings/integrations", "dev@example.com", `form[action="/settings/integrations"] input[name="url"]`)
 
 	b.Do(t, "add a loopback endpoint",
 		chromedp.SendKeys(css(`input[name="url"]`), "https://127.0.0.1/hook"),
-		chromedp.SendKeys(css(`input[name="secret_name"]`), "WEBHOOK_SIGNING_KEY"),
+		chromedp.SetValue(css(`select[name="secret_name"]`), "WEBHOOK_SIGNING_KEY"),
 		chromedp.SendKeys(css(`input[name="description"]`), "billing pipeline"),
 		chromedp.Click(css(`form[action="/settings/integrations"] button[type="submit"]`)),
 		chromedp.WaitVisible(css(`[aria-invalid="true"][name="url"]`)))
 	if got := b.Value(t, `input[name="url"]`); got != "https://127.0.0.1/hook" {
 		t.Errorf("Got(url after the refusal) = %q; want what was typed", got)
+	}
+	if got := b.Value(t, `select[name="secret_name"]`); got != "WEBHOOK_SIGNING_KEY" {
+		t.Errorf("Got(signing secret after the refusal) = %q; want the one chosen", got)
 	}
 	if got := b.Value(t, `input[name="description"]`); got != "billing pipeline" {
 		t.Errorf("Got(description after the refusal) = %q; want what was typed", got)

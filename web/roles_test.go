@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/integrations"
 	"github.com/stockade-dev/stockade/tenants/policy"
 	"github.com/stockade-dev/stockade/tenants/secrets"
@@ -315,6 +316,8 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return url.Values{"slug": {slug}}, nil
 	case "POST /settings/members":
 		return url.Values{"email": {fmt.Sprintf("form%d@%s.test", n, f.tenant.Slug)}, "role": {"developer"}}, nil
+	case "POST /operator/tenants/:id/freeze":
+		return url.Values{"reason": {"fixture"}}, nil
 	case "POST /settings/members/:id/role":
 		return url.Values{"role": {"manager"}}, nil
 	case "POST /settings/tokens":
@@ -324,6 +327,11 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	case "POST /settings/secrets/:name/inject":
 		return url.Values{"inject": {"authorization"}}, nil
 	case "POST /settings/integrations":
+		// The form's signing secret is one of the tenant's live secrets.
+		if _, err := f.env.Secrets.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID,
+			secrets.NewSecret{Name: "HOOK_KEY", Value: "whsec_x", Hosts: []string{"example.com"}}); err != nil && !errdefs.IsConflict(err) {
+			return nil, nil // the call fails and says so
+		}
 		return url.Values{"url": {fmt.Sprintf("https://form-%d.example.com/in", n)}, "secret_name": {"HOOK_KEY"}}, nil
 	case "POST /api/v1/integrations/webhooks":
 		return nil, map[string]any{"url": fmt.Sprintf("https://api-%d.example.com/in", n), "secret_name": "HOOK_KEY"}
@@ -478,6 +486,11 @@ func call(t *testing.T, c *caller, r web.Route, path string, form url.Values, in
 		}
 		if cl.Bearer == "" {
 			form.Set("_csrf", cl.CSRF(t))
+		}
+		// Past the confirm step of destructive forms (TestConfirmStep
+		// tests it), so the call does its work.
+		if form.Get("confirm") == "" {
+			form.Set("confirm", "yes")
 		}
 		return cl.Request(t, r.Method, path, "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
 	}

@@ -182,7 +182,7 @@ func TestPersonalTokens(t *testing.T) {
 	}
 
 	// Their own: revoked on the page, it stops at once, audited.
-	if s, _, hdr := dev.Post(t, "/settings/tokens/"+childTok.ID+"/revoke", nil); s != http.StatusSeeOther || hdr.Get("Location") != "/settings/tokens" {
+	if s, _, hdr := dev.Post(t, "/settings/tokens/"+childTok.ID+"/revoke", url.Values{"confirm": {"yes"}}); s != http.StatusSeeOther || hdr.Get("Location") != "/settings/tokens" {
 		t.Errorf("Got(developer revokes their token) = %d %s; want 303 to /settings/tokens", s, hdr.Get("Location"))
 	}
 	if s, _ := me(t, env.WithToken(childTok.Token)); s != http.StatusUnauthorized {

@@ -112,6 +112,7 @@ type Hub struct {
 	nextID      int64
 	ended       bool
 	endReason   string // asked for by End before the process went
+	ending      string // told by Ending: why the process is about to go
 	bytesIn     int64
 	cut         int
 	lastLeft    time.Time // when the last client left
@@ -200,13 +201,12 @@ func (h *Hub) pump() {
 		ex = &exit
 	}
 	h.mu.Lock()
-	ended := h.ended
+	ended, reason := h.ended, h.ending
 	h.mu.Unlock()
 	if ended {
 		return // End was called: its reason stands
 	}
-	reason := ""
-	if h.cfg.Explain != nil {
+	if reason == "" && h.cfg.Explain != nil {
 		reason = h.cfg.Explain(ex, err)
 	}
 	if reason == "" {
@@ -467,6 +467,15 @@ func (h *Hub) Join(o JoinOptions) (*Client, error) {
 	return c, nil
 }
 
+// Ending says why the session's process is about to be killed from
+// outside (its sandbox is being destroyed): when it then ends, that is
+// the session's reason, not what the broken stream said. "" takes it back.
+func (h *Hub) Ending(reason string) {
+	h.mu.Lock()
+	h.ending = reason
+	h.mu.Unlock()
+}
+
 // End ends the session for everyone with reason, killing its process.
 func (h *Hub) End(reason string) {
 	h.mu.Lock()
@@ -486,8 +495,11 @@ func (h *Hub) finish(reason string, exit *Exit) {
 		return
 	}
 	h.ended = true
-	if h.endReason != "" {
+	switch {
+	case h.endReason != "":
 		reason = h.endReason
+	case h.ending != "":
+		reason = h.ending
 	}
 	end := Control{Type: MsgEnd, Reason: reason}
 	if exit != nil {

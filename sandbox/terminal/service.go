@@ -632,6 +632,19 @@ func (s *Service) EndSandbox(tenantID, sandboxID, reason string) {
 	}
 }
 
+// SandboxEnding tells every live session of the tenant's sandbox why its
+// process is about to go (sandbox.Service.OnEnding): they end with reason.
+func (s *Service) SandboxEnding(tenantID, sandboxID, reason string) {
+	for _, l := range s.Live(tenantID, sandboxID) {
+		s.mu.Lock()
+		live := s.live[l.ID]
+		s.mu.Unlock()
+		if live != nil && live.sess.TenantID == tenantID {
+			live.hub.Ending(reason)
+		}
+	}
+}
+
 func (s *Service) loop() {
 	defer s.wg.Done()
 	ctx, cancel := s.stop.Bound(context.Background())

@@ -103,22 +103,27 @@ func (s *Store) Pools(ctx context.Context) ([]Pool, error) {
 	return out, nil
 }
 
-// Validate checks each setting's range: a *errdefs.FieldError naming the
-// first field out of range.
+// Validate checks each setting's range: every field out of range, as
+// joined *errdefs.FieldError in the settings' order.
 func (in PoolSettings) Validate() error {
-	switch {
-	case in.VCPUs < MinVCPUs || in.VCPUs > MaxVCPUs:
-		return errdefs.Invalid("vcpus", "range", fmt.Sprintf("must be between %d and %d", MinVCPUs, MaxVCPUs))
-	case in.MemoryMiB < MinMemoryMiB || in.MemoryMiB > MaxMemoryMiB:
-		return errdefs.Invalid("memory_mib", "range", fmt.Sprintf("must be between %d and %d MiB", MinMemoryMiB, MaxMemoryMiB))
-	case in.MaxVMs < 0 || in.MaxVMs > MaxPoolVMs:
-		return errdefs.Invalid("max_vms", "range", fmt.Sprintf("must be between 0 and %d", MaxPoolVMs))
-	case in.WarmVMs < 0 || in.WarmVMs > in.MaxVMs:
-		return errdefs.Invalid("warm_vms", "range", fmt.Sprintf("must be between 0 and max_vms (%d)", in.MaxVMs))
-	case in.RecycleAfterHours < 0 || in.RecycleAfterHours > MaxRecycleAfterHours:
-		return errdefs.Invalid("recycle_after_hours", "range", fmt.Sprintf("must be between 0 (never) and %d", MaxRecycleAfterHours))
+	var errs []error
+	if in.VCPUs < MinVCPUs || in.VCPUs > MaxVCPUs {
+		errs = append(errs, errdefs.Invalid("vcpus", "range", fmt.Sprintf("must be between %d and %d", MinVCPUs, MaxVCPUs)))
 	}
-	return nil
+	if in.MemoryMiB < MinMemoryMiB || in.MemoryMiB > MaxMemoryMiB {
+		errs = append(errs, errdefs.Invalid("memory_mib", "range", fmt.Sprintf("must be between %d and %d MiB", MinMemoryMiB, MaxMemoryMiB)))
+	}
+	maxOK := in.MaxVMs >= 0 && in.MaxVMs <= MaxPoolVMs
+	if !maxOK {
+		errs = append(errs, errdefs.Invalid("max_vms", "range", fmt.Sprintf("must be between 0 and %d", MaxPoolVMs)))
+	}
+	if in.WarmVMs < 0 || (maxOK && in.WarmVMs > in.MaxVMs) || in.WarmVMs > MaxPoolVMs {
+		errs = append(errs, errdefs.Invalid("warm_vms", "range", fmt.Sprintf("must be between 0 and max_vms (%d)", in.MaxVMs)))
+	}
+	if in.RecycleAfterHours < 0 || in.RecycleAfterHours > MaxRecycleAfterHours {
+		errs = append(errs, errdefs.Invalid("recycle_after_hours", "range", fmt.Sprintf("must be between 0 (never) and %d", MaxRecycleAfterHours)))
+	}
+	return errors.Join(errs...)
 }
 
 // SetPool saves the tenant's pool settings. They are checked for range

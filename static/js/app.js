@@ -16,16 +16,85 @@
     }
   }, true);
 
-  // data-confirm on a form: ask before submitting (revoke, remove).
+  // data-confirm on a form: before a destructive post, a <dialog> says
+  // what it will do (the server-rendered summary in data-confirm: a freeze
+  // names the live sandboxes it destroys) and asks. Confirmed, the form is
+  // posted again with confirm=yes, which the server's own confirm step
+  // accepts; without this script that step is a page saying the same.
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
     if (!(form instanceof HTMLFormElement)) return;
     var msg = form.getAttribute("data-confirm");
-    if (msg && !window.confirm(msg)) {
-      ev.preventDefault();
-      ev.stopImmediatePropagation();
-    }
+    if (!msg || confirmedField(form)) return;
+    ev.preventDefault();
+    ev.stopImmediatePropagation();
+    askConfirm(form, msg, ev.submitter);
   }, true);
+
+  function confirmedField(form) {
+    return form.querySelector('input[type="hidden"][name="confirm"][value="yes"]');
+  }
+
+  // buttonLabel is what a button shows, without its visually hidden part.
+  function buttonLabel(b) {
+    if (!b) return "";
+    var c = b.cloneNode(true);
+    c.querySelectorAll(".visually-hidden").forEach(function (e) { e.remove(); });
+    return c.textContent.replace(/\s+/g, " ").trim();
+  }
+
+  function askConfirm(form, msg, submitter) {
+    if (document.querySelector("dialog.confirm-dialog[open]")) return;
+    var d = document.createElement("dialog");
+    d.className = "confirm-dialog";
+    d.setAttribute("aria-labelledby", "confirm-dialog-text");
+    var p = document.createElement("p");
+    p.id = "confirm-dialog-text";
+    p.textContent = msg;
+    var actions = document.createElement("div");
+    actions.className = "form-actions";
+    var ok = document.createElement("button");
+    ok.type = "button";
+    ok.className = "btn btn-danger";
+    ok.setAttribute("data-confirm-ok", "");
+    ok.textContent = buttonLabel(submitter) || "Confirm";
+    var cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "btn";
+    cancel.setAttribute("data-confirm-cancel", "");
+    cancel.textContent = "Cancel";
+    actions.appendChild(ok);
+    actions.appendChild(cancel);
+    d.appendChild(p);
+    d.appendChild(actions);
+    ok.addEventListener("click", function () { d.close("ok"); });
+    cancel.addEventListener("click", function () { d.close("cancel"); });
+    d.addEventListener("close", function () {
+      var yes = d.returnValue === "ok";
+      d.remove();
+      if (!yes) {
+        if (submitter) submitter.focus();
+        return;
+      }
+      if (!confirmedField(form)) {
+        var f = document.createElement("input");
+        f.type = "hidden";
+        f.name = "confirm";
+        f.value = "yes";
+        form.appendChild(f);
+      }
+      if (submitter && typeof form.requestSubmit === "function") {
+        form.requestSubmit(submitter);
+      } else if (typeof form.requestSubmit === "function") {
+        form.requestSubmit();
+      } else {
+        form.submit();
+      }
+    });
+    document.body.appendChild(d);
+    d.showModal();
+    cancel.focus(); // the safe choice first
+  }
 
   // In-flight guard, part two: once a POST form submits (confirmed, if it
   // asks), it is busy until the next page: aria-busy, its submit buttons
@@ -212,6 +281,11 @@
   // Things that only make sense with this script: reveal copy buttons, hide the
   // buttons that auto-submitting forms no longer need. Runs again on content
   // that htmx swaps in.
+  // A form refused with field errors: focus the first field at fault, so
+  // keyboard and screen reader users start where the errors are.
+  var firstInvalid = document.querySelector('main [aria-invalid="true"]');
+  if (firstInvalid && !document.querySelector("[autofocus]")) firstInvalid.focus();
+
   function enhance(root) {
     root.querySelectorAll("[data-copy][hidden]").forEach(function (b) { b.hidden = false; });
     root.querySelectorAll("form[data-autosubmit] [data-js-hide]").forEach(function (b) { b.hidden = true; });

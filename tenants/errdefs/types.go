@@ -23,6 +23,12 @@ func Invalid(field, rule, detail string) error {
 	return &FieldError{Field: field, Rule: rule, Detail: detail}
 }
 
+// Required is the *FieldError of a required field left empty: rule and
+// detail "required", what a form shows next to the field.
+func Required(field string) error {
+	return &FieldError{Field: field, Rule: "required", Detail: "required"}
+}
+
 // MalformedError names the field (or position) where decoding a request
 // failed. It wraps ErrMalformed.
 type MalformedError struct {

@@ -78,19 +78,32 @@ func checkRoom(tx *gorm.DB, tenantID string) error {
 	return nil
 }
 
-// check validates ne and returns it normalised.
+// Check validates ne as Create would, without creating: every field at
+// fault (a form adds its own findings to these).
+func (s *Store) Check(ne NewEndpoint) error {
+	_, err := s.check(ne)
+	return err
+}
+
+// check validates ne and returns it normalised; an error lists every
+// field at fault.
 func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 	ne.URL = strings.TrimSpace(ne.URL)
 	ne.SecretName = strings.TrimSpace(ne.SecretName)
 	ne.Description = strings.TrimSpace(ne.Description)
-	if err := s.CheckURL(ne.URL); err != nil {
-		return ne, err
+	var errs []error
+	if ne.URL == "" {
+		errs = append(errs, errdefs.Required("url"))
+	} else if err := s.CheckURL(ne.URL); err != nil {
+		errs = append(errs, err)
 	}
-	if !secretName.MatchString(ne.SecretName) {
-		return ne, errdefs.Invalid("secret_name", "secret_name", "must name a tenant secret (A-Z, 0-9, _) holding a whsec_ key")
+	if ne.SecretName == "" {
+		errs = append(errs, errdefs.Required("secret_name"))
+	} else if !secretName.MatchString(ne.SecretName) {
+		errs = append(errs, errdefs.Invalid("secret_name", "secret_name", "must name a tenant secret (A-Z, 0-9, _) holding a whsec_ key"))
 	}
 	if len(ne.Description) > 200 {
-		return ne, errdefs.Invalid("description", "length", "must be at most 200 characters")
+		errs = append(errs, errdefs.Invalid("description", "length", "must be at most 200 characters"))
 	}
 	types := []string{}
 	for _, t := range ne.EventTypes {
@@ -99,9 +112,13 @@ func (s *Store) check(ne NewEndpoint) (NewEndpoint, error) {
 			continue
 		}
 		if !slices.Contains(EventTypes(), t) {
-			return ne, errdefs.Invalid("event_types", "event_type", fmt.Sprintf("unknown event type %q (known: %s)", t, strings.Join(EventTypes(), ", ")))
+			errs = append(errs, errdefs.Invalid("event_types", "event_type", fmt.Sprintf("unknown event type %q (known: %s)", t, strings.Join(EventTypes(), ", "))))
+			break
 		}
 		types = append(types, t)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ne, err
 	}
 	slices.Sort(types)
 	ne.EventTypes = types

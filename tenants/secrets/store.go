@@ -67,6 +67,61 @@ type NewSecret struct {
 	TTL    time.Duration
 }
 
+// Check validates every field of ns and returns it normalised (name
+// trimmed, hosts lowercased without duplicates, inject normalised, the
+// default TTL for none); an error lists every field at fault
+// (*errdefs.FieldError joined), not just the first, so a form shows them
+// all at once.
+func (ns NewSecret) Check() (NewSecret, error) {
+	var errs []error
+	ns.Name = strings.TrimSpace(ns.Name)
+	if ns.Name == "" {
+		errs = append(errs, errdefs.Required("name"))
+	} else if err := CheckName(ns.Name); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case ns.Value == "":
+		errs = append(errs, errdefs.Required("value"))
+	case len(ns.Value) > MaxValueBytes:
+		errs = append(errs, errdefs.Invalid("value", "value_length", fmt.Sprintf("must be 1-%d bytes", MaxValueBytes)))
+	case !utf8.ValidString(ns.Value) || strings.ContainsAny(ns.Value, "\x00\r\n"):
+		// It is spliced into HTTP headers: a newline would let it add headers.
+		errs = append(errs, errdefs.Invalid("value", "value_chars", "must be text on one line"))
+	}
+	var hosts []string
+	switch {
+	case len(ns.Hosts) == 0:
+		errs = append(errs, errdefs.Required("hosts"))
+	case len(ns.Hosts) > MaxHosts:
+		errs = append(errs, errdefs.Invalid("hosts", "hosts_count", fmt.Sprintf("give 1-%d hosts the secret may be sent to", MaxHosts)))
+	default:
+		for _, h := range ns.Hosts {
+			p, err := NormalizeHost(h)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if !slices.Contains(hosts, p) {
+				hosts = append(hosts, p)
+			}
+		}
+	}
+	ns.Hosts = hosts
+	inject, err := NormalizeInject(ns.Inject)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	ns.Inject = inject
+	if ns.TTL == 0 {
+		ns.TTL = DefaultTTL
+	}
+	if ns.TTL < MinTTL || ns.TTL > MaxTTL {
+		errs = append(errs, errdefs.Invalid("ttl", "ttl_range", "must be between 1m and 8784h (366 days)"))
+	}
+	return ns, errors.Join(errs...)
+}
+
 // row is the database form of a secret.
 type row struct {
 	ID         string `gorm:"primaryKey"`
@@ -215,41 +270,11 @@ func MatchHost(pattern, host string) bool {
 // returned by any method of the store; the audit event names it and its
 // hosts only. A live secret of the same name is errdefs.ErrConflict.
 func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, ns NewSecret) (Secret, error) {
-	name := strings.TrimSpace(ns.Name)
-	if err := CheckName(name); err != nil {
-		return Secret{}, err
-	}
-	if ns.Value == "" || len(ns.Value) > MaxValueBytes {
-		return Secret{}, errdefs.Invalid("value", "value_length", fmt.Sprintf("must be 1-%d bytes", MaxValueBytes))
-	}
-	if !utf8.ValidString(ns.Value) || strings.ContainsAny(ns.Value, "\x00\r\n") {
-		// It is spliced into HTTP headers: a newline would let it add headers.
-		return Secret{}, errdefs.Invalid("value", "value_chars", "must be text on one line")
-	}
-	if len(ns.Hosts) == 0 || len(ns.Hosts) > MaxHosts {
-		return Secret{}, errdefs.Invalid("hosts", "hosts_count", fmt.Sprintf("give 1-%d hosts the secret may be sent to", MaxHosts))
-	}
-	var hosts []string
-	for _, h := range ns.Hosts {
-		p, err := NormalizeHost(h)
-		if err != nil {
-			return Secret{}, err
-		}
-		if !slices.Contains(hosts, p) {
-			hosts = append(hosts, p)
-		}
-	}
-	inject, err := NormalizeInject(ns.Inject)
+	ns, err := ns.Check()
 	if err != nil {
 		return Secret{}, err
 	}
-	ttl := ns.TTL
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
-	if ttl < MinTTL || ttl > MaxTTL {
-		return Secret{}, errdefs.Invalid("ttl", "ttl_range", "must be between 1m and 8784h (366 days)")
-	}
+	name, hosts, inject, ttl := ns.Name, ns.Hosts, ns.Inject, ns.TTL
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Secret{}, fmt.Errorf("create secret %s: %w", name, err)

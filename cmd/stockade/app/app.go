@@ -311,6 +311,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		a.ownTerminals = true
 		// A destroyed sandbox ends its terminals at once, for everyone.
 		a.Sandboxes.OnEnd(a.Terminals.EndSandbox)
+		a.Sandboxes.OnEnding(a.Terminals.SandboxEnding)
 	}
 	if a.Compliance == nil {
 		// The checklist: every tenant re-evaluated each ComplianceInterval;
