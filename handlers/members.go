@@ -106,11 +106,8 @@ func (h *Handlers) RemoveMember(c echo.Context) error {
 	return redirect(c, "/settings/members")
 }
 
-// MemberJSON is a member in the API.
-type MemberJSON = api.Member
-
-func memberJSON(m tenants.Membership) MemberJSON {
-	return MemberJSON{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
+func memberJSON(m tenants.Membership) api.Member {
+	return api.Member{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
 }
 
 // APIMembers lists members.
@@ -119,7 +116,7 @@ func (h *Handlers) APIMembers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]MemberJSON, 0, len(ms))
+	out := make([]api.Member, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, memberJSON(m))
 	}
