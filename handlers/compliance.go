@@ -158,13 +158,14 @@ func (h *Handlers) CompliancePrint(c echo.Context) error {
 	return render(c, http.StatusOK, views.CompliancePrint(h.page(c, "Compliance", views.NavCompliance), v))
 }
 
+// callerProbeRun is the caller's probe run :id.
+func (h *Handlers) callerProbeRun(c echo.Context) (compliance.ProbeRun, error) {
+	return h.compliance.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+}
+
 // ComplianceProbePage shows one probe run.
 func (h *Handlers) ComplianceProbePage(c echo.Context) error {
-	svc, err := h.complianceService()
-	if err != nil {
-		return err
-	}
-	r, err := svc.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	r, err := h.callerProbeRun(c)
 	if err != nil {
 		return err
 	}
@@ -331,20 +332,13 @@ func (h *Handlers) APIComplianceProbes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]api.ProbeRun, 0, len(runs))
-	for _, r := range runs {
-		out = append(out, probeRunOut(r, false))
-	}
+	out := each(runs, func(r compliance.ProbeRun) api.ProbeRun { return probeRunOut(r, false) })
 	return c.JSON(http.StatusOK, api.ProbeRunList{ProbeRuns: out})
 }
 
 // APIComplianceProbe returns one probe run with its checks and output.
 func (h *Handlers) APIComplianceProbe(c echo.Context) error {
-	svc, err := h.complianceService()
-	if err != nil {
-		return err
-	}
-	r, err := svc.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	r, err := h.callerProbeRun(c)
 	if err != nil {
 		return err
 	}

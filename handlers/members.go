@@ -116,11 +116,7 @@ func (h *Handlers) APIMembers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]api.Member, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, memberJSON(m))
-	}
-	return c.JSON(http.StatusOK, api.MemberList{Members: out})
+	return c.JSON(http.StatusOK, api.MemberList{Members: each(ms, memberJSON)})
 }
 
 // APIInviteMember invites a member: {email, role}.

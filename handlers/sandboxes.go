@@ -63,11 +63,7 @@ func (h *Handlers) APISandboxes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]api.Sandbox, 0, len(sbs))
-	for _, sb := range sbs {
-		out = append(out, sandboxJSON(sb))
-	}
-	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: out})
+	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: each(sbs, sandboxJSON)})
 }
 
 // APICreateSandbox creates a sandbox and answers once it runs:

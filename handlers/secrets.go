@@ -184,10 +184,7 @@ func (h *Handlers) APISecrets(c echo.Context) error {
 		return err
 	}
 	full := tenants.Can(cl.Role, tenants.PermSecretsWrite)
-	out := make([]api.Secret, 0, len(list))
-	for _, s := range list {
-		out = append(out, secretJSON(s, full))
-	}
+	out := each(list, func(s secrets.Secret) api.Secret { return secretJSON(s, full) })
 	return c.JSON(http.StatusOK, api.SecretList{Secrets: out})
 }
 

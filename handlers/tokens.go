@@ -189,11 +189,7 @@ func (h *Handlers) APITokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]api.Token, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, tokenJSON(t))
-	}
-	return c.JSON(http.StatusOK, api.TokenList{Tokens: out})
+	return c.JSON(http.StatusOK, api.TokenList{Tokens: each(ts, tokenJSON)})
 }
 
 // APICreateToken creates a token: {name, role, ttl}; the secret is in the

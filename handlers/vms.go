@@ -63,10 +63,7 @@ func (h *Handlers) APIVMs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]api.VM, 0, len(sts))
-	for _, st := range sts {
-		out = append(out, vmJSON(st))
-	}
+	out := each(sts, vmJSON)
 	hv := api.Hypervisor{Available: true}
 	if err := svc.Available(); err != nil {
 		hv = api.Hypervisor{Available: false, Detail: err.Error()}

@@ -197,20 +197,12 @@ func (h *Handlers) APIRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.RunList{Runs: make([]api.Run, 0, len(list))}
-	for _, r := range list {
-		out.Runs = append(out.Runs, h.runJSON(r, nil))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, api.RunList{Runs: each(list, func(r runs.Run) api.Run { return h.runJSON(r, nil) })})
 }
 
 // APIRun returns the tenant's run :id with its steps (their stored output).
 func (h *Handlers) APIRun(c echo.Context) error {
-	eng, err := h.runEngine()
-	if err != nil {
-		return err
-	}
-	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	_, r, steps, err := h.callerRun(c)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,16 @@ func (h *Handlers) runJSON(r runs.Run, steps []runs.Step) api.Run {
 	return out
 }
 
+// callerRun is the caller's run :id with its steps, and the engine.
+func (h *Handlers) callerRun(c echo.Context) (*runs.Engine, runs.Run, []runs.Step, error) {
+	eng, err := h.runEngine()
+	if err != nil {
+		return nil, runs.Run{}, nil, err
+	}
+	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	return eng, r, steps, err
+}
+
 func nanoTime(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 func nanoTimePtr(t *time.Time) *string {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/handlers/api"
 
 	"github.com/stockade-dev/stockade/handlers"
@@ -36,8 +38,8 @@ func count(t *testing.T, env *webtest.Env, table, where string, args ...any) int
 // (Stripe's model) and makes no second one; the cached answer is sealed at
 // rest, never the token in clear.
 func TestIdempotentTokenCreate(t *testing.T) {
-	clock := webtest.NewClock(time.Now().UTC())
-	env := webtest.New(t, webtest.Options{Clock: clock.Now})
+	clock := clockwork.NewFakeClockAt(time.Now().UTC())
+	env := webtest.New(t, webtest.Options{Clock: clock})
 	tn, other := env.Tenant(t, "idem-tok"), env.Tenant(t, "idem-tok-2")
 	admin := env.WithToken(env.Token(t, tn, tenants.RoleAdmin))
 	otherAdmin := env.WithToken(env.Token(t, other, tenants.RoleAdmin))

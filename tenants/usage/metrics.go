@@ -216,7 +216,7 @@ func (c *Collector) read(ctx context.Context) ([]*tenantFigures, error) {
 	if err != nil {
 		return nil, fmt.Errorf("usage metrics: %w", err)
 	}
-	month := MonthStart(c.s.now())
+	month := MonthStart(c.s.clock.Now())
 	// The price periods of the month: every instant any book changes. A
 	// tenant's price is constant within each, so one grouped query prices
 	// every tenant.

@@ -266,7 +266,7 @@ func CPUSecondsSince(tx *gorm.DB, tenantID string, since time.Time) (float64, er
 
 // CPUSecondsThisMonth is CPUSecondsSince the start of the current month.
 func (s *Store) CPUSecondsThisMonth(ctx context.Context, tenantID string) (float64, error) {
-	return CPUSecondsSince(s.db.WithContext(ctx), tenantID, MonthStart(s.now()))
+	return CPUSecondsSince(s.db.WithContext(ctx), tenantID, MonthStart(s.clock.Now()))
 }
 
 // TenantTotal is one tenant's line in the operator's view.
