@@ -9,7 +9,6 @@ import (
 	"time"
 
 	wire "github.com/stockade-dev/stockade/handlers/api"
-
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/audit"

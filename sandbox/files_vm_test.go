@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	wire "github.com/stockade-dev/stockade/handlers/api"
-
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/web/webtest"

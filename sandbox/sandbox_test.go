@@ -20,7 +20,6 @@ import (
 	"time"
 
 	wire "github.com/stockade-dev/stockade/handlers/api"
-
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"

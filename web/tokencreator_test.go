@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/stockade-dev/stockade/handlers/api"
-
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web/webtest"
