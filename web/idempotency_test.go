@@ -10,8 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
