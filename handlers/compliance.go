@@ -158,13 +158,14 @@ func (h *Handlers) CompliancePrint(c echo.Context) error {
 	return render(c, http.StatusOK, views.CompliancePrint(h.page(c, "Compliance", views.NavCompliance), v))
 }
 
+// callerProbeRun is the caller's probe run :id.
+func (h *Handlers) callerProbeRun(c echo.Context) (compliance.ProbeRun, error) {
+	return h.compliance.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+}
+
 // ComplianceProbePage shows one probe run.
 func (h *Handlers) ComplianceProbePage(c echo.Context) error {
-	svc, err := h.complianceService()
-	if err != nil {
-		return err
-	}
-	r, err := svc.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	r, err := h.callerProbeRun(c)
 	if err != nil {
 		return err
 	}
@@ -190,22 +191,8 @@ func (h *Handlers) RunComplianceProbe(c echo.Context) error {
 	return redirect(c, "/compliance/probes/"+r.ID)
 }
 
-// ComplianceJSON is the checklist in the API and the export.
-type ComplianceJSON = api.Compliance
-
-// ComplianceItemOut is one item: every field always present.
-type ComplianceItemOut = api.ComplianceItem
-
-// ProbeRunOut is a probe run in the API.
-type ProbeRunOut = api.ProbeRun
-
-// IncidentOut is the incident-response process as exported: contacts and
-// runbook with where each comes from ("tenant": the policy, "platform":
-// the deployment's settings, "": nobody names one).
-type IncidentOut = api.Incident
-
-func probeRunOut(r compliance.ProbeRun, withOutput bool) ProbeRunOut {
-	out := ProbeRunOut{ID: r.ID, SandboxID: r.SandboxID, State: r.State, StartedAt: r.StartedAt.UTC().Format(timeJSON), Checks: []api.ProbeCheck{}}
+func probeRunOut(r compliance.ProbeRun, withOutput bool) api.ProbeRun {
+	out := api.ProbeRun{ID: r.ID, SandboxID: r.SandboxID, State: r.State, StartedAt: r.StartedAt.UTC().Format(timeJSON), Checks: []api.ProbeCheck{}}
 	for _, ch := range r.Checks {
 		out.Checks = append(out.Checks, api.ProbeCheck(ch))
 	}
@@ -221,17 +208,17 @@ func probeRunOut(r compliance.ProbeRun, withOutput bool) ProbeRunOut {
 
 // complianceJSON builds the API answer; full adds the probe runs' output
 // and the incident-response section (the export).
-func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenants.Tenant, full bool) (ComplianceJSON, error) {
+func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenants.Tenant, full bool) (api.Compliance, error) {
 	items, err := svc.Items(ctx, tn.ID)
 	if err != nil {
-		return ComplianceJSON{}, err
+		return api.Compliance{}, err
 	}
 	hist, err := svc.History(ctx, tn.ID, complianceHistoryLimit)
 	if err != nil {
-		return ComplianceJSON{}, err
+		return api.Compliance{}, err
 	}
-	out := ComplianceJSON{Tenant: tn.Slug, Summary: map[string]int{"pass": 0, "warn": 0, "fail": 0},
-		Items: make([]ComplianceItemOut, 0, len(items)), History: make([]api.ComplianceChange, 0, len(hist))}
+	out := api.Compliance{Tenant: tn.Slug, Summary: map[string]int{"pass": 0, "warn": 0, "fail": 0},
+		Items: make([]api.ComplianceItem, 0, len(items)), History: make([]api.ComplianceChange, 0, len(hist))}
 	for _, ch := range hist {
 		out.History = append(out.History, api.ComplianceChange{ItemID: ch.ItemID, From: string(ch.From), To: string(ch.To), At: ch.At.Format(time.RFC3339Nano)})
 	}
@@ -241,7 +228,7 @@ func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenan
 		for _, e := range it.Evidence {
 			ev = append(ev, api.ComplianceEvidence(e))
 		}
-		o := ComplianceItemOut{ID: it.ID, Question: it.Question, Status: string(it.Status), Evidence: ev,
+		o := api.ComplianceItem{ID: it.ID, Question: it.Question, Status: string(it.Status), Evidence: ev,
 			CheckedAt: it.CheckedAt.UTC().Format(timeJSON), Since: it.Since.UTC().Format(timeJSON)}
 		if o.CheckedAt > latest {
 			latest = o.CheckedAt
@@ -254,9 +241,9 @@ func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenan
 	}
 	runs, err := svc.ProbeRuns(ctx, tn.ID, complianceProbesLimit)
 	if err != nil {
-		return ComplianceJSON{}, err
+		return api.Compliance{}, err
 	}
-	out.Probes = []ProbeRunOut{}
+	out.Probes = []api.ProbeRun{}
 	for _, r := range runs {
 		out.Probes = append(out.Probes, probeRunOut(r, full))
 	}
@@ -266,12 +253,12 @@ func (h *Handlers) complianceJSON(ctx context.Context, svc Compliance, tn *tenan
 	if h.pol != nil {
 		inc, err := svc.Incident(ctx, tn.ID)
 		if err != nil {
-			return ComplianceJSON{}, err
+			return api.Compliance{}, err
 		}
-		out.Incident = &IncidentOut{PolicyVersion: inc.PolicyVersion, Contacts: inc.Contacts, ContactsFrom: inc.ContactsFrom,
+		out.Incident = &api.Incident{PolicyVersion: inc.PolicyVersion, Contacts: inc.Contacts, ContactsFrom: inc.ContactsFrom,
 			RunbookURL: inc.RunbookURL, RunbookFrom: inc.RunbookFrom}
 		if f, frozen, err := h.store.TenantFreeze(ctx, tn.ID); err != nil {
-			return ComplianceJSON{}, err
+			return api.Compliance{}, err
 		} else if frozen {
 			s := f.Since.UTC().Format(timeJSON)
 			out.Incident.FrozenAt = &s
@@ -345,20 +332,13 @@ func (h *Handlers) APIComplianceProbes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]ProbeRunOut, 0, len(runs))
-	for _, r := range runs {
-		out = append(out, probeRunOut(r, false))
-	}
+	out := each(runs, func(r compliance.ProbeRun) api.ProbeRun { return probeRunOut(r, false) })
 	return c.JSON(http.StatusOK, api.ProbeRunList{ProbeRuns: out})
 }
 
 // APIComplianceProbe returns one probe run with its checks and output.
 func (h *Handlers) APIComplianceProbe(c echo.Context) error {
-	svc, err := h.complianceService()
-	if err != nil {
-		return err
-	}
-	r, err := svc.ProbeRun(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	r, err := h.callerProbeRun(c)
 	if err != nil {
 		return err
 	}

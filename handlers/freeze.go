@@ -19,19 +19,16 @@ import (
 	"github.com/stockade-dev/stockade/views"
 )
 
-// FreezeJSON is a tenant's freeze in the API.
-type FreezeJSON = api.Freeze
-
 // freeze freezes the tenant, then destroys its sandboxes with reason
 // "frozen". The freeze is recorded first, so no new sandbox starts while
 // the live ones are destroyed.
-func (h *Handlers) freeze(ctx context.Context, actor audit.Actor, tenantID, reason string) (FreezeJSON, error) {
+func (h *Handlers) freeze(ctx context.Context, actor audit.Actor, tenantID, reason string) (api.Freeze, error) {
 	f, err := h.store.FreezeTenant(ctx, actor, tenantID, reason)
 	if err != nil {
-		return FreezeJSON{}, err
+		return api.Freeze{}, err
 	}
 	at := f.Since.UTC().Format(timeJSON)
-	out := FreezeJSON{TenantID: tenantID, Frozen: true, FrozenAt: &at, Reason: f.Reason}
+	out := api.Freeze{TenantID: tenantID, Frozen: true, FrozenAt: &at, Reason: f.Reason}
 	n, err := h.sbx.DestroyTenant(context.WithoutCancel(ctx), actor, tenantID, sandbox.ReasonFrozen)
 	out.SandboxesDestroyed = n
 	if err != nil {
@@ -75,7 +72,7 @@ func (h *Handlers) APIUnfreezeTenant(c echo.Context) error {
 	if err := h.store.UnfreezeTenant(ctx, CallerOf(c).Actor(c), t.ID); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, FreezeJSON{TenantID: t.ID})
+	return c.JSON(http.StatusOK, api.Freeze{TenantID: t.ID})
 }
 
 // OperatorFreezeTenant is the freeze button of /operator/tenants. It

@@ -19,13 +19,6 @@ import (
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
-// IdempotencyHeader and ReplayedHeader are the API's (kept here for the
-// callers that name them through handlers).
-const (
-	IdempotencyHeader = api.IdempotencyHeader
-	ReplayedHeader    = api.ReplayedHeader
-)
-
 // Creates that take an Idempotency-Key (Idempotent's kind).
 const (
 	IdemSandbox = "sandbox"
@@ -83,7 +76,7 @@ func IdempotencyHash(method, path, rawQuery string, body []byte) string {
 // that request already recorded (found by its key) is the answer.
 func (h *Handlers) Idempotent(kind string, next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		key := c.Request().Header.Get(IdempotencyHeader)
+		key := c.Request().Header.Get(api.IdempotencyHeader)
 		if key == "" {
 			return next(c)
 		}
@@ -177,7 +170,7 @@ func (h *Handlers) replay(c echo.Context, k tenants.IdemKey) error {
 	if k.Location != "" {
 		hdr.Set(echo.HeaderLocation, k.Location)
 	}
-	hdr.Set(ReplayedHeader, "true")
+	hdr.Set(api.ReplayedHeader, "true")
 	if k.Sealed {
 		hdr.Set("Cache-Control", "no-store")
 	}

@@ -111,11 +111,8 @@ func (h *Handlers) RemoveMember(c echo.Context) error {
 	return redirect(c, "/settings/members")
 }
 
-// MemberJSON is a member in the API.
-type MemberJSON = api.Member
-
-func memberJSON(m tenants.Membership) MemberJSON {
-	return MemberJSON{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
+func memberJSON(m tenants.Membership) api.Member {
+	return api.Member{ID: m.ID, Email: m.Email, Role: string(m.Role), Active: m.Active(), InvitedBy: m.InvitedBy, CreatedAt: m.CreatedAt.UTC().Format(timeJSON)}
 }
 
 // APIMembers lists members.
@@ -124,11 +121,7 @@ func (h *Handlers) APIMembers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]MemberJSON, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, memberJSON(m))
-	}
-	return c.JSON(http.StatusOK, api.MemberList{Members: out})
+	return c.JSON(http.StatusOK, api.MemberList{Members: each(ms, memberJSON)})
 }
 
 // APIInviteMember invites a member: {email, role}.

@@ -73,9 +73,6 @@ func (h *Handlers) OperatorCreateTenant(c echo.Context) error {
 	return redirect(c, "/operator/tenants")
 }
 
-// TenantJSON is a tenant in the API.
-type TenantJSON = api.Tenant
-
 // APITenants lists tenants (operators).
 func (h *Handlers) APITenants(c echo.Context) error {
 	ts, err := h.store.ListTenants(c.Request().Context())
@@ -86,10 +83,10 @@ func (h *Handlers) APITenants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]TenantJSON, 0, len(ts))
+	out := make([]api.Tenant, 0, len(ts))
 	for _, t := range ts {
 		n := t.Members
-		tj := TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: &n, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)}
+		tj := api.Tenant{ID: t.ID, Slug: t.Slug, Name: t.Name, Members: &n, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)}
 		if f, ok := frozen[t.ID]; ok {
 			at := f.Since.UTC().Format(timeJSON)
 			tj.FrozenAt = &at
@@ -109,7 +106,7 @@ func (h *Handlers) APICreateTenant(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, TenantJSON{ID: t.ID, Slug: t.Slug, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
+	return c.JSON(http.StatusCreated, api.Tenant{ID: t.ID, Slug: t.Slug, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(timeJSON)})
 }
 
 // OperatorDestroyVM destroys any tenant's VM from /operator/hosts: POST

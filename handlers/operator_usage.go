@@ -225,20 +225,14 @@ func (h *Handlers) OperatorUsageExport(c echo.Context) error {
 	return nil
 }
 
-// PriceVersionJSON is a price book version in the API.
-type PriceVersionJSON = api.PriceVersion
-
-func priceVersionJSON(p usage.Price) PriceVersionJSON {
-	out := PriceVersionJSON{ID: p.ID, TenantID: p.TenantID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond,
+func priceVersionJSON(p usage.Price) api.PriceVersion {
+	out := api.PriceVersion{ID: p.ID, TenantID: p.TenantID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond,
 		CPUSecond: p.CPUSecond, EgressGB: p.EgressGB, EffectiveFrom: p.EffectiveFrom.UTC().Format(timeJSON), CreatedBy: p.CreatedBy}
 	if !p.CreatedAt.IsZero() {
 		out.CreatedAt = p.CreatedAt.UTC().Format(timeJSON)
 	}
 	return out
 }
-
-// TenantPriceJSON is what one tenant pays now.
-type TenantPriceJSON = api.TenantPrice
 
 // APIPrices returns the platform list price in force, its history, and
 // every tenant's price in force (GET /api/v1/prices).
@@ -261,13 +255,13 @@ func (h *Handlers) APIPrices(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.PriceBook{Platform: priceVersionJSON(ps.At("", now)), PlatformHistory: []PriceVersionJSON{}, Tenants: []TenantPriceJSON{}}
+	out := api.PriceBook{Platform: priceVersionJSON(ps.At("", now)), PlatformHistory: []api.PriceVersion{}, Tenants: []api.TenantPrice{}}
 	for _, p := range hist {
 		out.PlatformHistory = append(out.PlatformHistory, priceVersionJSON(p))
 	}
 	for _, t := range ts {
 		p := ps.At(t.ID, now)
-		out.Tenants = append(out.Tenants, TenantPriceJSON{TenantID: t.ID, Slug: t.Slug, Override: p.TenantID == t.ID, Price: priceVersionJSON(p)})
+		out.Tenants = append(out.Tenants, api.TenantPrice{TenantID: t.ID, Slug: t.Slug, Override: p.TenantID == t.ID, Price: priceVersionJSON(p)})
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -492,11 +486,8 @@ func (h *Handlers) namePriceSetters(ctx context.Context, v views.PricesView) (vi
 	return v, nil
 }
 
-// TenantQuotaJSON is a tenant's quota in the API.
-type TenantQuotaJSON = api.TenantQuota
-
-func tenantQuotaJSON(q tenants.Quota) TenantQuotaJSON {
-	out := TenantQuotaJSON{TenantID: q.TenantID, MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
+func tenantQuotaJSON(q tenants.Quota) api.TenantQuota {
+	out := api.TenantQuota{TenantID: q.TenantID, MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
 		MaxSandboxes: q.MaxSandboxes, MaxCPUHoursMonthly: q.MaxCPUHoursMonthly, UpdatedBy: q.UpdatedBy}
 	if !q.UpdatedAt.IsZero() {
 		out.UpdatedAt = q.UpdatedAt.UTC().Format(timeJSON)

@@ -31,22 +31,13 @@ import (
 // (handlers.New), so it never fails.
 func (h *Handlers) sandboxService() (*sandbox.Service, error) { return h.sbx, nil }
 
-// SandboxJSON is a sandbox in the API.
-type SandboxJSON = api.Sandbox
-
-// SandboxStatsJSON is a running sandbox's usage, sampled by its agent.
-type SandboxStatsJSON = api.SandboxStats
-
-// SandboxEventJSON is one state change of a sandbox.
-type SandboxEventJSON = api.SandboxEvent
-
-func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
+func sandboxJSON(sb sandbox.Sandbox) api.Sandbox {
 	keys := sb.EnvKeys()
 	if keys == nil {
 		keys = []string{}
 	}
-	return SandboxJSON{
-		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, TemplateVersion: sb.TemplateVersion,
+	return api.Sandbox{
+		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, TemplateVersion: sb.TemplateVersion,
 		VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, TimeoutSeconds: sb.TimeoutSeconds, IdleTimeoutSeconds: sb.IdleTimeoutSeconds,
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
@@ -54,9 +45,6 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey,
 	}
 }
-
-// sandboxIn is the body of POST /api/v1/sandboxes; every field is optional.
-type sandboxIn = api.CreateSandbox
 
 // APISandboxes lists the tenant's sandboxes: GET /api/v1/sandboxes.
 func (h *Handlers) APISandboxes(c echo.Context) error {
@@ -75,11 +63,7 @@ func (h *Handlers) APISandboxes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]SandboxJSON, 0, len(sbs))
-	for _, sb := range sbs {
-		out = append(out, sandboxJSON(sb))
-	}
-	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: out})
+	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: each(sbs, sandboxJSON)})
 }
 
 // APICreateSandbox creates a sandbox and answers once it runs:
@@ -89,7 +73,7 @@ func (h *Handlers) APICreateSandbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in sandboxIn
+	var in api.CreateSandbox
 	if c.Request().ContentLength != 0 {
 		if err := decodeJSON(c, &in); err != nil {
 			return err
@@ -125,10 +109,10 @@ func (h *Handlers) APISandbox(c echo.Context) error {
 	}
 	out := sandboxJSON(st.Sandbox)
 	for _, e := range evs {
-		out.Events = append(out.Events, SandboxEventJSON{State: string(e.State), Reason: e.Reason, Actor: e.Actor, At: e.At.UTC().Format(timeJSON)})
+		out.Events = append(out.Events, api.SandboxEvent{State: string(e.State), Reason: e.Reason, Actor: e.Actor, At: e.At.UTC().Format(timeJSON)})
 	}
 	if s := st.Stats; s != nil {
-		out.Stats = &SandboxStatsJSON{CPUUsageMS: s.CPUUsage.Milliseconds(), MemoryCurrentBytes: s.MemoryCurrent, MemoryPeakBytes: s.MemoryPeak,
+		out.Stats = &api.SandboxStats{CPUUsageMS: s.CPUUsage.Milliseconds(), MemoryCurrentBytes: s.MemoryCurrent, MemoryPeakBytes: s.MemoryPeak,
 			MemoryMaxBytes: s.MemoryMax, OOMKills: s.OOMKills, Pids: s.Pids, PidsMax: s.PidsMax, DiskUsedBytes: s.DiskUsed,
 			DiskSizeBytes: s.DiskSize, WorkspaceUsedBytes: s.WorkspaceUsed, WorkspaceSizeBytes: s.WorkspaceSize}
 	}
@@ -149,12 +133,6 @@ func (h *Handlers) APIDestroySandbox(c echo.Context) error {
 	return c.JSON(http.StatusOK, sandboxJSON(sb))
 }
 
-// execIn is the body of POST /api/v1/sandboxes/:id/exec.
-type execIn = api.ExecRequest
-
-// ExecJSON answers a command run to its end.
-type ExecJSON = api.ExecResult
-
 // maxExecOutput bounds each output stream the buffered exec answer holds;
 // the streaming variant has no bound.
 const maxExecOutput = 4 << 20
@@ -168,7 +146,7 @@ func (h *Handlers) APIExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in execIn
+	var in api.ExecRequest
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
@@ -182,14 +160,11 @@ func (h *Handlers) APIExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ExecJSON{
+	return c.JSON(http.StatusOK, api.ExecResult{
 		ExecID: res.ExecID, ExitCode: res.ExitCode, Signal: res.Signal, Reason: res.Reason, DurationMS: res.Duration.Milliseconds(),
 		Stdout: stdout.text(), Stderr: stderr.text(), StdoutTruncated: stdout.cut, StderrTruncated: stderr.cut,
 	})
 }
-
-// ExecEvent is one line of a streamed exec.
-type ExecEvent = api.ExecEvent
 
 // eventStream writes ExecEvents as NDJSON, one flushed line each. The
 // response is committed at the first event, so a command refused before it
@@ -202,7 +177,7 @@ type eventStream struct {
 	c       echo.Context
 	mu      sync.Mutex
 	started bool
-	pending []ExecEvent // output that raced ahead of the started event
+	pending []api.ExecEvent // output that raced ahead of the started event
 	failed  bool
 	offset  int64 // output bytes written
 
@@ -236,7 +211,7 @@ func (h *Handlers) newEventStream(c echo.Context) (*eventStream, context.Context
 	return s, ctx, func() { stop(); stall(nil) }
 }
 
-func (s *eventStream) write(e ExecEvent) {
+func (s *eventStream) write(e api.ExecEvent) {
 	if s.failed {
 		return
 	}
@@ -269,7 +244,7 @@ func (s *eventStream) write(e ExecEvent) {
 	}
 }
 
-func (s *eventStream) emit(e ExecEvent) {
+func (s *eventStream) emit(e api.ExecEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started && e.Type != "started" && e.Type != "exit" && e.Type != "error" {
@@ -299,7 +274,7 @@ type output struct {
 }
 
 func (o output) Write(p []byte) (int, error) {
-	e := ExecEvent{Type: o.kind}
+	e := api.ExecEvent{Type: o.kind}
 	if utf8.Valid(p) {
 		e.Data = string(p)
 	} else {
@@ -313,7 +288,7 @@ func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.
 	cl := CallerOf(c)
 	s, ctx, done := h.newEventStream(c)
 	defer done()
-	req.Started = func(execID string, pid int) { s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid}) }
+	req.Started = func(execID string, pid int) { s.emit(api.ExecEvent{Type: "started", ExecID: execID, PID: pid}) }
 	res, err := svc.Exec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), req, output{s, "stdout"}, output{s, "stderr"})
 	if err != nil {
 		if !c.Response().Committed {
@@ -325,11 +300,11 @@ func (h *Handlers) streamExec(c echo.Context, svc *sandbox.Service, req sandbox.
 		s.mu.Unlock()
 		// The final event names the cause: "lost" when the agent session
 		// went and did not come back in time (the record says so too).
-		s.emit(ExecEvent{Type: "error", ExecID: res.ExecID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
+		s.emit(api.ExecEvent{Type: "error", ExecID: res.ExecID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
 		return nil
 	}
 	code, ms := res.ExitCode, res.Duration.Milliseconds()
-	s.emit(ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
+	s.emit(api.ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
 	return nil
 }
 
@@ -358,7 +333,7 @@ func (h *Handlers) APIResumeExec(c echo.Context) error {
 		s.mu.Lock()
 		s.offset = start
 		s.mu.Unlock()
-		s.emit(ExecEvent{Type: "started", ExecID: execID, PID: pid, Offset: &start})
+		s.emit(api.ExecEvent{Type: "started", ExecID: execID, PID: pid, Offset: &start})
 	}
 	res, err := svc.ResumeExec(ctx, cl.Actor(c), cl.Tenant.ID, c.Param("id"), execID, offset, started, output{s, "stdout"}, output{s, "stderr"})
 	if err != nil {
@@ -368,11 +343,11 @@ func (h *Handlers) APIResumeExec(c echo.Context) error {
 		s.mu.Lock()
 		off := s.offset
 		s.mu.Unlock()
-		s.emit(ExecEvent{Type: "error", ExecID: execID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
+		s.emit(api.ExecEvent{Type: "error", ExecID: execID, Reason: res.Reason, Detail: err.Error(), Offset: &off})
 		return nil
 	}
 	code, ms := res.ExitCode, res.Duration.Milliseconds()
-	s.emit(ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
+	s.emit(api.ExecEvent{Type: "exit", ExecID: res.ExecID, ExitCode: &code, Signal: res.Signal, Reason: res.Reason, DurationMS: &ms})
 	return nil
 }
 
@@ -401,9 +376,6 @@ func (b *boundedBuffer) text() string {
 	defer b.mu.Unlock()
 	return strings.ToValidUTF8(string(b.buf), "\uFFFD")
 }
-
-// FileJSON describes a file written.
-type FileJSON = api.File
 
 // APIReadFile sends a file of a sandbox as raw bytes:
 // GET /api/v1/sandboxes/:id/files?path=...
@@ -460,7 +432,7 @@ func (h *Handlers) APIWriteFile(c echo.Context) error {
 		}
 		return err
 	}
-	return c.JSON(http.StatusOK, FileJSON{Path: fi.Path, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode&0o7777)})
+	return c.JSON(http.StatusOK, api.File{Path: fi.Path, Size: fi.Size, Mode: fmt.Sprintf("%04o", fi.Mode&0o7777)})
 }
 
 // --- Pages ---

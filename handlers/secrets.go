@@ -170,11 +170,7 @@ func (h *Handlers) RevokeSecret(c echo.Context) error {
 	return redirect(c, "/settings/secrets")
 }
 
-// SecretJSON is a secret in the API: never its value. Hosts and CreatedBy
-// are for admins only.
-type SecretJSON = api.Secret
-
-func secretJSON(s secrets.Secret, full bool) SecretJSON {
+func secretJSON(s secrets.Secret, full bool) api.Secret {
 	ts := func(t *time.Time) *string {
 		if t == nil {
 			return nil
@@ -182,7 +178,7 @@ func secretJSON(s secrets.Secret, full bool) SecretJSON {
 		v := t.UTC().Format(timeJSON)
 		return &v
 	}
-	out := SecretJSON{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt.UTC().Format(timeJSON), ExpiresAt: ts(s.ExpiresAt), RevokedAt: ts(s.RevokedAt)}
+	out := api.Secret{Name: s.Name, State: s.State, CreatedAt: s.CreatedAt.UTC().Format(timeJSON), ExpiresAt: ts(s.ExpiresAt), RevokedAt: ts(s.RevokedAt)}
 	if full {
 		out.Hosts, out.Inject, out.CreatedBy = s.Hosts, s.Inject, s.CreatedBy
 	}
@@ -197,10 +193,7 @@ func (h *Handlers) APISecrets(c echo.Context) error {
 		return err
 	}
 	full := tenants.Can(cl.Role, tenants.PermSecretsWrite)
-	out := make([]SecretJSON, 0, len(list))
-	for _, s := range list {
-		out = append(out, secretJSON(s, full))
-	}
+	out := each(list, func(s secrets.Secret) api.Secret { return secretJSON(s, full) })
 	return c.JSON(http.StatusOK, api.SecretList{Secrets: out})
 }
 

@@ -25,11 +25,8 @@ import (
 // (handlers.New), so it never fails.
 func (h *Handlers) terminalService() (*terminal.Service, error) { return h.terms, nil }
 
-// TerminalJSON is a terminal session in the API.
-type TerminalJSON = api.Terminal
-
-func terminalJSON(s terminal.Session, st *terminal.State) TerminalJSON {
-	out := TerminalJSON{
+func terminalJSON(s terminal.Session, st *terminal.State) api.Terminal {
+	out := api.Terminal{
 		ID: s.ID, SandboxID: s.SandboxID, OpenedBy: s.OpenedByName, Command: s.Argv(), Cols: s.Cols, Rows: s.Rows,
 		StartedAt: s.StartedAt.UTC().Format(timeJSON), EndedAt: timePtr(s.EndedAt), EndReason: s.EndReason, ExitCode: s.ExitCode,
 		BytesOut: s.BytesOut, BytesIn: s.BytesIn, RecordInput: s.RecordInput, RecordingBytes: s.RecordingBytes, Dropped: s.Dropped,
@@ -64,7 +61,7 @@ func (h *Handlers) APITerminals(c echo.Context) error {
 	for _, l := range svc.Live(tenantID, sandboxID) {
 		live[l.ID] = l.Now
 	}
-	out := make([]TerminalJSON, 0, len(list))
+	out := make([]api.Terminal, 0, len(list))
 	for _, s := range list {
 		var st *terminal.State
 		if x, ok := live[s.ID]; ok {

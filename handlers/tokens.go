@@ -196,11 +196,8 @@ func (h *Handlers) RevokeToken(c echo.Context) error {
 	return redirect(c, "/settings/tokens")
 }
 
-// TokenJSON is a token in the API (never its secret, except once at creation).
-type TokenJSON = api.Token
-
-func tokenJSON(t tenants.APIToken) TokenJSON {
-	out := TokenJSON{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role),
+func tokenJSON(t tenants.APIToken) api.Token {
+	out := api.Token{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Role: string(t.Role),
 		CreatedAt: t.CreatedAt.UTC().Format(timeJSON), ExpiresAt: t.ExpiresAt.UTC().Format(timeJSON), Revoked: t.RevokedAt != nil}
 	if t.LastUsedAt != nil {
 		s := t.LastUsedAt.UTC().Format(timeJSON)
@@ -216,11 +213,7 @@ func (h *Handlers) APITokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]TokenJSON, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, tokenJSON(t))
-	}
-	return c.JSON(http.StatusOK, api.TokenList{Tokens: out})
+	return c.JSON(http.StatusOK, api.TokenList{Tokens: each(ts, tokenJSON)})
 }
 
 // APICreateToken creates a token: {name, role, ttl}; the secret is in the

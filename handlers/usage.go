@@ -390,23 +390,11 @@ func samplePoints(samples []usage.SampleRow) (cpu, mem []views.UsagePoint) {
 	return cpu, mem
 }
 
-// UsageTotalsJSON is usage over a period, in the units the export uses.
-type UsageTotalsJSON = api.UsageTotals
-
-func usageTotalsJSON(t usage.Totals) UsageTotalsJSON {
-	return UsageTotalsJSON{Cost: json.Number(t.Cost.String()), Currency: t.Currency, VCPUSeconds: t.VCPUSeconds(), GiBSeconds: t.GiBSeconds(),
+func usageTotalsJSON(t usage.Totals) api.UsageTotals {
+	return api.UsageTotals{Cost: json.Number(t.Cost.String()), Currency: t.Currency, VCPUSeconds: t.VCPUSeconds(), GiBSeconds: t.GiBSeconds(),
 		CPUSeconds: t.CPUSeconds(), WallSeconds: t.WallSeconds(), EgressBytes: t.EgressBytes(), EgressUpBytes: t.EgressUpBytes,
 		EgressDownBytes: t.EgressDownBytes, MemoryPeakBytes: t.MemoryPeakBytes}
 }
-
-// UsageDayJSON is one UTC day of the summary.
-type UsageDayJSON = api.UsageDay
-
-// UsageLineJSON is one line of a top list of the summary.
-type UsageLineJSON = api.UsageLine
-
-// UsageSummaryJSON is GET /api/v1/usage/summary.
-type UsageSummaryJSON = api.UsageSummary
 
 // APIUsageSummary is the tenant's usage over a period (default this month):
 // totals, each day, and the top 10 sandboxes, users and templates by cost:
@@ -425,15 +413,15 @@ func (h *Handlers) APIUsageSummary(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := UsageSummaryJSON{Tenant: cl.Tenant.Slug, From: r.From.UTC().Format(timeJSON), To: r.To.UTC().Format(timeJSON),
-		Totals: usageTotalsJSON(rep.Totals), Sandboxes: rep.Sandboxes, Daily: []UsageDayJSON{}}
+	out := api.UsageSummary{Tenant: cl.Tenant.Slug, From: r.From.UTC().Format(timeJSON), To: r.To.UTC().Format(timeJSON),
+		Totals: usageTotalsJSON(rep.Totals), Sandboxes: rep.Sandboxes, Daily: []api.UsageDay{}}
 	for _, d := range rep.Daily {
-		out.Daily = append(out.Daily, UsageDayJSON{Day: d.Day.UTC().Format(time.DateOnly), UsageTotals: usageTotalsJSON(d.Totals)})
+		out.Daily = append(out.Daily, api.UsageDay{Day: d.Day.UTC().Format(time.DateOnly), UsageTotals: usageTotalsJSON(d.Totals)})
 	}
-	lines := func(by string, ls []usage.Line) []UsageLineJSON {
-		o := []UsageLineJSON{}
+	lines := func(by string, ls []usage.Line) []api.UsageLine {
+		o := []api.UsageLine{}
 		for _, l := range ls {
-			o = append(o, UsageLineJSON{Key: l.Key, Label: rep.label(by, l.Key), UsageTotals: usageTotalsJSON(l.Totals)})
+			o = append(o, api.UsageLine{Key: l.Key, Label: rep.label(by, l.Key), UsageTotals: usageTotalsJSON(l.Totals)})
 		}
 		return o
 	}

@@ -24,15 +24,6 @@ import (
 // /operator/hosts still asks it; the others use h.vms.
 func (h *Handlers) vmService() (*vmpool.Service, error) { return h.vms, nil }
 
-// VMJSON is a VM in the API.
-type VMJSON = api.VM
-
-// ProgressJSON is a VM's boot progress.
-type ProgressJSON = api.VMProgress
-
-// GuestJSON is what the agent reports from inside the VM (the guest's claim).
-type GuestJSON = api.VMGuest
-
 func timePtr(t *time.Time) *string {
 	if t == nil {
 		return nil
@@ -41,11 +32,11 @@ func timePtr(t *time.Time) *string {
 	return &s
 }
 
-func vmJSON(st vmpool.Status) VMJSON {
+func vmJSON(st vmpool.Status) api.VM {
 	vm := st.VM
-	out := VMJSON{
+	out := api.VM{
 		ID: vm.ID, State: string(vm.State), StateReason: vm.StateReason,
-		Progress: ProgressJSON{Phase: string(vm.Phase), Step: vm.Phase.Progress(), Of: vmpool.BootSteps, Since: vm.PhaseAt.UTC().Format(timeJSON)},
+		Progress: api.VMProgress{Phase: string(vm.Phase), Step: vm.Phase.Progress(), Of: vmpool.BootSteps, Since: vm.PhaseAt.UTC().Format(timeJSON)},
 		Host:     vm.HostURI, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, ImageVersion: vm.ImageVersion,
 		AgentVersion: vm.AgentVersion, KernelVersion: vm.KernelVersion, AgentConnected: st.AgentConnected, BootMS: vm.BootMS,
 		CPUTimeMS: st.CPUTime.Milliseconds(), UptimeSeconds: st.Uptime.Seconds(),
@@ -58,7 +49,7 @@ func vmJSON(st vmpool.Status) VMJSON {
 		out.CPUPercent = &p
 	}
 	if g := st.Guest; g != nil {
-		out.Guest = &GuestJSON{UptimeSeconds: g.Uptime.Seconds(), CPUs: g.CPUs, Load1: g.Load1, MemTotalBytes: g.MemTotal,
+		out.Guest = &api.VMGuest{UptimeSeconds: g.Uptime.Seconds(), CPUs: g.CPUs, Load1: g.Load1, MemTotalBytes: g.MemTotal,
 			MemAvailableBytes: g.MemAvailable, CgroupControllers: g.CgroupControllers, Crun: g.Crun}
 	}
 	return out
@@ -71,10 +62,7 @@ func (h *Handlers) APIVMs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]VMJSON, 0, len(sts))
-	for _, st := range sts {
-		out = append(out, vmJSON(st))
-	}
+	out := each(sts, vmJSON)
 	hv := api.Hypervisor{Available: true}
 	if err := svc.Available(); err != nil {
 		hv = api.Hypervisor{Available: false, Detail: err.Error()}
@@ -148,19 +136,13 @@ func (h *Handlers) APIRecycleVM(c echo.Context) error {
 	})
 }
 
-// PoolJSON is a tenant's pool settings in the API, with its quota.
-type PoolJSON = api.Pool
-
-// QuotaJSON is a tenant's quota.
-type QuotaJSON = api.PoolQuota
-
-func (h *Handlers) poolJSON(c echo.Context, svc *vmpool.Service, p vmpool.Pool) (PoolJSON, error) {
+func (h *Handlers) poolJSON(c echo.Context, svc *vmpool.Service, p vmpool.Pool) (api.Pool, error) {
 	q, err := svc.Quota(c.Request().Context(), CallerOf(c).Tenant.ID)
 	if err != nil {
-		return PoolJSON{}, err
+		return api.Pool{}, err
 	}
-	out := PoolJSON{VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, MaxVMs: p.MaxVMs, WarmVMs: p.WarmVMs, RecycleAfterHours: p.RecycleAfterHours,
-		Quota: QuotaJSON{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB, MaxSandboxes: q.MaxSandboxes}}
+	out := api.Pool{VCPUs: p.VCPUs, MemoryMiB: p.MemoryMiB, MaxVMs: p.MaxVMs, WarmVMs: p.WarmVMs, RecycleAfterHours: p.RecycleAfterHours,
+		Quota: api.PoolQuota{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB, MaxSandboxes: q.MaxSandboxes}}
 	if !p.UpdatedAt.IsZero() {
 		out.UpdatedAt = timePtr(&p.UpdatedAt)
 	}
@@ -215,13 +197,10 @@ func (h *Handlers) APISetVMPool(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// HostJSON is a libvirt host in the operators' API.
-type HostJSON = api.Host
-
-func hostRows(hs []vmpool.HostStatus) []HostJSON {
-	out := make([]HostJSON, 0, len(hs))
+func hostRows(hs []vmpool.HostStatus) []api.Host {
+	out := make([]api.Host, 0, len(hs))
 	for _, hs := range hs {
-		j := HostJSON{URI: hs.URI, Health: vmpool.HealthOK, Configured: hs.Configured, DomainType: hs.DomainType,
+		j := api.Host{URI: hs.URI, Health: vmpool.HealthOK, Configured: hs.Configured, DomainType: hs.DomainType,
 			CPUs: hs.CPUs, MemoryMiB: hs.MemoryKiB / 1024, FreeMemoryMiB: hs.FreeMemoryKiB / 1024,
 			VMs: hs.ActiveVMs, AllocVCPUs: hs.VCPUs, AllocMemoryMiB: hs.MemoryMiB, LastSeenAt: timePtr(hs.LastSeenAt)}
 		if !hs.Connected {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -37,24 +35,6 @@ func (h *Handlers) runEngine() (*runs.Engine, error) {
 	return h.runs, nil
 }
 
-// WorkflowJSON is one version of a workflow.
-type WorkflowJSON struct {
-	Name       string              `json:"name"`
-	Version    int                 `json:"version"`
-	Source     string              `json:"source"`
-	Definition workflow.Definition `json:"definition"`
-	Author     string              `json:"author"`
-	CreatedAt  time.Time           `json:"created_at"`
-}
-
-func workflowJSON(v workflow.Version) WorkflowJSON {
-	author := v.AuthorName
-	if author == "" {
-		author = v.AuthorID
-	}
-	return WorkflowJSON{Name: v.Name, Version: v.Version, Source: v.Source, Definition: v.Def, Author: author, CreatedAt: v.CreatedAt}
-}
-
 // APIWorkflows lists the tenant's workflows (newest version of each).
 func (h *Handlers) APIWorkflows(c echo.Context) error {
 	ws, err := h.workflowStore()
@@ -65,11 +45,15 @@ func (h *Handlers) APIWorkflows(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]WorkflowJSON, 0, len(list))
+	out := api.WorkflowList{Workflows: make([]api.Workflow, 0, len(list))}
 	for _, v := range list {
-		out = append(out, workflowJSON(v))
+		w, err := workflowJSON(v)
+		if err != nil {
+			return err
+		}
+		out.Workflows = append(out.Workflows, w)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"workflows": out})
+	return c.JSON(http.StatusOK, out)
 }
 
 // APIWorkflow returns the current version of the tenant's workflow :name.
@@ -82,7 +66,7 @@ func (h *Handlers) APIWorkflow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, workflowJSON(v))
+	return answerWorkflow(c, v)
 }
 
 // yamlTypes are the media types a workflow body may come as. JSON is YAML
@@ -126,7 +110,7 @@ func (h *Handlers) APIPutWorkflow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, workflowJSON(v))
+	return answerWorkflow(c, v)
 }
 
 // APIDeleteWorkflow deletes workflow :name (its history and runs stay).
@@ -140,21 +124,6 @@ func (h *Handlers) APIDeleteWorkflow(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
-}
-
-// WorkflowSettingsJSON are the tenant's workflow settings.
-type WorkflowSettingsJSON struct {
-	GitHubSecretName string     `json:"github_secret_name"`
-	UpdatedBy        string     `json:"updated_by,omitempty"`
-	UpdatedAt        *time.Time `json:"updated_at,omitempty"`
-}
-
-func settingsJSON(s workflow.Settings) WorkflowSettingsJSON {
-	out := WorkflowSettingsJSON{GitHubSecretName: s.GitHubSecretName, UpdatedBy: s.UpdatedBy}
-	if !s.UpdatedAt.IsZero() {
-		out.UpdatedAt = &s.UpdatedAt
-	}
-	return out
 }
 
 // APIWorkflowSettings returns the tenant's workflow settings.
@@ -186,39 +155,6 @@ func (h *Handlers) APIPutWorkflowSettings(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, settingsJSON(s))
-}
-
-// RunJSON is a run with its steps and artifacts.
-type RunJSON struct {
-	runs.Run
-	DurationMS int64           `json:"duration_ms"`
-	Artifacts  []runs.Artifact `json:"artifacts"`
-	Steps      []runs.Step     `json:"steps,omitempty"`
-}
-
-func (h *Handlers) runJSON(r runs.Run, steps []runs.Step) RunJSON {
-	arts := r.Artifacts()
-	if arts == nil {
-		arts = []runs.Artifact{}
-	}
-	return RunJSON{Run: r, DurationMS: r.Duration(h.clock()).Milliseconds(), Artifacts: arts, Steps: steps}
-}
-
-// MarshalJSON keeps Run's own JSON and adds the fields of RunJSON.
-func (r RunJSON) MarshalJSON() ([]byte, error) {
-	base, err := json.Marshal(r.Run)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(base, &m); err != nil {
-		return nil, err
-	}
-	m["duration_ms"], m["artifacts"] = r.DurationMS, r.Artifacts
-	if r.Steps != nil {
-		m["steps"] = r.Steps
-	}
-	return json.Marshal(m)
 }
 
 // APIStartRun starts a run of workflow :name by hand (the workflow must
@@ -261,20 +197,12 @@ func (h *Handlers) APIRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]RunJSON, 0, len(list))
-	for _, r := range list {
-		out = append(out, h.runJSON(r, nil))
-	}
-	return c.JSON(http.StatusOK, map[string]any{"runs": out})
+	return c.JSON(http.StatusOK, api.RunList{Runs: each(list, func(r runs.Run) api.Run { return h.runJSON(r, nil) })})
 }
 
 // APIRun returns the tenant's run :id with its steps (their stored output).
 func (h *Handlers) APIRun(c echo.Context) error {
-	eng, err := h.runEngine()
-	if err != nil {
-		return err
-	}
-	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	_, r, steps, err := h.callerRun(c)
 	if err != nil {
 		return err
 	}

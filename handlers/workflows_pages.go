@@ -411,11 +411,7 @@ func (h *Handlers) runView(c echo.Context, eng *runs.Engine, r runs.Run, steps [
 
 // RunPage is one run: GET /runs/:id.
 func (h *Handlers) RunPage(c echo.Context) error {
-	eng, err := h.runEngine()
-	if err != nil {
-		return err
-	}
-	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	eng, r, steps, err := h.callerRun(c)
 	if err != nil {
 		return err
 	}
@@ -426,11 +422,7 @@ func (h *Handlers) RunPage(c echo.Context) error {
 // RunSummary is the run page's summary alone (state, facts, steps,
 // artifacts), fetched by the page when the run ends: GET /runs/:id/summary.
 func (h *Handlers) RunSummary(c echo.Context) error {
-	eng, err := h.runEngine()
-	if err != nil {
-		return err
-	}
-	r, steps, err := eng.Store().Get(c.Request().Context(), CallerOf(c).Tenant.ID, c.Param("id"))
+	eng, r, steps, err := h.callerRun(c)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/handlers"
+	wire "github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -60,7 +60,7 @@ func firstOutput(tb testing.TB, api *webtest.Client) (time.Duration, string) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		var ev handlers.ExecEvent
+		var ev wire.ExecEvent
 		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Type == "stdout" {
 			d := time.Since(start)
 			for sc.Scan() {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/handlers"
+	wire "github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -20,17 +20,17 @@ func (e *testEnv) testIdempotentCreate(t *testing.T) {
 	api := e.api(e.tokA)
 	key := "agent-retry-" + time.Now().Format("150405.000000") // one per run: the database outlives a -count rerun
 	post := func(body string) (int, string, http.Header) {
-		return api.Request(t, http.MethodPost, "/api/v1/sandboxes", "application/json", strings.NewReader(body), handlers.IdempotencyHeader, key)
+		return api.Request(t, http.MethodPost, "/api/v1/sandboxes", "application/json", strings.NewReader(body), wire.IdempotencyHeader, key)
 	}
 	s1, b1, _ := post(`{"memory_mib": 64}`)
-	var first handlers.SandboxJSON
+	var first wire.Sandbox
 	if err := json.Unmarshal([]byte(b1), &first); s1 != http.StatusCreated || err != nil || first.State != "running" || first.IdempotencyKey != key {
 		t.Fatalf("Got(first create) = %d %s; want 201, running, with its key", s1, b1)
 	}
 	defer destroy(t, api, first.ID)
 	s2, b2, h2 := post(`{"memory_mib": 64}`)
-	var second handlers.SandboxJSON
-	if err := json.Unmarshal([]byte(b2), &second); s2 != http.StatusCreated || err != nil || second.ID != first.ID || h2.Get(handlers.ReplayedHeader) != "true" {
+	var second wire.Sandbox
+	if err := json.Unmarshal([]byte(b2), &second); s2 != http.StatusCreated || err != nil || second.ID != first.ID || h2.Get(wire.ReplayedHeader) != "true" {
 		t.Fatalf("Got(retried create) = %d %s; want 201 with sandbox %s, replayed", s2, b2, first.ID)
 	}
 	var n int64
@@ -38,8 +38,8 @@ func (e *testEnv) testIdempotentCreate(t *testing.T) {
 	if n != 1 {
 		t.Errorf("Got(sandboxes with the key) = %d; want 1", n)
 	}
-	if s, b, _ := post(`{"memory_mib": 128}`); s != http.StatusUnprocessableEntity || !strings.Contains(b, handlers.IdempotencyHeader) {
-		t.Errorf("Got(same key, another body) = %d %s; want 422 naming %s", s, b, handlers.IdempotencyHeader)
+	if s, b, _ := post(`{"memory_mib": 128}`); s != http.StatusUnprocessableEntity || !strings.Contains(b, wire.IdempotencyHeader) {
+		t.Errorf("Got(same key, another body) = %d %s; want 422 naming %s", s, b, wire.IdempotencyHeader)
 	}
 }
 
@@ -79,7 +79,7 @@ func (e *testEnv) testBurstBeyondCapacity(t *testing.T) {
 			defer mu.Unlock()
 			switch status {
 			case http.StatusCreated:
-				var sb handlers.SandboxJSON
+				var sb wire.Sandbox
 				json.Unmarshal([]byte(body), &sb)
 				created = append(created, sb.ID)
 			case http.StatusTooManyRequests:

@@ -231,7 +231,7 @@ func (s *Service) syncExecs(ctx context.Context, c *agentproto.Client, vm vmpool
 			ids = append(ids, sb.ID)
 		}
 	}
-	recs, err := s.store.openExecs(ctx, ids, s.cfg.Clock().Add(-execGuard))
+	recs, err := s.store.openExecs(ctx, ids, s.cfg.Clock.Now().Add(-execGuard))
 	if err != nil || len(recs) == 0 {
 		return
 	}

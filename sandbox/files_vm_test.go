@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockade-dev/stockade/handlers"
+	wire "github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -16,7 +16,7 @@ import (
 
 // fileSandbox makes a busybox sandbox of tenant A (destroyed at cleanup)
 // and returns the developer's client, the sandbox and its files URL prefix.
-func fileSandbox(t *testing.T) (*webtest.Client, handlers.SandboxJSON, string) {
+func fileSandbox(t *testing.T) (*webtest.Client, wire.Sandbox, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots VMs")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
@@ -188,25 +190,7 @@ type guestEnv struct {
 	svc    *sandbox.Service
 	guests *guests
 	ts     *tenants.Store
-	clock  *testClock
-}
-
-// testClock is a clock the test moves.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	clock  *clockwork.FakeClock
 }
 
 func newGuestEnv(t *testing.T, db *gorm.DB, cfg sandbox.Config) *guestEnv {
@@ -215,7 +199,7 @@ func newGuestEnv(t *testing.T, db *gorm.DB, cfg sandbox.Config) *guestEnv {
 		t.Fatal(err)
 	}
 	e := &guestEnv{db: db, guests: &guests{m: map[string]*guest{}}, ts: tenants.NewStore(db, nil),
-		clock: &testClock{now: time.Now().UTC().Truncate(time.Second)}}
+		clock: clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Second))}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = testLogger()
@@ -242,7 +226,7 @@ func newGuestEnv(t *testing.T, db *gorm.DB, cfg sandbox.Config) *guestEnv {
 	t.Cleanup(func() { e.vms.Close() })
 	cfg.DataDir, cfg.Logger = dataDir, log
 	if cfg.Clock == nil {
-		cfg.Clock = e.clock.Now
+		cfg.Clock = e.clock
 	}
 	e.svc = sandbox.New(db, e.vms, cfg)
 	t.Cleanup(func() { e.svc.Close() })

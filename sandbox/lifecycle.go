@@ -110,12 +110,7 @@ func usageOf(tx *gorm.DB, sb Sandbox) (UsageTotal, error) {
 		p := prices.At(sb.TenantID, e.PeriodStart)
 		cost = cost.Add(s.Charge(p))
 		cur = p.Currency
-		sum.AllocVCPUMS += s.AllocVCPUMS
-		sum.AllocMiBMS += s.AllocMiBMS
-		sum.WallMS += s.WallMS
-		sum.CPUNS += s.CPUNS
-		sum.EgressUpBytes += s.EgressUpBytes
-		sum.EgressDownBytes += s.EgressDownBytes
+		sum.Add(s)
 	}
 	return UsageTotal{VCPUSeconds: sum.VCPUSeconds(), GiBSeconds: sum.GiBSeconds(), CPUSeconds: sum.CPUSeconds(),
 		WallSeconds: sum.WallSeconds(), EgressUpBytes: sum.EgressUpBytes, EgressDownBytes: sum.EgressDownBytes,

@@ -19,28 +19,18 @@ import (
 // usage nor counts it twice; a sandbox's last interval is accounted when it
 // ends, from its agent's final sample.
 func (s *Service) meterLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.SampleInterval)
-	defer t.Stop()
 	var pruned time.Time
-	for {
-		select {
-		case <-s.stop.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := s.stop.WithTimeout(context.Background(), max(s.cfg.SampleInterval*4, 30*time.Second))
+	s.every(s.cfg.SampleInterval, max(s.cfg.SampleInterval*4, 30*time.Second), func(ctx context.Context) {
 		if err := s.sampleAll(ctx); err != nil && s.stop.Err() == nil {
 			s.log.Warn("sample sandbox usage", "err", err)
 		}
-		if now := s.cfg.Clock(); now.Sub(pruned) > time.Hour {
+		if now := s.cfg.Clock.Now(); now.Sub(pruned) > time.Hour {
 			pruned = now
 			if _, err := s.usage.PruneSamples(ctx, now.Add(-s.cfg.SampleRetention)); err != nil {
 				s.log.Warn("prune usage samples", "err", err)
 			}
 		}
-		cancel()
-	}
+	})
 }
 
 // sampleAll takes one sample of every running sandbox, VM by VM.

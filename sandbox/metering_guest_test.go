@@ -77,7 +77,7 @@ func TestSamplerHoldsInflatedCounters(t *testing.T) {
 						Pids: math.MaxUint64, IOReadBytes: math.MaxUint64 - uint64(pass), IOWriteBytes: math.MaxUint64 - uint64(pass)}
 				}
 			})
-			e.clock.Add(10 * time.Second)
+			e.clock.Advance(10 * time.Second)
 			if err := e.svc.SamplePass(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestSamplerCrossChecksLibvirtCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 3 {
-			e.clock.Add(10 * time.Second)
+			e.clock.Advance(10 * time.Second)
 			if err := e.svc.SamplePass(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -170,12 +170,12 @@ func TestSyncClampsStoppedAgo(t *testing.T) {
 		vm, g := e.vm(t, tn.ID)
 		past, future := e.sandbox(t, tn.ID, vm, g, 1), e.sandbox(t, tn.ID, vm, g, 1)
 		start := e.clock.Now()
-		e.clock.Add(10 * time.Second)
+		e.clock.Advance(10 * time.Second)
 		if err := e.svc.SamplePass(ctx); err != nil {
 			t.Fatal(err)
 		}
 		sampled := e.clock.Now()
-		e.clock.Add(10 * time.Second)
+		e.clock.Advance(10 * time.Second)
 		for id, ago := range map[string]time.Duration{past.ID: 100 * 365 * 24 * time.Hour, future.ID: -1000 * time.Hour} {
 			g.set(func(g *guest) {
 				a := g.sandboxes[id]

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/handlers"
+	wire "github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
@@ -84,30 +84,30 @@ func call(tb testing.TB, c *webtest.Client, method, path string, in any) (int, s
 	return c.Request(tb, method, path, ct, body, hdr...)
 }
 
-func create(tb testing.TB, c *webtest.Client, in any) handlers.SandboxJSON {
+func create(tb testing.TB, c *webtest.Client, in any) wire.Sandbox {
 	tb.Helper()
 	status, body, _ := call(tb, c, http.MethodPost, "/api/v1/sandboxes", in)
-	var out handlers.SandboxJSON
+	var out wire.Sandbox
 	if status != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil || out.State != "running" {
 		tb.Fatalf("POST /api/v1/sandboxes = %d %s; want 201 with a running sandbox", status, body)
 	}
 	return out
 }
 
-func execIn(tb testing.TB, c *webtest.Client, id string, in any) handlers.ExecJSON {
+func execIn(tb testing.TB, c *webtest.Client, id string, in any) wire.ExecResult {
 	tb.Helper()
 	status, body, _ := call(tb, c, http.MethodPost, "/api/v1/sandboxes/"+id+"/exec", in)
-	var out handlers.ExecJSON
+	var out wire.ExecResult
 	if status != http.StatusOK || json.Unmarshal([]byte(body), &out) != nil {
 		tb.Fatalf("exec %v = %d %s; want 200", in, status, body)
 	}
 	return out
 }
 
-func destroy(tb testing.TB, c *webtest.Client, id string) handlers.SandboxJSON {
+func destroy(tb testing.TB, c *webtest.Client, id string) wire.Sandbox {
 	tb.Helper()
 	status, body, _ := call(tb, c, http.MethodDelete, "/api/v1/sandboxes/"+id, nil)
-	var out handlers.SandboxJSON
+	var out wire.Sandbox
 	if status != http.StatusOK || json.Unmarshal([]byte(body), &out) != nil || out.State != "destroyed" {
 		tb.Fatalf("DELETE %s = %d %s; want 200 destroyed", id, status, body)
 	}
@@ -210,8 +210,8 @@ func (e *testEnv) testBadInput(t *testing.T) {
 	api := e.api(e.tokA)
 	run := create(t, api, map[string]any{"memory_mib": 64})
 	defer destroy(t, api, run.ID)
-	created := func() []handlers.SandboxJSON {
-		var l struct{ Sandboxes []handlers.SandboxJSON }
+	created := func() []wire.Sandbox {
+		var l struct{ Sandboxes []wire.Sandbox }
 		if s, body := api.JSON(t, http.MethodGet, "/api/v1/sandboxes", nil, &l); s != http.StatusOK {
 			t.Fatalf("list = %d %s", s, body)
 		}
@@ -368,7 +368,7 @@ func (e *testEnv) testLifecycle(t *testing.T) {
 		data := make([]byte, 300<<10)
 		rand.Read(data)
 		status, body, _ := call(t, api, http.MethodPut, "/api/v1/sandboxes/"+sb.ID+"/files?path=dir/sub/blob.bin&mode=0600", data)
-		var fi handlers.FileJSON
+		var fi wire.File
 		if status != http.StatusOK || json.Unmarshal([]byte(body), &fi) != nil || fi.Size != int64(len(data)) || fi.Mode != "0600" {
 			t.Fatalf("PUT file = %d %s; want 200 with %d bytes, mode 0600", status, body, len(data))
 		}
@@ -396,7 +396,7 @@ func (e *testEnv) testLifecycle(t *testing.T) {
 	})
 
 	t.Run("get", func(t *testing.T) {
-		var got handlers.SandboxJSON
+		var got wire.Sandbox
 		if s, body := api.JSON(t, http.MethodGet, "/api/v1/sandboxes/"+sb.ID, nil, &got); s != http.StatusOK {
 			t.Fatalf("GET = %d %s", s, body)
 		}
@@ -450,13 +450,13 @@ func (e *testEnv) testStreaming(t *testing.T) {
 		t.Fatalf("Got(stream) = %d %s; want 200 application/x-ndjson", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	var (
-		events         []handlers.ExecEvent
+		events         []wire.ExecEvent
 		stdout, stderr []byte
 		firstOutput    time.Duration
 	)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		var ev handlers.ExecEvent
+		var ev wire.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("bad event %q: %v", sc.Text(), err)
 		}
@@ -946,7 +946,7 @@ func (e *testEnv) testKill(t *testing.T) {
 			// The client that sent the create finds its sandbox by the key,
 			// written with the row before any VM work.
 			var found struct {
-				Sandboxes []handlers.SandboxJSON `json:"sandboxes"`
+				Sandboxes []wire.Sandbox `json:"sandboxes"`
 			}
 			if s, b := e.api(e.tokA).JSON(t, http.MethodGet, "/api/v1/sandboxes?idempotency_key="+url.QueryEscape(key), nil, &found); s != http.StatusOK ||
 				len(found.Sandboxes) != 1 || found.Sandboxes[0].ID != sb.ID || found.Sandboxes[0].State != string(got.State) {

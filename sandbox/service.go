@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
@@ -53,7 +55,7 @@ type Config struct {
 	// DataDir holds the built image whose templates sandboxes start from.
 	DataDir string
 	Logger  *slog.Logger
-	Clock   func() time.Time
+	Clock   clockwork.Clock // the loops' tickers and the stamps; default the real clock
 	// DefaultTemplate is used when a spec names none; default "debian",
 	// or the first template built when that one is not.
 	DefaultTemplate string
@@ -126,7 +128,7 @@ func (c *Config) checkAndSetDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.DefaultTemplate == "" {
 		c.DefaultTemplate = image.TemplateDebian
@@ -238,7 +240,11 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 // Deprecated: kept for callers that hold only a *gorm.DB (tests); the
 // composition root builds the stores once and calls NewService.
 func New(db *gorm.DB, vms VMs, cfg Config) *Service {
-	s, err := NewService(NewStore(db, cfg.Clock), usage.NewStore(db, cfg.Clock), vms, cfg)
+	var now func() time.Time
+	if cfg.Clock != nil {
+		now = cfg.Clock.Now
+	}
+	s, err := NewService(NewStore(db, now), usage.NewStore(db, now), vms, cfg)
 	if err != nil {
 		panic(err)
 	}

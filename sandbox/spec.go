@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -188,16 +190,8 @@ func findTemplate(tpls []image.Template, name string) (image.Template, bool) {
 	return image.Template{}, false
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so the result stays valid text.
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }
 
 // ExecRequest is one command to run in a sandbox.
 type ExecRequest struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/usage"
 )
@@ -24,7 +25,7 @@ import (
 // if any) in the same transaction.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 	// outbox, when set, gets the lifecycle events of the changes
 	// (lifecycle.go), in their transactions.
 	outbox Outbox
@@ -33,14 +34,11 @@ type Store struct {
 // NewStore returns a Store on db (opened and migrated by tenants.Open and
 // tenants.Migrate). A nil clock means time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
 
-// now is the store's time at the microsecond precision PostgreSQL keeps.
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
+// now is the store's time as the database keeps it.
+func (s *Store) now() time.Time { return s.clock.Now() }
 
 func (s *Store) tx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	return s.db.WithContext(ctx).Transaction(fn)

@@ -17,19 +17,28 @@ import (
 
 // loop checks the sandboxes every SyncInterval until Close.
 func (s *Service) loop() {
+	s.every(s.cfg.SyncInterval, 2*time.Minute, func(ctx context.Context) {
+		if _, err := s.sync(ctx, false); err != nil && s.stop.Err() == nil {
+			s.log.Warn("sync sandboxes", "err", err)
+		}
+	})
+}
+
+// every runs pass on the service's clock every interval until Close, each
+// pass under a context that ends after bound or at Close. It ends the
+// caller's s.wg share.
+func (s *Service) every(interval, bound time.Duration, pass func(ctx context.Context)) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.SyncInterval)
+	t := s.cfg.Clock.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
-		ctx, cancel := s.stop.WithTimeout(context.Background(), 2*time.Minute)
-		if _, err := s.sync(ctx, false); err != nil && s.stop.Err() == nil {
-			s.log.Warn("sync sandboxes", "err", err)
-		}
+		ctx, cancel := s.stop.WithTimeout(context.Background(), bound)
+		pass(ctx)
 		cancel()
 	}
 }
@@ -68,7 +77,7 @@ func (s *Service) sync(ctx context.Context, startup bool) (wait func(), err erro
 	if err != nil {
 		return wait, err
 	}
-	now := s.cfg.Clock()
+	now := s.cfg.Clock.Now()
 	abandoned := func(sb Sandbox) bool {
 		return sb.State == StateCreating && (startup || now.Sub(sb.CreatedAt) > s.cfg.CreateTimeout)
 	}
@@ -210,7 +219,7 @@ func validGuestID(id string) bool {
 // syncVM checks the sandboxes of one running VM against its agent, within
 // ctx (the VM's deadline).
 func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, abandoned func(Sandbox) bool) {
-	now := s.cfg.Clock()
+	now := s.cfg.Clock.Now()
 	k := vmKey{vm.TenantID, vm.ID}
 	c, err := s.vms.Agent(ctx, vm.TenantID, vm.ID)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -22,23 +23,17 @@ import (
 // change writes its audit event in the same transaction.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 }
 
 // NewStore returns a Store on db (from Open, migrated). A nil clock means
 // time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
 
-// now is the store's time: UTC, at the microsecond precision PostgreSQL
-// keeps, so both databases return exactly what was written.
-func (s *Store) now() time.Time {
-	return s.clock().UTC().Truncate(time.Microsecond)
-}
+// now is the store's time as the database keeps it.
+func (s *Store) now() time.Time { return s.clock.Now() }
 
 // InstallationID returns the id of this deployment, made once and kept in
 // the database.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -20,8 +22,8 @@ import (
 func TestTokenFailuresAudited(t *testing.T) {
 	for _, d := range dbtest.Databases(t) {
 		t.Run(d.Name, func(t *testing.T) {
-			clock := webtest.NewClock(time.Now())
-			env := webtest.New(t, webtest.Options{DB: d.DB, Clock: clock.Now})
+			clock := clockwork.NewFakeClockAt(time.Now())
+			env := webtest.New(t, webtest.Options{DB: d.DB, Clock: clock})
 			acme := env.Tenant(t, "acme")
 			secret := env.Token(t, acme, tenants.RoleDeveloper)
 			toks, err := env.Store.ListTokens(context.Background(), acme.ID)

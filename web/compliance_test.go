@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
@@ -45,11 +47,14 @@ func newComplianceEnv(t *testing.T, o webtest.Options) *complianceEnv {
 func newComplianceEnvOn(t *testing.T, o webtest.Options, p compliance.Platform) *complianceEnv {
 	t.Helper()
 	db := dbtest.SQLite(t)
-	pol, err := policy.NewStore(db, o.Clock)
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	pol, err := policy.NewStore(db, o.Clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := compliance.New(db, compliance.Config{Policies: pol, Tenants: tenants.NewStore(db, o.Clock), Clock: o.Clock,
+	svc, err := compliance.New(db, compliance.Config{Policies: pol, Tenants: tenants.NewStore(db, o.Clock.Now), Clock: o.Clock,
 		Platform: p, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

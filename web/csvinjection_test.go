@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -54,7 +56,7 @@ func checkCSVDefused(t *testing.T, name, body string, payloads []string) {
 // id in the ledger.
 func TestCSVExportsDefuseFormulas(t *testing.T) {
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-	env := webtest.New(t, webtest.Options{Operators: []string{opEmail}, Clock: func() time.Time { return now }})
+	env := webtest.New(t, webtest.Options{Operators: []string{opEmail}, Clock: clockwork.NewFakeClockAt(now)})
 	ctx := context.Background()
 	acme := env.TenantNamed(t, "acme-corp", "Acme")
 	admin := env.WithToken(env.Token(t, acme, tenants.RoleAdmin))

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
@@ -18,7 +21,7 @@ import (
 // idemPost sends a JSON POST with an Idempotency-Key.
 func idemPost(t *testing.T, c *webtest.Client, path, key, body string) (int, string, http.Header) {
 	t.Helper()
-	return c.Request(t, http.MethodPost, path, "application/json", strings.NewReader(body), handlers.IdempotencyHeader, key)
+	return c.Request(t, http.MethodPost, path, "application/json", strings.NewReader(body), api.IdempotencyHeader, key)
 }
 
 func count(t *testing.T, env *webtest.Env, table, where string, args ...any) int64 {
@@ -34,8 +37,8 @@ func count(t *testing.T, env *webtest.Env, table, where string, args ...any) int
 // (Stripe's model) and makes no second one; the cached answer is sealed at
 // rest, never the token in clear.
 func TestIdempotentTokenCreate(t *testing.T) {
-	clock := webtest.NewClock(time.Now().UTC())
-	env := webtest.New(t, webtest.Options{Clock: clock.Now})
+	clock := clockwork.NewFakeClockAt(time.Now().UTC())
+	env := webtest.New(t, webtest.Options{Clock: clock})
 	tn, other := env.Tenant(t, "idem-tok"), env.Tenant(t, "idem-tok-2")
 	admin := env.WithToken(env.Token(t, tn, tenants.RoleAdmin))
 	otherAdmin := env.WithToken(env.Token(t, other, tenants.RoleAdmin))
@@ -49,12 +52,12 @@ func TestIdempotentTokenCreate(t *testing.T) {
 	if err := json.Unmarshal([]byte(b1), &first); s1 != http.StatusCreated || err != nil || first.Token == "" {
 		t.Fatalf("Got(first POST /api/v1/tokens) = %d %s; want 201 with the token", s1, b1)
 	}
-	if h1.Get(handlers.ReplayedHeader) != "" {
-		t.Errorf("Got(%s on the first answer) = %q; want none", handlers.ReplayedHeader, h1.Get(handlers.ReplayedHeader))
+	if h1.Get(api.ReplayedHeader) != "" {
+		t.Errorf("Got(%s on the first answer) = %q; want none", api.ReplayedHeader, h1.Get(api.ReplayedHeader))
 	}
 	s2, b2, h2 := idemPost(t, admin, "/api/v1/tokens", "key-1", body)
-	if s2 != http.StatusCreated || b2 != strings.TrimRight(b1, "\n") || h2.Get(handlers.ReplayedHeader) != "true" {
-		t.Fatalf("Got(retry) = %d %s (replayed %q); want 201 with the first answer, replayed", s2, b2, h2.Get(handlers.ReplayedHeader))
+	if s2 != http.StatusCreated || b2 != strings.TrimRight(b1, "\n") || h2.Get(api.ReplayedHeader) != "true" {
+		t.Fatalf("Got(retry) = %d %s (replayed %q); want 201 with the first answer, replayed", s2, b2, h2.Get(api.ReplayedHeader))
 	}
 	if h2.Get("Cache-Control") != "no-store" {
 		t.Errorf("Got(Cache-Control of a replayed token) = %q; want no-store", h2.Get("Cache-Control"))
@@ -72,8 +75,8 @@ func TestIdempotentTokenCreate(t *testing.T) {
 	// The same key for another body: 422 naming the header, nothing made.
 	s, b, _ := idemPost(t, admin, "/api/v1/tokens", "key-1", `{"name":"other","role":"developer","ttl":"7d"}`)
 	p := webtest.Problem(t, http.Header{"Content-Type": {"application/problem+json"}}, b)
-	if s != http.StatusUnprocessableEntity || len(p.Errors) != 1 || p.Errors[0].Field != handlers.IdempotencyHeader {
-		t.Errorf("Got(key reused for another body) = %d %s; want 422 naming %s", s, b, handlers.IdempotencyHeader)
+	if s != http.StatusUnprocessableEntity || len(p.Errors) != 1 || p.Errors[0].Field != api.IdempotencyHeader {
+		t.Errorf("Got(key reused for another body) = %d %s; want 422 naming %s", s, b, api.IdempotencyHeader)
 	}
 	if n := count(t, env, "api_tokens", "tenant_id = ? AND name = ?", tn.ID, "other"); n != 0 {
 		t.Errorf("Got(tokens named other) = %d; want 0", n)
@@ -99,8 +102,8 @@ func TestIdempotentTokenCreate(t *testing.T) {
 	// After 24 h the key is forgotten: the same request makes a new token.
 	clock.Advance(24*time.Hour + time.Minute)
 	s, b, h := idemPost(t, admin, "/api/v1/tokens", "key-1", body)
-	if s != http.StatusCreated || h.Get(handlers.ReplayedHeader) != "" || strings.Contains(b, first.Token) {
-		t.Errorf("Got(same key after 24 h) = %d replayed %q; want 201, a new token", s, h.Get(handlers.ReplayedHeader))
+	if s != http.StatusCreated || h.Get(api.ReplayedHeader) != "" || strings.Contains(b, first.Token) {
+		t.Errorf("Got(same key after 24 h) = %d replayed %q; want 201, a new token", s, h.Get(api.ReplayedHeader))
 	}
 	if n := count(t, env, "api_tokens", "tenant_id = ? AND name = ?", tn.ID, "ci-bot"); n != 2 {
 		t.Errorf("Got(tokens named ci-bot after the key expired) = %d; want 2", n)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -45,9 +47,9 @@ const (
 func TestLogin(t *testing.T) {
 	for _, d := range dbtest.Databases(t) {
 		t.Run(d.Name, func(t *testing.T) {
-			clock := webtest.NewClock(time.Now())
+			clock := clockwork.NewFakeClockAt(time.Now())
 			mut := &claimMutator{}
-			env := webtest.New(t, webtest.Options{DB: d.DB, Clock: clock.Now, MutateClaims: mut.apply,
+			env := webtest.New(t, webtest.Options{DB: d.DB, Clock: clock, MutateClaims: mut.apply,
 				SessionIdle: sessionIdle, SessionAbsolute: sessionAbsolute})
 			acme := env.TenantNamed(t, "acme-corp", "Acme Corporation")
 			env.Member(t, acme, "dev@acme.test", tenants.RoleAdmin)
@@ -258,7 +260,7 @@ func mustTenant(t *testing.T, env *webtest.Env, slug string) tenants.Tenant {
 	return tn
 }
 
-func testIdleExpiry(t *testing.T, env *webtest.Env, clock *webtest.Clock) {
+func testIdleExpiry(t *testing.T, env *webtest.Env, clock *clockwork.FakeClock) {
 	c := env.Login(t, "dev@acme.test")
 	// Active use keeps the session alive past the idle limit in total.
 	for i, step := range []time.Duration{sessionIdle - 5*time.Minute, sessionIdle - 5*time.Minute} {
@@ -277,7 +279,7 @@ func testIdleExpiry(t *testing.T, env *webtest.Env, clock *webtest.Clock) {
 	}
 }
 
-func testAbsoluteExpiry(t *testing.T, env *webtest.Env, clock *webtest.Clock) {
+func testAbsoluteExpiry(t *testing.T, env *webtest.Env, clock *clockwork.FakeClock) {
 	c := env.Login(t, "dev@acme.test")
 	step := 25 * time.Minute // always under the idle limit
 	var elapsed time.Duration

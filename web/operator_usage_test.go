@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/chromedp/chromedp"
 	"gorm.io/gorm"
 
@@ -81,7 +83,7 @@ func TestOperatorUsageExport(t *testing.T) {
 	for _, d := range dbtest.Databases(t) {
 		t.Run(d.Name, func(t *testing.T) {
 			now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-			env := webtest.New(t, webtest.Options{DB: d.DB, Operators: []string{opEmail}, Clock: func() time.Time { return now }})
+			env := webtest.New(t, webtest.Options{DB: d.DB, Operators: []string{opEmail}, Clock: clockwork.NewFakeClockAt(now)})
 			ctx := context.Background()
 			a := env.TenantNamed(t, "export-a", "Export A")
 			b := env.TenantNamed(t, "export-b", "Export B")

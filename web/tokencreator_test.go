@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/stockade-dev/stockade/handlers"
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/web/webtest"
@@ -24,7 +24,7 @@ func TestTokensOfRemovedOrDemotedMembers(t *testing.T) {
 
 	mkToken := func(name, role string) *webtest.Client {
 		t.Helper()
-		var out handlers.TokenJSON
+		var out api.Token
 		if s, body := ann.JSON(t, http.MethodPost, "/api/v1/tokens", map[string]string{"name": name, "role": role, "ttl": "24h"}, &out); s != http.StatusCreated {
 			t.Fatalf("Got(ann creates a %s token) = %d %s; want 201", role, s, body)
 		}
@@ -34,7 +34,7 @@ func TestTokensOfRemovedOrDemotedMembers(t *testing.T) {
 	devTok := mkToken("ann-dev", "developer")
 
 	var members struct {
-		Members []handlers.MemberJSON `json:"members"`
+		Members []api.Member `json:"members"`
 	}
 	if s, body := boss.JSON(t, http.MethodGet, "/api/v1/members", nil, &members); s != http.StatusOK {
 		t.Fatalf("Got(GET members) = %d %s", s, body)

@@ -37,6 +37,20 @@ func openStore(ctx context.Context, fs *flag.FlagSet, args []string, getenv func
 	return tenants.NewStore(db, nil), fs.Args(), nil
 }
 
+// openTenant is openStore for a command that acts in the tenant its
+// --tenant flag (slug, defined on fs) names.
+func openTenant(ctx context.Context, fs *flag.FlagSet, args []string, getenv func(string) string, stderr io.Writer, slug *string) (*tenants.Store, tenants.Tenant, error) {
+	store, _, err := openStore(ctx, fs, args, getenv, stderr)
+	if err != nil {
+		return nil, tenants.Tenant{}, err
+	}
+	t, err := store.TenantBySlug(ctx, *slug)
+	if err != nil {
+		return nil, tenants.Tenant{}, fmt.Errorf("tenant %q: %w", *slug, err)
+	}
+	return store, t, nil
+}
+
 // interleave lets flags follow positional arguments (`tenant create demo --name X`).
 func interleave(args []string) []string {
 	var flags, pos []string
@@ -125,13 +139,9 @@ func memberCmd(ctx context.Context, args []string, getenv func(string) string, s
 	slug := fs.String("tenant", "", "tenant slug")
 	email := fs.String("email", "", "email of the person (the membership activates at their first sign-in)")
 	role := fs.String("role", "developer", "admin, manager, developer, auditor or billing")
-	store, _, err := openStore(ctx, fs, args[1:], getenv, stderr)
+	store, t, err := openTenant(ctx, fs, args[1:], getenv, stderr, slug)
 	if err != nil {
 		return err
-	}
-	t, err := store.TenantBySlug(ctx, *slug)
-	if err != nil {
-		return fmt.Errorf("tenant %q: %w", *slug, err)
 	}
 	m, err := store.InviteMember(ctx, cliActor, t.ID, *email, tenants.Role(*role))
 	if err != nil {
@@ -151,13 +161,9 @@ func tokenCmd(ctx context.Context, args []string, getenv func(string) string, st
 	role := fs.String("role", "", "admin, manager, developer, auditor or billing")
 	name := fs.String("name", "cli", "token name")
 	ttl := fs.String("ttl", "30d", `lifetime, e.g. "720h" or "30d"`)
-	store, _, err := openStore(ctx, fs, args[1:], getenv, stderr)
+	store, t, err := openTenant(ctx, fs, args[1:], getenv, stderr, slug)
 	if err != nil {
 		return err
-	}
-	t, err := store.TenantBySlug(ctx, *slug)
-	if err != nil {
-		return fmt.Errorf("tenant %q: %w", *slug, err)
 	}
 	d, err := tenants.ParseTTL(*ttl)
 	if err != nil {

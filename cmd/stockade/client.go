@@ -131,3 +131,27 @@ func (c *apiClient) json(ctx context.Context, method, path string, in, out any, 
 	}
 	return nil
 }
+
+// subcommand checks that a command of the API client names a subcommand
+// and makes the client; a missing one prints the usage.
+func subcommand(args []string, getenv func(string) string, stderr io.Writer) (*apiClient, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return nil, exitError(2)
+	}
+	return newAPIClient(getenv)
+}
+
+// showJSON prints the indented JSON of GET path+ID for `stockade NOUN show
+// ID` (args is the subcommand and its arguments).
+func showJSON(ctx context.Context, c *apiClient, args []string, noun, path string, stdout, stderr io.Writer) error {
+	if len(args) != 2 {
+		fmt.Fprintf(stderr, "usage: stockade %s show ID\n", noun)
+		return exitError(2)
+	}
+	var out json.RawMessage
+	if err := c.json(ctx, "GET", path+url.PathEscape(args[1]), nil, &out); err != nil {
+		return err
+	}
+	return writeIndented(stdout, out)
+}

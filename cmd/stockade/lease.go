@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants"
@@ -19,8 +21,8 @@ import (
 // holder. The returned context ends when the lease is lost, and release
 // frees the lease so a restart is immediate. leaseLost tells serve's end
 // apart from a lost lease.
-func serveLease(ctx context.Context, db *gorm.DB, wait bool, log *slog.Logger) (context.Context, func(), error) {
-	cfg := tenants.LeaseConfig{Logger: log}
+func serveLease(ctx context.Context, db *gorm.DB, clock clockwork.Clock, wait bool, log *slog.Logger) (context.Context, func(), error) {
+	cfg := tenants.LeaseConfig{Logger: log, Clock: clock}
 	var (
 		lease *tenants.Lease
 		err   error

@@ -24,11 +24,7 @@ import (
 
 // sandboxCmd is the API client for sandboxes: create, ls, show, exec, cp, rm.
 func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitError(2)
-	}
-	c, err := newAPIClient(getenv)
+	c, err := subcommand(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -48,15 +44,7 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 	case "mv":
 		return sandboxMove(ctx, c, args[1:], stdout, stderr)
 	case "show", "get":
-		if len(args) != 2 {
-			fmt.Fprintln(stderr, "usage: stockade sandbox show ID")
-			return exitError(2)
-		}
-		var out json.RawMessage
-		if err := c.json(ctx, "GET", "/api/v1/sandboxes/"+url.PathEscape(args[1]), nil, &out); err != nil {
-			return err
-		}
-		return writeIndented(stdout, out)
+		return showJSON(ctx, c, args, "sandbox", "/api/v1/sandboxes/", stdout, stderr)
 	case "exec":
 		return sandboxExec(ctx, c, args[1:], stdin, stdout, stderr)
 	case "cp":

@@ -40,7 +40,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	// One server per installation: the lease is taken before anything
 	// reconciles VMs or sandboxes (Start); losing it stops this server.
-	ctx, releaseLease, err := serveLease(ctx, a.DB, *waitLease, log)
+	ctx, releaseLease, err := serveLease(ctx, a.DB, a.Clock, *waitLease, log)
 	if err != nil {
 		a.Close()
 		return err

@@ -68,14 +68,7 @@ func usageExport(ctx context.Context, args []string, getenv func(string) string,
 	period := periodFlags(fs)
 	format := fs.String("format", "csv", "csv or json")
 	output := fs.String("output", "", "write to FILE instead of stdout")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprint(stderr, usageHelp)
-		return exitError(2)
-	}
-	c, err := newAPIClient(getenv)
+	c, err := usageClient(fs, args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -123,14 +116,7 @@ func usageSummary(ctx context.Context, args []string, getenv func(string) string
 	fs.SetOutput(stderr)
 	period := periodFlags(fs)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprint(stderr, usageHelp)
-		return exitError(2)
-	}
-	c, err := newAPIClient(getenv)
+	c, err := usageClient(fs, args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -181,4 +167,17 @@ func usageSummary(ctx context.Context, args []string, getenv func(string) string
 func cost(n json.Number) float64 {
 	f, _ := n.Float64()
 	return f
+}
+
+// usageClient parses a usage command's flags (it takes no arguments) and
+// makes the API client.
+func usageClient(fs *flag.FlagSet, args []string, getenv func(string) string, stderr io.Writer) (*apiClient, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, exitError(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprint(stderr, usageHelp)
+		return nil, exitError(2)
+	}
+	return newAPIClient(getenv)
 }

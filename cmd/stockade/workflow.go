@@ -20,11 +20,7 @@ import (
 
 // workflowCmd is the API client for workflows: ls, show, apply, rm, run.
 func workflowCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitError(2)
-	}
-	c, err := newAPIClient(getenv)
+	c, err := subcommand(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -262,11 +258,7 @@ func runLog(ctx context.Context, c *apiClient, id string) (string, error) {
 
 // runCmd is the API client for runs: ls, show, logs, cancel, rerun.
 func runCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitError(2)
-	}
-	c, err := newAPIClient(getenv)
+	c, err := subcommand(args, getenv, stderr)
 	if err != nil {
 		return err
 	}
@@ -299,15 +291,7 @@ func runCmd(ctx context.Context, args []string, getenv func(string) string, stdo
 		}
 		return tw.Flush()
 	case "show", "get":
-		if len(args) != 2 {
-			fmt.Fprintln(stderr, "usage: stockade run show ID")
-			return exitError(2)
-		}
-		var out json.RawMessage
-		if err := c.json(ctx, "GET", "/api/v1/runs/"+url.PathEscape(args[1]), nil, &out); err != nil {
-			return err
-		}
-		return writeIndented(stdout, out)
+		return showJSON(ctx, c, args, "run", "/api/v1/runs/", stdout, stderr)
 	case "logs", "log":
 		fs := flag.NewFlagSet("run logs", flag.ContinueOnError)
 		fs.SetOutput(stderr)

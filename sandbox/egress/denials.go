@@ -25,7 +25,7 @@ func (g *Gateway) auditDenial(ctx context.Context, ev Event, key string) {
 	if g.cfg.Audit == nil {
 		return
 	}
-	ok, suppressed := g.denials.Admit(denialKey(key, ev.Host), g.cfg.Clock())
+	ok, suppressed := g.denials.Admit(denialKey(key, ev.Host), g.cfg.Clock.Now())
 	if !ok {
 		return
 	}

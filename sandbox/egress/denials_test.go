@@ -7,33 +7,16 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
-
-// stepClock is a clock the test moves.
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestGatewayAuditsDenials: every refused connection is in egress_events,
 // and the audit log gets egress.denied (outcome denied) at most once per
@@ -46,13 +29,13 @@ func TestGatewayAuditsDenials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &stepClock{now: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clock := clockwork.NewFakeClockAt(time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC))
 	log := audit.NewLog(db, clock.Now)
 	store := egress.NewStore(db)
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: "allowed.test"}}})
 	lo := netip.MustParseAddr("127.0.0.1")
-	gw, err := egress.New(egress.Config{Policies: pol, Store: store, Audit: log, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
+	gw, err := egress.New(egress.Config{Policies: pol, Store: store, Audit: log, Clock: clock, Logger: slog.New(slog.DiscardHandler),
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, DenialAuditWindow: time.Minute,
 		Resolver: names{"allowed.test": {lo}, "denied.test": {lo}, "other-denied.test": {lo}}})
 	if err != nil {
@@ -113,7 +96,7 @@ func TestGatewayAuditsDenials(t *testing.T) {
 		{"after the window the next denial is audited", "denied.test", 1, time.Minute, 403, 3},
 	}
 	for _, st := range steps {
-		clock.add(st.advance)
+		clock.Advance(st.advance)
 		for range st.times {
 			if got := get(st.host); got != st.wantStatus {
 				t.Fatalf("%s: Got(GET %s) = %d; want %d", st.name, st.host, got, st.wantStatus)

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/netguard"
@@ -76,7 +78,7 @@ type Config struct {
 	// TLS itself; nil means the system roots.
 	UpstreamRoots *x509.CertPool
 	Logger        *slog.Logger
-	Clock         func() time.Time
+	Clock         clockwork.Clock
 	// CacheTTL is how long a tenant's rules are reused; default 2 s, the
 	// bound on how late a policy change reaches a running sandbox.
 	CacheTTL time.Duration
@@ -130,7 +132,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = time.Now
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.CacheTTL <= 0 {
 		cfg.CacheTTL = 2 * time.Second
@@ -233,7 +235,7 @@ func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID strin
 	// The session's end ends every connection on it.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	s := &conn{g: g, start: g.cfg.Clock(),
+	s := &conn{g: g, start: g.cfg.Clock.Now(),
 		ev: Event{TenantID: tenantID, VMID: vmID, SandboxID: sandboxID}}
 	s.ev.StartedAt = s.start
 
@@ -552,7 +554,7 @@ func headerSafe(s string) string {
 // limit; past it, only the bytes are metered.
 func (s *conn) record(ctx context.Context) {
 	s.ev.BytesUp, s.ev.BytesDown = s.c.up.Load(), s.c.down.Load()
-	now := s.g.cfg.Clock()
+	now := s.g.cfg.Clock.Now()
 	s.ev.DurationMS = now.Sub(s.start).Milliseconds()
 	s.ev.SecretsReflected = s.reflections()
 	defer s.auditReflections(ctx) // after Record: it names the event

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
@@ -25,12 +27,12 @@ func TestGatewayRateLimitsEvents(t *testing.T) {
 	db := dbtest.SQLite(t)
 	tn := newTenantIn(t, db, "limits")
 	store := egress.NewStore(db)
-	clock := &stepClock{now: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clock := clockwork.NewFakeClockAt(time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC))
 	pol := &policyBox{}
 	pol.set(egress.Rules{Default: egress.DefaultAllow})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
-	gw, err := egress.New(egress.Config{Policies: pol, Store: store, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
+	gw, err := egress.New(egress.Config{Policies: pol, Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler),
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, EventsPerWindow: 3, EventWindow: time.Minute,
 		Resolver: names{"allowed.test": {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
@@ -76,7 +78,7 @@ func TestGatewayRateLimitsEvents(t *testing.T) {
 	if err != nil || len(evs) != 3 {
 		t.Fatalf("Got(%d rows after 5 connections) = %v; want 3", len(evs), err)
 	}
-	clock.add(time.Minute)
+	clock.Advance(time.Minute)
 	get()
 	waitLedger()
 	evs, err = store.Events(ctx, tn, egress.Filter{})

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Defaults of Rules.Default.
@@ -116,7 +118,7 @@ func (f PoliciesFunc) Egress(ctx context.Context, tenantID string) (Rules, int, 
 type ruleCache struct {
 	src   Policies
 	ttl   time.Duration
-	clock func() time.Time
+	clock clockwork.Clock
 
 	mu sync.Mutex
 	m  map[string]cachedRules
@@ -129,7 +131,7 @@ type cachedRules struct {
 }
 
 func (c *ruleCache) get(ctx context.Context, tenantID string) (Rules, int, error) {
-	now := c.clock()
+	now := c.clock.Now()
 	c.mu.Lock()
 	e, ok := c.m[tenantID]
 	c.mu.Unlock()

@@ -403,7 +403,7 @@ func (s *conn) auditReflections(ctx context.Context) {
 	if g.cfg.Audit == nil {
 		return
 	}
-	ok, suppressed := g.reflected.Admit(denialKey(ev.SandboxID, ev.Host), g.cfg.Clock())
+	ok, suppressed := g.reflected.Admit(denialKey(ev.SandboxID, ev.Host), g.cfg.Clock.Now())
 	if !ok {
 		return
 	}

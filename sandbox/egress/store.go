@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	textclip "github.com/stockade-dev/stockade/tenants/clip"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
@@ -76,18 +77,7 @@ func (e *Event) bound() {
 
 // clip makes s valid UTF-8 without NUL bytes and at most n bytes long,
 // marking a cut with "…".
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+func clip(s string, n int) string { return textclip.String(strings.ReplaceAll(s, "\x00", ""), n) }
 
 // TableName is the GORM table of Event.
 func (Event) TableName() string { return "egress_events" }

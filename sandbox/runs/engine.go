@@ -563,7 +563,7 @@ func causeText(ctx context.Context) string {
 // step runs one step; ok reports exit code 0.
 func (e *Engine) step(ctx context.Context, r Run, sandboxID string, i int, st workflow.Step, env map[string]string, log *Log) (ok bool, why string) {
 	begin := time.Now()
-	now := e.store.now()
+	now := e.store.clock.Now()
 	rec := Step{RunID: r.ID, TenantID: r.TenantID, Index: i, Name: st.Name, State: StepRunning, StartedAt: &now}
 	if err := e.store.saveStep(context.WithoutCancel(ctx), &rec); err != nil {
 		e.cfg.Logger.Warn("record step start", "run", r.ID, "step", i, "err", err)
@@ -574,7 +574,7 @@ func (e *Engine) step(ctx context.Context, r Run, sandboxID string, i int, st wo
 	res, err := e.sbx.Exec(ctx, actorFor(r), r.TenantID, sandboxID, sandbox.ExecRequest{
 		Cmd: []string{"/bin/sh", "-c", st.Run}, Cwd: "/workspace", Env: env, TimeoutSeconds: st.TimeoutSeconds,
 	}, w, w)
-	end := e.store.now()
+	end := e.store.clock.Now()
 	rec.EndedAt, rec.DurationMS = &end, time.Since(begin).Milliseconds()
 	rec.Output, rec.Truncated = capture.text()
 	switch {

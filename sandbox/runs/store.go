@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 )
@@ -23,7 +26,7 @@ var ErrDuplicateDelivery = errors.New("duplicate delivery")
 // the tenant: another tenant's run is errdefs.ErrNotFound.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 	// outbox, when set, gets run.completed in the transaction ending a run
 	// (outbox.go).
 	outbox Outbox
@@ -32,13 +35,8 @@ type Store struct {
 // NewStore returns a Store on db (opened and migrated). A nil clock means
 // time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
-
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 // NewRun is a run to create: the workflow version it runs and what
 // triggered it.
@@ -75,7 +73,7 @@ func (s *Store) Create(ctx context.Context, actor audit.Actor, tenantID string, 
 // it.
 func (s *Store) Deliver(ctx context.Context, actor audit.Actor, tenantID string, d Delivery, nrs []NewRun) ([]Run, error) {
 	var out []Run
-	d.TenantID, d.ReceivedAt, d.Runs = tenantID, s.now(), len(nrs)
+	d.TenantID, d.ReceivedAt, d.Runs = tenantID, s.clock.Now(), len(nrs)
 	err := s.retry(ctx, func(tx *gorm.DB) error {
 		out = out[:0]
 		if err := tx.Create(&d).Error; err != nil {
@@ -136,7 +134,7 @@ func (s *Store) create(tx *gorm.DB, actor audit.Actor, tenantID string, nr NewRu
 	r := Run{ID: id.String(), TenantID: tenantID, Workflow: v.Name, WorkflowVersion: v.Version, Number: next, State: StateQueued,
 		TriggerKind: t.Kind, DeliveryID: t.DeliveryID, Repository: t.Repository, Ref: t.Ref, SHA: t.SHA, PRNumber: t.PRNumber,
 		Sender: t.Sender, Trust: t.Trust, TrustReason: truncate(t.TrustReason, 500), CreatedBy: actorName(actor), RerunOf: nr.RerunOf,
-		ArtifactsJSON: "[]", CreatedAt: s.now()}
+		ArtifactsJSON: "[]", CreatedAt: s.clock.Now()}
 	stepState := StepPending
 	if t.Trust == workflow.TrustSkipped {
 		// Nothing runs: the run is there to say why.
@@ -232,7 +230,7 @@ func (s *Store) List(ctx context.Context, tenantID string, f Filter) ([]Run, err
 // start moves a queued run to running. A run no longer queued (cancelled
 // meanwhile) is errdefs.ErrConflict.
 func (s *Store) start(ctx context.Context, r *Run) error {
-	now := s.now()
+	now := s.clock.Now()
 	res := s.db.WithContext(ctx).Model(&Run{}).Where("id = ? AND tenant_id = ? AND state = ?", r.ID, r.TenantID, StateQueued).
 		Updates(map[string]any{"state": StateRunning, "started_at": now})
 	if res.Error != nil {
@@ -273,7 +271,7 @@ func (s *Store) finish(ctx context.Context, r *Run, state State, reason string, 
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&Run{}).Where("id = ? AND tenant_id = ? AND state IN ?", r.ID, r.TenantID, []State{StateQueued, StateRunning}).
 			Updates(map[string]any{"state": state, "state_reason": truncate(reason, 500), "artifacts": string(raw), "cost": cost, "ended_at": now})
@@ -317,7 +315,7 @@ func (s *Store) auditCancel(ctx context.Context, actor audit.Actor, r Run) error
 	e := actor.Event(r.TenantID, audit.TypeWorkflowRunCancelled, "workflow_run", r.ID, map[string]any{
 		"workflow": r.Workflow, "number": r.Number, "state_was": string(r.State),
 	})
-	e.Time = s.now()
+	e.Time = s.clock.Now()
 	return audit.Write(s.db.WithContext(ctx), e)
 }
 
@@ -352,9 +350,5 @@ func (s *Store) Interrupted(ctx context.Context) ([]Run, error) {
 	return out, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }

@@ -97,7 +97,7 @@ func (s *Service) adopt(ctx context.Context, sess Session) bool {
 				budget = NewBudget(max(s.cfg.MaxTenantRecordingBytes, 0), 0)
 			}
 			lim := RecorderLimits{MaxBytes: max(s.cfg.MaxRecordingBytes, 0), Budget: budget}
-			rec = resumeRecorder(f, prior, sess.StartedAt, s.cfg.Clock, s.cfg.SpoolEvents, lim,
+			rec = resumeRecorder(f, prior, sess.StartedAt, s.cfg.Clock.Now, s.cfg.SpoolEvents, lim,
 				"the server restarted: the terminal went on, recorded again from here")
 		}
 	}
@@ -148,7 +148,7 @@ func (s *Service) giveUp(ctx context.Context, sess Session, err error) bool {
 	s.mu.Lock()
 	until := s.adoptUntil
 	s.mu.Unlock()
-	if s.cfg.Clock().Before(until) {
+	if s.cfg.Clock.Now().Before(until) {
 		s.log.Debug("terminal to take up: not yet", "session", sess.ID, "err", err)
 		return false
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
@@ -49,7 +51,7 @@ type HubConfig struct {
 	// session), before connecting; zero for nobody.
 	Driver audit.Actor
 	Log    *slog.Logger
-	Clock  func() time.Time
+	Clock  clockwork.Clock // default the real clock
 	// Explain may give a better reason than the exit status when the
 	// process ended by itself (its sandbox was destroyed, say); "" keeps
 	// the exit status.
@@ -140,7 +142,7 @@ func NewHub(p PTY, cfg HubConfig) *Hub {
 		cfg.DriverStall = 30 * time.Second
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = time.Now
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -149,7 +151,7 @@ func NewHub(p PTY, cfg HubConfig) *Hub {
 		cfg.Cols, cfg.Rows = 80, 24
 	}
 	h := &Hub{
-		cfg: cfg, pty: p, started: cfg.Clock(), ring: newRing(cfg.RingBytes), clients: map[*Client]struct{}{},
+		cfg: cfg, pty: p, started: cfg.Clock.Now(), ring: newRing(cfg.RingBytes), clients: map[*Client]struct{}{},
 		cols: cfg.Cols, rows: cfg.Rows, done: make(chan struct{}),
 	}
 	h.lastLeft = h.started
@@ -270,13 +272,13 @@ func (h *Hub) output(p []byte) {
 // holdFor waits, holding the terminal back, until the driver has room for
 // m, stops driving, leaves, or stalls for DriverStall. Called without mu.
 func (h *Hub) holdFor(c *Client, m Message) {
-	stall := time.NewTimer(h.cfg.DriverStall)
+	stall := h.cfg.Clock.NewTimer(h.cfg.DriverStall)
 	defer stall.Stop()
 	for {
 		timeout := false
 		select {
 		case <-c.space:
-		case <-stall.C:
+		case <-stall.Chan():
 			timeout = true
 		}
 		h.mu.Lock()
@@ -339,7 +341,7 @@ func (h *Hub) drop(c *Client, code int, reason string, now bool) {
 		h.driver = nil
 	}
 	if len(h.clients) == 0 {
-		h.lastLeft = h.cfg.Clock()
+		h.lastLeft = h.cfg.Clock.Now()
 	}
 	if now {
 		close(c.quit)
@@ -386,7 +388,7 @@ func (h *Hub) broadcastPresence() {
 		return
 	}
 	h.presencePending = true
-	time.AfterFunc(presenceDelay, func() {
+	h.cfg.Clock.AfterFunc(presenceDelay, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.presencePending = false
@@ -515,7 +517,7 @@ func (h *Hub) finish(reason string, exit *Exit) {
 	if err := h.pty.Close(); err != nil {
 		h.cfg.Log.Debug("close terminal", "session", h.cfg.ID, "err", err)
 	}
-	e := End{Reason: reason, Exit: exit, At: h.cfg.Clock()}
+	e := End{Reason: reason, Exit: exit, At: h.cfg.Clock.Now()}
 	if h.cfg.Recorder != nil {
 		e.Record, e.RecErr = h.cfg.Recorder.Close()
 	}

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox/shutdown"
@@ -33,7 +35,9 @@ type Config struct {
 	// DataDir holds the recordings, in recordings/<tenant>/<session>.cast.
 	DataDir string
 	Logger  *slog.Logger
-	Clock   func() time.Time
+	// Clock drives the checks, the sweeps and the hubs' timers and stamps
+	// the sessions; default the real clock.
+	Clock clockwork.Clock
 	// RingBytes is the output kept per session for late joiners and
 	// resumes; default 256 KiB.
 	RingBytes int
@@ -88,7 +92,7 @@ func (c *Config) checkAndSetDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.RingBytes <= 0 {
 		c.RingBytes = defaultRingBytes
@@ -168,7 +172,8 @@ func NewService(store *Store, sbx Sandboxes, cfg Config) *Service {
 // Deprecated: kept for callers that hold only a *gorm.DB (tests); the
 // composition root builds the store once and calls NewService.
 func New(db *gorm.DB, sbx Sandboxes, cfg Config) *Service {
-	return NewService(NewStore(db, cfg.Clock), sbx, cfg)
+	cfg.checkAndSetDefaults()
+	return NewService(NewStore(db, cfg.Clock.Now), sbx, cfg)
 }
 
 // Store is the service's store.
@@ -189,11 +194,11 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
-	before := s.cfg.Clock().Add(-lostAfter)
+	before := s.cfg.Clock.Now().Add(-lostAfter)
 	if _, ok := s.sbx.(PTYAttacher); ok && s.cfg.Exclusive {
 		// Nothing is live here yet: every live session was left by a
 		// server that stopped, and its terminal may still run.
-		left, err := s.store.stale(ctx, s.cfg.Clock().Add(time.Second))
+		left, err := s.store.stale(ctx, s.cfg.Clock.Now().Add(time.Second))
 		if err != nil {
 			return fmt.Errorf("terminal service: %w", err)
 		}
@@ -201,13 +206,13 @@ func (s *Service) Start(ctx context.Context) error {
 		for _, sess := range left {
 			s.orphans[sess.ID] = sess
 		}
-		s.adoptUntil = s.cfg.Clock().Add(s.cfg.AdoptWindow)
+		s.adoptUntil = s.cfg.Clock.Now().Add(s.cfg.AdoptWindow)
 		s.mu.Unlock()
 		if len(left) > 0 {
 			s.log.Info("terminals left by a stopped server: re-attaching", "sessions", len(left))
 		}
 	} else if s.cfg.Exclusive {
-		before = s.cfg.Clock().Add(time.Second) // nothing is live here yet
+		before = s.cfg.Clock.Now().Add(time.Second) // nothing is live here yet
 	}
 	s.reapLost(ctx, before)
 	s.wg.Add(1)
@@ -313,7 +318,7 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		return Session{}, err
 	}
 	argv, _ := json.Marshal(req.Argv)
-	now := s.store.now()
+	now := s.store.clock.Now()
 	sess := Session{
 		ID: id, TenantID: tenantID, SandboxID: sandboxID, OpenedBy: actor.ID, OpenedByName: nameOf(actor), OpenedByKind: actor.Kind,
 		ArgvJSON: string(argv), Cols: int(req.Cols), Rows: int(req.Rows), StartedAt: now, RecordInput: s.cfg.RecordInput,
@@ -333,7 +338,7 @@ func (s *Service) Open(ctx context.Context, actor audit.Actor, tenantID, sandbox
 	}
 	lim := RecorderLimits{MaxBytes: max(s.cfg.MaxRecordingBytes, 0), Budget: budget}
 	rec, err := NewLimitedRecorder(f, CastHeader{Width: int(req.Cols), Height: int(req.Rows), Timestamp: now.Unix(),
-		Title: "sandbox " + sandboxID, Env: castEnv(s.cfg.Env)}, now, s.cfg.Clock, s.cfg.SpoolEvents, lim)
+		Title: "sandbox " + sandboxID, Env: castEnv(s.cfg.Env)}, now, s.cfg.Clock.Now, s.cfg.SpoolEvents, lim)
 	if err != nil {
 		f.Close()
 		s.log.Error("start recording", "session", id, "err", err)
@@ -399,7 +404,7 @@ func castEnv(env []string) map[string]string {
 func (s *Service) explain(tenantID, sandboxID string) func(*Exit, error) string {
 	return func(ex *Exit, _ error) string {
 		abnormal := ex == nil || ex.Signal != "" || (ex.Reason != "" && ex.Reason != "exited")
-		deadline := time.Now()
+		deadline := s.cfg.Clock.Now()
 		if abnormal {
 			deadline = deadline.Add(3 * time.Second)
 		}
@@ -410,10 +415,10 @@ func (s *Service) explain(tenantID, sandboxID string) func(*Exit, error) string 
 			if err == nil && ended {
 				return reason
 			}
-			if time.Now().After(deadline) {
+			if !s.cfg.Clock.Now().Before(deadline) {
 				return ""
 			}
-			time.Sleep(100 * time.Millisecond)
+			s.cfg.Clock.Sleep(100 * time.Millisecond)
 		}
 	}
 }
@@ -649,22 +654,22 @@ func (s *Service) loop() {
 	defer s.wg.Done()
 	ctx, cancel := s.stop.Bound(context.Background())
 	defer cancel()
-	t := time.NewTicker(s.cfg.CheckInterval)
+	t := s.cfg.Clock.NewTicker(s.cfg.CheckInterval)
 	defer t.Stop()
 	var lastSeen, lastSweep time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		s.adoptOrphans()
 		s.check()
-		now := time.Now()
+		now := s.cfg.Clock.Now()
 		if now.Sub(lastSeen) >= seenInterval {
 			lastSeen = now
 			s.refresh()
-			s.reapLost(ctx, s.cfg.Clock().Add(-lostAfter))
+			s.reapLost(ctx, s.cfg.Clock.Now().Add(-lostAfter))
 		}
 		if now.Sub(lastSweep) >= time.Hour {
 			lastSweep = now
@@ -710,7 +715,7 @@ func (s *Service) check() {
 			l.hub.End(why)
 			continue
 		}
-		if st := l.hub.State(); !st.IdleSince.IsZero() && s.cfg.Clock().Sub(st.IdleSince) >= s.cfg.AbandonAfter {
+		if st := l.hub.State(); !st.IdleSince.IsZero() && s.cfg.Clock.Now().Sub(st.IdleSince) >= s.cfg.AbandonAfter {
 			l.hub.End(fmt.Sprintf("nobody was connected for %s", s.cfg.AbandonAfter))
 		}
 	}
@@ -776,7 +781,7 @@ func (s *Service) closeLost(ctx context.Context, sess Session, reason string) {
 
 // sweep removes the recordings past their retention.
 func (s *Service) sweep(ctx context.Context) {
-	exp, err := s.store.expired(ctx, s.cfg.Clock())
+	exp, err := s.store.expired(ctx, s.cfg.Clock.Now())
 	if err != nil {
 		s.log.Warn("find expired recordings", "err", err)
 		return

@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"gorm.io/gorm"
 
@@ -276,19 +277,6 @@ func TestServiceAbandoned(t *testing.T) {
 	}
 }
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // TestServiceRetention: a recording past its retention is removed, its row
 // stays and says so; younger ones stay.
 func TestServiceRetention(t *testing.T) {
@@ -298,8 +286,8 @@ func TestServiceRetention(t *testing.T) {
 }
 
 func testRetention(t *testing.T, db *gorm.DB) {
-	clk := &clock{t: time.Now()}
-	f := newFixture(t, db, terminal.Config{Clock: clk.now, RetentionDays: 30})
+	clk := clockwork.NewFakeClockAt(time.Now())
+	f := newFixture(t, db, terminal.Config{Clock: clk, RetentionDays: 30})
 	ctx := context.Background()
 	ada := person("ada@alpha.test")
 	open := func() terminal.Session {
@@ -310,9 +298,9 @@ func testRetention(t *testing.T, db *gorm.DB) {
 		return waitEnded(t, f.svc, f.a.ID, sess.ID)
 	}
 	old := open()
-	clk.add(20 * 24 * time.Hour)
+	clk.Advance(20 * 24 * time.Hour)
 	young := open()
-	clk.add(11 * 24 * time.Hour)
+	clk.Advance(11 * 24 * time.Hour)
 	f.svc.Sweep(ctx)
 	if _, _, err := f.svc.OpenRecording(ctx, f.a.ID, old.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Got(recording past retention) = %v; want not found", err)

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -83,18 +84,13 @@ func (s Session) ExpiresAt() time.Time {
 // Store keeps the terminal sessions of every tenant.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 }
 
 // NewStore returns a store on db (migrated).
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
-
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 func newID() (string, error) {
 	id, err := uuid.NewV7()
@@ -112,7 +108,7 @@ func notFound(err error) error {
 }
 
 func (s *Store) audit(tx *gorm.DB, e audit.Event) error {
-	e.Time = s.now()
+	e.Time = s.clock.Now()
 	return audit.Write(tx, e)
 }
 
@@ -149,7 +145,7 @@ func (s *Store) finish(ctx context.Context, sess Session, e End) error {
 	set := map[string]any{
 		"ended_at": e.At.UTC().Truncate(time.Microsecond), "end_reason": truncate(e.Reason, 500), "bytes_out": e.BytesOut,
 		"bytes_in": e.BytesIn, "recording_bytes": e.Record.Bytes, "dropped": e.Record.Dropped, "dropped_bytes": e.Record.DroppedBytes,
-		"watchers_cut": e.Cut, "seen_at": s.now(), "recording_truncated": truncate(e.Record.Truncated, 500),
+		"watchers_cut": e.Cut, "seen_at": s.clock.Now(), "recording_truncated": truncate(e.Record.Truncated, 500),
 		"truncated_bytes": e.Record.TruncatedBytes,
 	}
 	if e.Exit != nil {
@@ -208,7 +204,7 @@ func (s *Store) seen(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if err := s.db.WithContext(ctx).Model(&Session{}).Where("id IN ? AND ended_at IS NULL", ids).Update("seen_at", s.now()).Error; err != nil {
+	if err := s.db.WithContext(ctx).Model(&Session{}).Where("id IN ? AND ended_at IS NULL", ids).Update("seen_at", s.clock.Now()).Error; err != nil {
 		return fmt.Errorf("refresh live terminal sessions: %w", err)
 	}
 	return nil
@@ -253,7 +249,7 @@ func (s *Store) recordingBytes(ctx context.Context, tenantID string) (int64, err
 
 // purged records that a session's recording was removed.
 func (s *Store) purged(ctx context.Context, id string) error {
-	err := s.db.WithContext(ctx).Model(&Session{}).Where("id = ?", id).Updates(map[string]any{"purged_at": s.now(), "recording": ""}).Error
+	err := s.db.WithContext(ctx).Model(&Session{}).Where("id = ?", id).Updates(map[string]any{"purged_at": s.clock.Now(), "recording": ""}).Error
 	if err != nil {
 		return fmt.Errorf("record purge of recording %s: %w", id, err)
 	}

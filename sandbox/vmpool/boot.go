@@ -389,14 +389,14 @@ func (s *Service) noteBootFailure(tenantID string) {
 	b := s.backoff[tenantID]
 	b.failures++
 	d := time.Duration(1<<min(b.failures, 6)) * 10 * time.Second
-	b.until = s.cfg.Clock().Add(min(d, 10*time.Minute))
+	b.until = s.cfg.Clock.Now().Add(min(d, 10*time.Minute))
 	s.backoff[tenantID] = b
 }
 
 func (s *Service) backedOff(tenantID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cfg.Clock().Before(s.backoff[tenantID].until)
+	return s.cfg.Clock.Now().Before(s.backoff[tenantID].until)
 }
 
 func (s *Service) clearBackoff(tenantID string) {

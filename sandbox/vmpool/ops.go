@@ -173,7 +173,7 @@ func (s *Service) Stop(ctx context.Context, actor audit.Actor, tenantID, id stri
 		select {
 		case <-s.stop.Done():
 			return
-		case <-time.After(wait):
+		case <-s.cfg.Clock.After(wait):
 		}
 		s.finishStop(hv, vm, actor)
 	}()
@@ -272,7 +272,7 @@ func (s *Service) recycleAged(ctx context.Context, vm VM) {
 		s.log.Warn("record recycled vm", "vm", vm.ID, "err", err)
 	}
 	s.dropRuntime(vm.ID)
-	s.log.Info("vm recycled", "vm", vm.ID, "tenant", vm.TenantID, "age", s.cfg.Clock().Sub(vm.CreatedAt).Round(time.Second))
+	s.log.Info("vm recycled", "vm", vm.ID, "tenant", vm.TenantID, "age", s.cfg.Clock.Now().Sub(vm.CreatedAt).Round(time.Second))
 }
 
 // Acquire hands out one of the tenant's idle running VMs, checked alive
@@ -330,7 +330,7 @@ type Status struct {
 func (s *Service) status(vm VM) Status {
 	st := Status{VM: vm, CPUPercent: -1}
 	if vm.State == StateRunning && vm.StartedAt != nil {
-		st.Uptime = s.cfg.Clock().Sub(*vm.StartedAt) + time.Duration(vm.BootMS)*time.Millisecond
+		st.Uptime = s.cfg.Clock.Now().Sub(*vm.StartedAt) + time.Duration(vm.BootMS)*time.Millisecond
 	}
 	if h := s.hostByURI(vm.HostURI); h != nil && vm.State.Active() {
 		h.mu.Lock()

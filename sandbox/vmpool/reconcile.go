@@ -288,14 +288,14 @@ func (s *Service) reconcileLoop() {
 	defer s.wg.Done()
 	ctx, cancel := s.stop.Bound(context.Background())
 	defer cancel()
-	t := time.NewTicker(s.cfg.ReconcileInterval)
+	t := s.cfg.Clock.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	s.reconcileAll(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 			s.reconcileAll(ctx)
 		case tenantID := <-s.kickc:
 			s.reconcileTenant(ctx, tenantID)
@@ -373,18 +373,18 @@ func (s *Service) reconcileTenant(ctx context.Context, tenantID string) {
 // records host capacity and VM last-seen times.
 func (s *Service) monitorLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.MonitorInterval)
+	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
 	defer t.Stop()
 	var lastRefresh time.Time
 	for {
 		select {
 		case <-s.stop.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
-		refresh := time.Since(lastRefresh) >= s.cfg.HostRefresh
+		refresh := s.cfg.Clock.Since(lastRefresh) >= s.cfg.HostRefresh
 		if refresh {
-			lastRefresh = time.Now()
+			lastRefresh = s.cfg.Clock.Now()
 		}
 		for _, h := range s.hosts {
 			hv, err := h.live()
@@ -464,11 +464,11 @@ func (s *Service) monitorHost(h *hostConn, hv Hypervisor, refresh bool) {
 func (s *Service) redial(hv Hypervisor, vm VM, d hypervisor.DomainInfo) {
 	rt := s.runtimeFor(vm)
 	rt.mu.Lock()
-	if time.Now().Before(rt.nextRedial) {
+	if s.cfg.Clock.Now().Before(rt.nextRedial) {
 		rt.mu.Unlock()
 		return
 	}
-	rt.nextRedial = time.Now().Add(10 * time.Second)
+	rt.nextRedial = s.cfg.Clock.Now().Add(10 * time.Second)
 	rt.mu.Unlock()
 	s.startTask(rt, func(ctx context.Context) {
 		client, err := s.handshake(ctx, hv, vm, s.cfg.AdoptTimeout, nil)

@@ -17,6 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
+	"github.com/jonboulle/clockwork"
+
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/hypervisor"
@@ -82,7 +86,9 @@ type Config struct {
 	// file is sparse: it takes only what sandboxes write.
 	ScratchMiB int
 	Logger     *slog.Logger
-	Clock      func() time.Time
+	// Clock drives the pools' loops, backoffs and retries and stamps what
+	// they record; default the real clock.
+	Clock clockwork.Clock
 	// DomainType forces "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE); "" detects
 	// it once per host with a real boot.
 	DomainType string
@@ -148,7 +154,7 @@ func (c *Config) checkAndSetDefaults() error {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Connect == nil {
 		// The guest kernel doubles as the KVM probe; a stock kernel panics
@@ -241,12 +247,16 @@ func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID 
 // Deprecated: kept for callers that hold only a *gorm.DB (tests); the
 // composition root builds the stores once and calls NewService.
 func New(ctx context.Context, db *gorm.DB, cfg Config) (*Service, error) {
-	store := NewStore(db, cfg.Clock)
+	var now func() time.Time
+	if cfg.Clock != nil {
+		now = cfg.Clock.Now
+	}
+	store := NewStore(db, now)
 	id, err := store.InstallationID(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("vm pool: %w", err)
 	}
-	return NewService(store, tenants.NewStore(db, cfg.Clock), audit.NewLog(db, cfg.Clock), id, cfg)
+	return NewService(store, tenants.NewStore(db, now), audit.NewLog(db, now), id, cfg)
 }
 
 // Store is the service's store.
@@ -486,7 +496,7 @@ func (s *Service) superviseHost(h *hostConn, first chan struct{}) {
 			select {
 			case <-s.stop.Done():
 				return
-			case <-time.After(delay):
+			case <-s.cfg.Clock.After(delay):
 			}
 			delay = min(delay*2, 30*time.Second)
 			continue
@@ -526,7 +536,7 @@ func (s *Service) refreshHost(h *hostConn) {
 		s.log.Warn("detect domain type", "uri", h.uri, "err", err)
 	}
 	h.mu.Lock()
-	h.capacity, h.lastSeen = capacity, s.cfg.Clock()
+	h.capacity, h.lastSeen = capacity, s.cfg.Clock.Now()
 	if dt != "" {
 		h.domType = dt
 	}
@@ -607,12 +617,8 @@ func (s *Service) Hosts(ctx context.Context) ([]HostStatus, error) {
 	return out, nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }
 
 // agentOptions are the client options of every agent session.
 func (s *Service) agentOptions(vm VM) agentproto.ClientOptions {

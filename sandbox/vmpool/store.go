@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -40,27 +41,21 @@ func SystemActor() audit.Actor {
 // Changes write their audit event in the same transaction.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 }
 
 // NewStore returns a Store on db (opened and migrated by tenants.Open and
 // tenants.Migrate). A nil clock means time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
-
-// now is the store's time at the microsecond precision PostgreSQL keeps.
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 func (s *Store) tx(ctx context.Context, fn func(tx *gorm.DB) error) error {
 	return s.db.WithContext(ctx).Transaction(fn)
 }
 
 func (s *Store) write(tx *gorm.DB, e audit.Event) error {
-	e.Time = s.now()
+	e.Time = s.clock.Now()
 	return audit.Write(tx, e)
 }
 
@@ -136,7 +131,7 @@ func (s *Store) SetPool(ctx context.Context, actor audit.Actor, tenantID string,
 	}
 	var out Pool
 	err := s.tx(ctx, func(tx *gorm.DB) error {
-		q, err := tenants.LockQuota(tx, tenantID, s.now())
+		q, err := tenants.LockQuota(tx, tenantID, s.clock.Now())
 		if err != nil {
 			return err
 		}
@@ -148,7 +143,7 @@ func (s *Store) SetPool(ctx context.Context, actor audit.Actor, tenantID string,
 			return err
 		}
 		out = Pool{TenantID: tenantID, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, MaxVMs: in.MaxVMs, WarmVMs: in.WarmVMs,
-			RecycleAfterHours: in.RecycleAfterHours, UpdatedAt: s.now(), UpdatedBy: actor.ID}
+			RecycleAfterHours: in.RecycleAfterHours, UpdatedAt: s.clock.Now(), UpdatedBy: actor.ID}
 		if err := tx.Save(&out).Error; err != nil {
 			return err
 		}
@@ -187,7 +182,7 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 	}
 	var vm VM
 	err = s.tx(ctx, func(tx *gorm.DB) error {
-		q, err := tenants.LockQuota(tx, tenantID, s.now())
+		q, err := tenants.LockQuota(tx, tenantID, s.clock.Now())
 		if err != nil {
 			return err
 		}
@@ -222,7 +217,7 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 		if err := q.Check(u); err != nil {
 			return err
 		}
-		now := s.now()
+		now := s.clock.Now()
 		if n.Replaces != "" {
 			if _, _, err := s.transition(tx, n.Replaces, []State{StateRunning}, StateStopping, PhaseStopping, "recycled",
 				eventPtr(actor.Event(tenantID, audit.TypeVMRecycled, "vm", n.Replaces,
@@ -336,7 +331,7 @@ func (s *Store) tenantsWithActiveVMs(ctx context.Context) ([]string, error) {
 // setPhase records boot progress while the VM is still booting.
 func (s *Store) setPhase(ctx context.Context, id string, p Phase) error {
 	err := s.db.WithContext(ctx).Model(&VM{}).Where("id = ? AND state = ?", id, StateBooting).
-		Updates(map[string]any{"phase": p, "phase_at": s.now()}).Error
+		Updates(map[string]any{"phase": p, "phase_at": s.clock.Now()}).Error
 	if err != nil {
 		return fmt.Errorf("vm %s phase %s: %w", id, p, err)
 	}
@@ -352,7 +347,7 @@ type ready struct {
 // markRunning moves a booting VM to running. ok is false when the VM was no
 // longer booting (being destroyed, or lost, meanwhile).
 func (s *Store) markRunning(ctx context.Context, id string, r ready) (bool, error) {
-	now := s.now()
+	now := s.clock.Now()
 	res := s.db.WithContext(ctx).Model(&VM{}).Where("id = ? AND state = ?", id, StateBooting).Updates(map[string]any{
 		"state": StateRunning, "phase": PhaseRunning, "phase_at": now, "agent_version": r.AgentVersion,
 		"kernel_version": r.KernelVersion, "domain_uuid": r.DomainUUID, "boot_ms": r.Boot.Milliseconds(),
@@ -366,7 +361,7 @@ func (s *Store) markRunning(ctx context.Context, id string, r ready) (bool, erro
 
 // adopted records a fresh handshake with a VM found running at startup.
 func (s *Store) adopted(ctx context.Context, id string, r ready) error {
-	now := s.now()
+	now := s.clock.Now()
 	err := s.db.WithContext(ctx).Model(&VM{}).Where("id = ? AND state = ?", id, StateRunning).Updates(map[string]any{
 		"agent_version": r.AgentVersion, "kernel_version": r.KernelVersion, "domain_uuid": r.DomainUUID, "last_seen_at": now,
 	}).Error
@@ -427,7 +422,7 @@ func (s *Store) end(ctx context.Context, id string, from []State, to State, reas
 
 // transition is the conditional state change inside tx.
 func (s *Store) transition(tx *gorm.DB, id string, from []State, to State, phase Phase, reason string, ev *audit.Event) (VM, bool, error) {
-	now := s.now()
+	now := s.clock.Now()
 	set := map[string]any{"state": to, "state_reason": reason, "phase": phase, "phase_at": now}
 	if !to.Active() {
 		set["ended_at"] = now
@@ -470,7 +465,7 @@ func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 		if err != nil {
 			return VM{}, fmt.Errorf("acquire vm: %w", err)
 		}
-		now := s.now()
+		now := s.clock.Now()
 		res := s.db.WithContext(ctx).Model(&VM{}).
 			Where("id = ? AND state = ? AND acquired_at IS NULL", vm.ID, StateRunning).
 			Updates(map[string]any{"acquired_at": now, "sandboxes_served": gorm.Expr("sandboxes_served + 1")})
@@ -507,7 +502,7 @@ func (s *Store) release(ctx context.Context, tenantID, id string) error {
 func (s *Store) recycleDue(ctx context.Context) ([]VM, error) {
 	var out []VM
 	err := s.db.WithContext(ctx).Where("state = ? AND acquired_at IS NULL AND recycle_after IS NOT NULL AND recycle_after <= ?",
-		StateRunning, s.now()).Order("id").Find(&out).Error
+		StateRunning, s.clock.Now()).Order("id").Find(&out).Error
 	if err != nil {
 		return nil, fmt.Errorf("vms due for recycling: %w", err)
 	}
@@ -520,7 +515,7 @@ func (s *Store) touch(ctx context.Context, ids []string) error {
 		return nil
 	}
 	err := s.db.WithContext(ctx).Model(&VM{}).Where("id IN ? AND state IN ?", ids, activeStates()).
-		Update("last_seen_at", s.now()).Error
+		Update("last_seen_at", s.clock.Now()).Error
 	if err != nil {
 		return fmt.Errorf("touch vms: %w", err)
 	}
@@ -530,7 +525,7 @@ func (s *Store) touch(ctx context.Context, ids []string) error {
 // upsertHost records what was learnt about a host. A host that could not be
 // reached keeps its last known capacity.
 func (s *Store) upsertHost(ctx context.Context, h Host) error {
-	now := s.now()
+	now := s.clock.Now()
 	h.UpdatedAt = now
 	if h.FirstSeenAt.IsZero() {
 		h.FirstSeenAt = now

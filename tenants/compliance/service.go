@@ -9,6 +9,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -161,8 +166,9 @@ type Config struct {
 	MinAuditRetentionDays int
 	// MaxOutputBytes bounds the probe output kept per run; default 64 KiB.
 	MaxOutputBytes int
-	Clock          func() time.Time
-	Logger         *slog.Logger
+	// Clock drives the evaluation and probe timers and stamps the results.
+	Clock  clockwork.Clock
+	Logger *slog.Logger
 }
 
 func (c *Config) checkAndSetDefaults() error {
@@ -197,7 +203,7 @@ func (c *Config) checkAndSetDefaults() error {
 		return errors.New("compliance: Interval must be positive")
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -242,7 +248,7 @@ func SystemActor() audit.Actor {
 	return audit.Actor{Kind: audit.ActorSystem, ID: "compliance", Name: "compliance checks"}
 }
 
-func (s *Service) now() time.Time { return s.cfg.Clock().UTC().Truncate(time.Microsecond) }
+func (s *Service) now() time.Time { return dbtime.Of(s.cfg.Clock.Now()) }
 
 func (s *Service) tenantLock(tenantID string) *sync.Mutex {
 	s.mu.Lock()
@@ -510,15 +516,8 @@ func bound(s string, n int) string {
 	return "…(output cut)\n" + s[cut:]
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }
 
 // Start evaluates every tenant every Interval and probes each on its
 // schedule, until Close.
@@ -563,19 +562,21 @@ func (s *Service) Close() error {
 
 func (s *Service) evalLoop(bg context.Context) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.cfg.Interval)
+	t := s.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		s.evaluateAll(bg)
 		select {
 		case <-bg.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }
 
 func (s *Service) evaluateAll(bg context.Context) {
+	// A real-time bound on one cycle's database work (clockwork's fake
+	// contexts block in Err until they end).
 	ctx, cancel := context.WithTimeout(bg, max(s.cfg.Interval, time.Minute))
 	defer cancel()
 	if err := s.failInterrupted(ctx); err != nil && bg.Err() == nil {
@@ -623,13 +624,13 @@ func (s *Service) failInterrupted(ctx context.Context) error {
 
 func (s *Service) probeLoop(ctx context.Context) {
 	defer s.wg.Done()
-	t := time.NewTicker(min(s.cfg.Interval, s.cfg.ProbeInterval))
+	t := s.cfg.Clock.NewTicker(min(s.cfg.Interval, s.cfg.ProbeInterval))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		s.probeDue(ctx)
 	}

@@ -3,9 +3,10 @@ package compliance
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"gorm.io/gorm"
 
@@ -18,29 +19,12 @@ import (
 
 var admin = audit.Actor{Kind: audit.ActorUser, ID: "u1", Name: "Ada Admin"}
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type env struct {
 	db       *gorm.DB
 	pol      *policy.Store
 	store    *tenants.Store
 	svc      *Service
-	clock    *clock
+	clock    *clockwork.FakeClock
 	tenantA  string
 	tenantB  string
 	platform Platform
@@ -50,7 +34,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 	for _, d := range dbtest.Databases(t) {
 		t.Run(d.Name, func(t *testing.T) {
 			ctx := context.Background()
-			c := &clock{t: time.Now().UTC().Truncate(time.Second)}
+			c := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Second))
 			e := &env{db: d.DB, clock: c, store: tenants.NewStore(d.DB, c.Now)}
 			var err error
 			if e.pol, err = policy.NewStore(d.DB, c.Now); err != nil {
@@ -68,7 +52,7 @@ func eachDB(t *testing.T, fn func(t *testing.T, e *env)) {
 				}
 			}
 			e.platform = Platform{Gateway: true, SecretsEncrypted: true, OperatorContacts: []string{"ops@example.test"}}
-			if e.svc, err = New(d.DB, Config{Policies: e.pol, Tenants: e.store, Platform: e.platform, Clock: c.Now,
+			if e.svc, err = New(d.DB, Config{Policies: e.pol, Tenants: e.store, Platform: e.platform, Clock: c,
 				Interval: 50 * time.Millisecond, ProbeInterval: -1}); err != nil {
 				t.Fatal(err)
 			}
@@ -158,6 +142,7 @@ func TestPolicyChangeTurnsItemsWithinACycle(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("Got(egress_restricted) = %s 5 s after the policy change; want fail within one cycle", statusOf(items, ItemEgressRestricted))
 			}
+			e.clock.Advance(50 * time.Millisecond) // the loop's ticker: one cycle
 			time.Sleep(20 * time.Millisecond)
 		}
 		hist, err := e.svc.History(ctx, e.tenantA, 5)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -247,9 +249,5 @@ func (d *Dispatcher) release(ctx context.Context, dl Delivery, cause error) {
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/tenants/clip"
+
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"gorm.io/gorm"
@@ -327,9 +329,5 @@ func newMessageID() string {
 	return "msg_" + strings.ReplaceAll(id.String(), "-", "")
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// truncate bounds s for a column or a message (clip.String).
+func truncate(s string, n int) string { return clip.String(s, n) }

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -65,16 +66,13 @@ func (r row) version() (Version, error) {
 // tenant: another tenant's version is not found.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 	v     *Validator
 }
 
 // NewStore returns a Store on db (opened and migrated). A nil clock means
 // time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) (*Store, error) {
-	if clock == nil {
-		clock = time.Now
-	}
 	v, err := NewValidator()
 	if err != nil {
 		return nil, err
@@ -84,8 +82,6 @@ func NewStore(db *gorm.DB, clock func() time.Time) (*Store, error) {
 
 // Validator is the store's schema validator.
 func (s *Store) Validator() *Validator { return s.v }
-
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 // defaults is version 0 of tenantID.
 func defaults(tenantID string) Version {
@@ -295,7 +291,7 @@ func (s *Store) append(ctx context.Context, actor audit.Actor, tenantID string, 
 			return errdefs.Invalid("/", "unchanged", fmt.Sprintf("the policy is the same as version %d: nothing to save", cur.Version))
 		}
 		r := row{TenantID: tenantID, Version: cur.Version + 1, Doc: string(raw), AuthorID: actor.ID, AuthorName: actor.Name,
-			AuthorKind: actor.Kind, Reason: reason, RolledBackFrom: from, CreatedAt: s.now()}
+			AuthorKind: actor.Kind, Reason: reason, RolledBackFrom: from, CreatedAt: s.clock.Now()}
 		attempt = r.Version
 		if err := tx.Create(&r).Error; err != nil {
 			return fmt.Errorf("store policy version %d: %w", r.Version, err)

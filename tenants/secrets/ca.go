@@ -183,7 +183,7 @@ func (s *Store) Leaf(ctx context.Context, tenantID, host string) (*tls.Certifica
 		return nil, fmt.Errorf("leaf certificate: no host name: %w", errdefs.ErrInvalid)
 	}
 	k := tenantID + "\x00" + host
-	now := s.clock()
+	now := s.clock.Now()
 	s.mu.Lock()
 	c := s.leaves[k]
 	s.mu.Unlock()

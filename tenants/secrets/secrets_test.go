@@ -11,9 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"gorm.io/gorm"
 
@@ -30,28 +31,11 @@ var (
 	theValue = "ghp_RealTokenValue0123456789abcdefXYZ"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type env struct {
 	name   string
 	db     *gorm.DB
 	s      *secrets.Store
-	clock  *clock
+	clock  *clockwork.FakeClock
 	t1, t2 string
 }
 
@@ -72,8 +56,8 @@ func envs(t *testing.T) []env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &clock{t: time.Now().UTC()}
-		s, err := secrets.New(d.DB, rootKey, secrets.Config{Clock: c.Now})
+		c := clockwork.NewFakeClockAt(time.Now().UTC())
+		s, err := secrets.New(d.DB, rootKey, secrets.Config{Clock: c})
 		if err != nil {
 			t.Fatal(err)
 		}

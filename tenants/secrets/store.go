@@ -11,6 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
+
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
@@ -174,8 +177,8 @@ func secretAD(tenantID, id string) string { return "secret/" + tenantID + "/" + 
 
 // Config tunes a Store.
 type Config struct {
-	// Clock is the store's time; nil means time.Now.
-	Clock func() time.Time
+	// Clock is the store's time; nil means the real clock.
+	Clock clockwork.Clock
 	// LeafTTL is how long an issued leaf certificate is valid; 0 means 7 days.
 	LeafTTL time.Duration
 }
@@ -187,7 +190,7 @@ type Store struct {
 	db       *gorm.DB
 	seal     *sealer
 	phKey    []byte
-	clock    func() time.Time
+	clock    clockwork.Clock
 	leafTTL  time.Duration
 	mu       sync.Mutex
 	cas      map[string]*authority  // tenant -> parsed CA
@@ -207,7 +210,7 @@ func New(db *gorm.DB, root []byte, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = time.Now
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.LeafTTL <= 0 {
 		cfg.LeafTTL = 7 * 24 * time.Hour
@@ -216,8 +219,8 @@ func New(db *gorm.DB, root []byte, cfg Config) (*Store, error) {
 		cas: map[string]*authority{}, leaves: map[string]*cachedLeaf{}}, nil
 }
 
-// now is the store's time, UTC, at the precision PostgreSQL keeps.
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
+// now is the store's time as the database keeps it.
+func (s *Store) now() time.Time { return dbtime.Of(s.clock.Now()) }
 
 func (s *Store) write(tx *gorm.DB, e audit.Event) error {
 	e.Time = s.now()

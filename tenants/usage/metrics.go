@@ -177,7 +177,7 @@ func bound(figs []*tenantFigures, maxTenants int) []*tenantFigures {
 	}
 	other := &tenantFigures{slug: OtherTenants, cost: map[string]float64{}, quota: map[string]float64{}}
 	for _, f := range figs[maxTenants:] {
-		other.sums.add(f.sums)
+		other.sums.Add(f.sums)
 		for cur, v := range f.cost {
 			other.cost[cur] += v
 		}
@@ -216,7 +216,7 @@ func (c *Collector) read(ctx context.Context) ([]*tenantFigures, error) {
 	if err != nil {
 		return nil, fmt.Errorf("usage metrics: %w", err)
 	}
-	month := MonthStart(c.s.now())
+	month := MonthStart(c.s.clock.Now())
 	// The price periods of the month: every instant any book changes. A
 	// tenant's price is constant within each, so one grouped query prices
 	// every tenant.
@@ -263,7 +263,7 @@ func (c *Collector) read(ctx context.Context) ([]*tenantFigures, error) {
 			continue
 		}
 		p := ps.At(r.TenantID, cuts[r.Seg])
-		f.sums.add(r.Sums)
+		f.sums.Add(r.Sums)
 		v := r.Sums.Charge(p).Float64()
 		f.cost[p.Currency] += v
 		f.costRank += v

@@ -88,7 +88,7 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 	if err := p.validate(); err != nil {
 		return Price{}, err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	if p.EffectiveFrom.IsZero() {
 		p.EffectiveFrom = now
 	}

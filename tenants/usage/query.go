@@ -22,7 +22,8 @@ type Sums struct {
 	MemoryPeakBytes int64 `gorm:"column:memory_peak_bytes" json:"memory_peak_bytes"`
 }
 
-func (a *Sums) add(b Sums) {
+// Add adds b to a (the memory peak is the larger of the two).
+func (a *Sums) Add(b Sums) {
 	a.AllocVCPUMS += b.AllocVCPUMS
 	a.AllocMiBMS += b.AllocMiBMS
 	a.WallMS += b.WallMS
@@ -61,7 +62,7 @@ type Totals struct {
 
 // Add adds quantities priced at p.
 func (t *Totals) Add(s Sums, p Price) {
-	t.Sums.add(s)
+	t.Sums.Add(s)
 	t.Cost = t.Cost.Add(s.Charge(p))
 	t.Currency = p.Currency
 }
@@ -266,7 +267,7 @@ func CPUSecondsSince(tx *gorm.DB, tenantID string, since time.Time) (float64, er
 
 // CPUSecondsThisMonth is CPUSecondsSince the start of the current month.
 func (s *Store) CPUSecondsThisMonth(ctx context.Context, tenantID string) (float64, error) {
-	return CPUSecondsSince(s.db.WithContext(ctx), tenantID, MonthStart(s.now()))
+	return CPUSecondsSince(s.db.WithContext(ctx), tenantID, MonthStart(s.clock.Now()))
 }
 
 // TenantTotal is one tenant's line in the operator's view.

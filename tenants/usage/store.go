@@ -6,23 +6,20 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 )
 
 // Store reads and writes usage. Every tenant-scoped read takes the tenant.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 }
 
 // NewStore returns a store on db (migrated); clock nil means time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) *Store {
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{db: db, clock: clock}
 }
-
-func (s *Store) now() time.Time { return ts(s.clock()) }
 
 // DB is the store's database, for callers that meter inside their own
 // transactions (Open, Observe, Egress).

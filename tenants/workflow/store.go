@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
+	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -73,16 +74,13 @@ func (settingsRow) TableName() string { return "workflow_settings" }
 // method takes the tenant: another tenant's workflow is not found.
 type Store struct {
 	db    *gorm.DB
-	clock func() time.Time
+	clock dbtime.Clock
 	p     *Parser
 }
 
 // NewStore returns a Store on db (opened and migrated). A nil clock means
 // time.Now.
 func NewStore(db *gorm.DB, clock func() time.Time) (*Store, error) {
-	if clock == nil {
-		clock = time.Now
-	}
 	p, err := NewParser()
 	if err != nil {
 		return nil, err
@@ -92,8 +90,6 @@ func NewStore(db *gorm.DB, clock func() time.Time) (*Store, error) {
 
 // Parser is the store's schema checker.
 func (s *Store) Parser() *Parser { return s.p }
-
-func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 func latest(tx *gorm.DB, tenantID, name string) (row, bool, error) {
 	var rows []row
@@ -226,7 +222,7 @@ func (s *Store) Save(ctx context.Context, actor audit.Actor, tenantID string, so
 			}
 		}
 		r := row{TenantID: tenantID, Name: def.Name, Version: curVersion + 1, Source: string(source), Doc: string(doc),
-			AuthorID: actor.ID, AuthorName: actor.Name, AuthorKind: actor.Kind, CreatedAt: s.now()}
+			AuthorID: actor.ID, AuthorName: actor.Name, AuthorKind: actor.Kind, CreatedAt: s.clock.Now()}
 		if err := tx.Create(&r).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
 				return fmt.Errorf("%w: another change took version %d of workflow %s at the same time; reload and retry",
@@ -278,7 +274,7 @@ func (s *Store) Delete(ctx context.Context, actor audit.Actor, tenantID, name st
 			return errdefs.ErrNotFound
 		}
 		r := row{TenantID: tenantID, Name: name, Version: cur.Version + 1, Doc: "{}", Deleted: true,
-			AuthorID: actor.ID, AuthorName: actor.Name, AuthorKind: actor.Kind, CreatedAt: s.now()}
+			AuthorID: actor.ID, AuthorName: actor.Name, AuthorKind: actor.Kind, CreatedAt: s.clock.Now()}
 		if err := tx.Create(&r).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
 				return fmt.Errorf("%w: workflow %s changed at the same time; reload and retry", errdefs.ErrConflict, name)
@@ -328,7 +324,7 @@ func (s *Store) SetGitHubSecret(ctx context.Context, actor audit.Actor, tenantID
 	if by == "" {
 		by = actor.ID
 	}
-	r := settingsRow{TenantID: tenantID, GitHubSecretName: secretName, UpdatedBy: by, UpdatedAt: s.now()}
+	r := settingsRow{TenantID: tenantID, GitHubSecretName: secretName, UpdatedBy: by, UpdatedAt: s.clock.Now()}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Take(&tenants.Tenant{}, "id = ?", tenantID).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"golang.org/x/net/html"
 	"gorm.io/gorm"
 
@@ -47,7 +49,9 @@ type Options struct {
 	DB           *gorm.DB // default: a fresh SQLite database
 	Operators    []string // platform operator emails
 	MutateClaims func(map[string]any)
-	Clock        func() time.Time
+	// Clock is the app's one clock (a clockwork fake moves time without
+	// sleeping: sessions, tokens and codes expire); default the real one.
+	Clock clockwork.Clock
 	// BodyTimeout shortens how long a request body may take (zero: the
 	// server's default).
 	BodyTimeout time.Duration

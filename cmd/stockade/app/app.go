@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
@@ -113,7 +115,7 @@ type Config struct {
 type Options struct {
 	Log      *slog.Logger         // default slog.Default()
 	Registry *prometheus.Registry // default a fresh registry
-	Clock    func() time.Time     // default time.Now
+	Clock    clockwork.Clock      // default the real clock
 	// DevIdPMutateClaims lets tests make the development provider misbehave.
 	DevIdPMutateClaims func(map[string]any)
 	// DB is an opened and migrated database, which the caller closes;
@@ -139,6 +141,7 @@ type App struct {
 	*web.Server
 
 	DB             *gorm.DB
+	Clock          clockwork.Clock // the one clock every part reads
 	InstallationID string
 	Store          *tenants.Store
 	Audit          *audit.Log
@@ -185,7 +188,12 @@ func New(ctx context.Context, cfg Config, o Options) (a *App, err error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	a = &App{cfg: cfg, log: log}
+	clock := o.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	o.Clock = clock
+	a = &App{cfg: cfg, log: log, Clock: clock}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -202,10 +210,12 @@ func New(ctx context.Context, cfg Config, o Options) (a *App, err error) {
 			return a, fmt.Errorf("migrate database: %w", err)
 		}
 	}
-	db, clock := a.DB, o.Clock
+	// The one clock: services take it whole (their timers too), stores
+	// and the HTTP side read it.
+	db, now := a.DB, clock.Now
 
 	// Database -> stores, each built once.
-	a.Store, a.Audit = tenants.NewStore(db, clock), audit.NewLog(db, clock)
+	a.Store, a.Audit = tenants.NewStore(db, now), audit.NewLog(db, now)
 	if a.InstallationID, err = a.Store.InstallationID(ctx); err != nil {
 		return a, err
 	}
@@ -217,12 +227,12 @@ func New(ctx context.Context, cfg Config, o Options) (a *App, err error) {
 		}
 	}
 	if a.Policies = o.Policies; a.Policies == nil {
-		if a.Policies, err = policy.NewStore(db, clock); err != nil {
+		if a.Policies, err = policy.NewStore(db, now); err != nil {
 			return a, err
 		}
 	}
 	if a.Workflows = o.Workflows; a.Workflows == nil {
-		if a.Workflows, err = workflow.NewStore(db, clock); err != nil {
+		if a.Workflows, err = workflow.NewStore(db, now); err != nil {
 			return a, err
 		}
 	}
@@ -230,14 +240,14 @@ func New(ctx context.Context, cfg Config, o Options) (a *App, err error) {
 		a.Egress = egress.NewStore(db)
 	}
 	if a.Usage = o.Usage; a.Usage == nil {
-		a.Usage = usage.NewStore(db, clock)
+		a.Usage = usage.NewStore(db, now)
 	}
 	if a.Integrations = o.Integrations; a.Integrations == nil {
 		// Outgoing webhooks: lifecycle and run events go to an outbox in
 		// the transactions of their changes; Start's dispatcher delivers.
-		a.Integrations = integrations.NewStore(db, integrations.Config{Clock: clock})
+		a.Integrations = integrations.NewStore(db, integrations.Config{Clock: now})
 	}
-	sandboxes := sandbox.NewStore(db, clock)
+	sandboxes := sandbox.NewStore(db, now)
 	if o.Sandboxes != nil {
 		sandboxes = o.Sandboxes.Store()
 	}
@@ -276,7 +286,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// The VM pools run even with libvirtd down: they keep retrying,
 		// and until a host answers VM pages and API say the hypervisor is
 		// unavailable. A tenant an operator froze gets no VM (Freezes).
-		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock), a.Store, a.Audit, a.InstallationID, vmpool.Config{
+		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock.Now), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace,
 		}); err != nil {
@@ -300,7 +310,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		a.Sandboxes.OnEnd(func(_, id, _ string) { gw.Forget(id) })
 	}
 	if a.Terminals == nil {
-		a.Terminals = terminal.NewService(terminal.NewStore(a.DB, clock), terminal.SandboxPTYs{Service: a.Sandboxes}, terminal.Config{
+		a.Terminals = terminal.NewService(terminal.NewStore(a.DB, clock.Now), terminal.SandboxPTYs{Service: a.Sandboxes}, terminal.Config{
 			DataDir: cfg.DataDir, Logger: log, Clock: clock, RecordInput: cfg.RecordInput, RetentionDays: cfg.RecordingRetentionDays,
 			MaxRecordingBytes: cfg.MaxRecordingBytes, MaxTenantRecordingBytes: cfg.MaxTenantRecordingBytes,
 			// serve holds the installation lease before Start: terminals a
@@ -322,7 +332,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			return err
 		}
 		svc, err := compliance.New(a.DB, compliance.Config{
-			Policies: a.Policies, Secrets: a.Secrets, Tenants: a.Store, Live: probe.NewLiveOn(a.DB, sandboxes, clock),
+			Policies: a.Policies, Secrets: a.Secrets, Tenants: a.Store, Live: probe.NewLiveOn(a.DB, sandboxes, clock.Now),
 			Prober: probe.NewRunner(a.Sandboxes, probe.Config{Policies: a.Policies, Logger: log,
 				Targets: probe.Targets{ControlPlane: probe.HostPort(cfg.PublicURL)}}),
 			Platform: compliance.Platform{DomainType: cfg.DomainType, HostMounts: hostShares, NetworkDevices: vmNICs, Gateway: true,
@@ -337,11 +347,11 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 	}
 	// Notifications (Slack, Jira, GitHub, signed webhooks) for runs and the
 	// webhook dispatcher.
-	a.sender = notify.New(a.DB, notify.HostScoped(a.Secrets), notify.Config{Logger: log, Clock: clock, GitHubAPI: cfg.GitHubAPI})
+	a.sender = notify.New(a.DB, notify.HostScoped(a.Secrets), notify.Config{Logger: log, Clock: clock.Now, Timers: clock, GitHubAPI: cfg.GitHubAPI})
 	if a.Runs == nil {
 		// Workflows: each run gets a sandbox of its own, destroyed when it
 		// ends; results go where the workflow says.
-		a.Runs = runs.NewEngine(runs.NewStore(a.DB, clock), a.Workflows, a.Sandboxes, runs.Config{Outbox: a.Integrations,
+		a.Runs = runs.NewEngine(runs.NewStore(a.DB, clock.Now), a.Workflows, a.Sandboxes, runs.Config{Outbox: a.Integrations,
 			ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"), Logger: log, GitURL: cfg.GitHubURL,
 			Notifier: runs.NotifyWith(a.sender, cfg.PublicURL), Costs: runs.LedgerCosts(a.Usage)})
 		a.ownRun = true
@@ -352,7 +362,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 // server builds the identity provider, the handlers and the HTTP server.
 func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logger, reg *prometheus.Registry) error {
 	secure := strings.HasPrefix(cfg.PublicURL, "https://")
-	id, err := newIdentity(ctx, cfg, secure, o.DevIdPMutateClaims, o.Clock, log)
+	id, err := newIdentity(ctx, cfg, secure, o.DevIdPMutateClaims, o.Clock.Now, log)
 	if err != nil {
 		return err
 	}
@@ -371,7 +381,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
 		StreamWriteTimeout: cfg.StreamWriteTimeout,
 	}, handlers.Deps{
-		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
+		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
 		Ready: func(ctx context.Context) error {

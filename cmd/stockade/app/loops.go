@@ -45,7 +45,7 @@ func (a *App) sweep(ctx context.Context) {
 // retention is audit retention: each tenant's policy audit.retention_days
 // (0 keeps everything); every deletion is itself audited (audit.pruned).
 func (a *App) retention() *audit.Retention {
-	return audit.NewRetention(a.Audit, audit.RetentionConfig{Logger: a.log,
+	return audit.NewRetention(a.Audit, audit.RetentionConfig{Logger: a.log, Clock: a.Clock,
 		Tenants: func(ctx context.Context) ([]string, error) {
 			ts, err := a.Store.ListTenants(ctx)
 			ids := make([]string, 0, len(ts))
