@@ -81,6 +81,10 @@ const (
 	// the sandbox's own: the host speaks the HTTP proxy protocol on them and
 	// decides there; the agent is a byte pipe.
 	OpEgress Op = "egress"
+	// OpPortDial connects to 127.0.0.1:Port inside a sandbox's network
+	// namespace: Request.PortDial; Response (an error when nothing listens
+	// there); then ChannelData frames both ways as on OpEgress (PortConn).
+	OpPortDial Op = "port.dial"
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
 	OpBaseline Op = "baseline"
@@ -100,6 +104,7 @@ type Request struct {
 	FileWrite  *FileWriteRequest  `json:"file_write,omitempty"`
 	Egress     *EgressRequest     `json:"egress,omitempty"`
 	Baseline   *BaselineRequest   `json:"baseline,omitempty"`
+	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the

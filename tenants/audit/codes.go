@@ -47,6 +47,9 @@ const (
 	TypeSandboxStopped     = "sandbox.stopped"
 	TypeSandboxFileWritten = "sandbox.file_written"
 	TypeSandboxFileRead    = "sandbox.file_read"
+	// Preview links of a sandbox port (details: link id, port, expiry; never the token).
+	TypeSandboxPreviewCreated = "sandbox.preview_created"
+	TypeSandboxPreviewRevoked = "sandbox.preview_revoked"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -154,6 +157,9 @@ var codes = map[string]string{
 	TypeSandboxStopped:     "SS8004W",
 	TypeSandboxFileWritten: "SS8005I",
 	TypeSandboxFileRead:    "SS8006I",
+
+	TypeSandboxPreviewCreated: "SS8100I",
+	TypeSandboxPreviewRevoked: "SS8101I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",
