@@ -309,8 +309,8 @@ func (h *Handlers) APIRevokePreviewLink(c echo.Context) error {
 }
 
 func (h *Handlers) previewJSON(l sandbox.PreviewLink) api.PreviewLink {
-	return api.PreviewLink{ID: l.ID, SandboxID: l.SandboxID, Port: l.Port, CreatedBy: l.CreatedBy, CreatedAt: l.CreatedAt,
-		ExpiresAt: l.ExpiresAt, RevokedAt: l.RevokedAt, Active: l.Active(h.clock())}
+	return api.PreviewLink{ID: l.ID, SandboxID: l.SandboxID, Port: l.Port, CreatedBy: l.CreatedBy, CreatedAt: l.CreatedAt.UTC().Format(timeJSON),
+		ExpiresAt: l.ExpiresAt.UTC().Format(timeJSON), RevokedAt: timePtr(l.RevokedAt), Active: l.Active(h.clock())}
 }
 
 // errPortForm is what the page says of a refused port or link.

@@ -1,7 +1,5 @@
 package api
 
-import "time"
-
 // PortParams are the path parameters of a sandbox port route.
 type PortParams struct {
 	Port int `path:"port" minimum:"1" maximum:"65535" doc:"the TCP port a process listens on inside the sandbox (127.0.0.1)"`
@@ -21,10 +19,10 @@ type PreviewLink struct {
 	Port      int        `json:"port"`
 	URL       string     `json:"url,omitempty" format:"uri" doc:"the link, token included: shown once, at creation"`
 	CreatedBy string     `json:"created_by"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt time.Time  `json:"expires_at"`
-	RevokedAt *time.Time `json:"revoked_at"`
-	Active    bool       `json:"active" doc:"neither revoked nor expired"`
+	CreatedAt string  `json:"created_at" format:"date-time"`
+	ExpiresAt string  `json:"expires_at" format:"date-time"`
+	RevokedAt *string `json:"revoked_at" format:"date-time"`
+	Active    bool    `json:"active" doc:"neither revoked nor expired"`
 }
 
 // PreviewLinkList lists a sandbox's preview links, newest first.
