@@ -436,7 +436,7 @@ func harnessStatus(r web.Route) (int, string) {
 	case "DELETE /api/v1/sandboxes/:id", "POST /api/v1/sandboxes/:id/exec", "GET /api/v1/sandboxes/:id/execs/:exec_id/stream",
 		"GET /api/v1/sandboxes/:id/files", "PUT /api/v1/sandboxes/:id/files", "GET /api/v1/sandboxes/:id/terminal":
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools"
-	case "GET " + web.PortProxyPath, "HEAD " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
+	case "GET " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
 		"PATCH " + web.PortProxyPath, "DELETE " + web.PortProxyPath, "OPTIONS " + web.PortProxyPath:
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools (TestPortsVM tunnels on a real VM)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":

@@ -15,7 +15,9 @@ import (
 const PortProxyPath = "/api/v1/sandboxes/:id/ports/:port/*"
 
 // portMethods are the methods the port proxy passes on.
-var portMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+// (HEAD is not: the route table's answers are problem documents, which a
+// HEAD answer cannot carry).
+var portMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
 
 // portRoutes are the routes of sandbox ports and their preview links
 // (handlers/ports.go); the preview link door itself (/preview/:token/*)

@@ -48,6 +48,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox show ID
   stockade sandbox exec [--cwd DIR] [--timeout 30s] [--env K=V]... [-i] ID -- CMD [ARG...]
   stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout)
+  stockade sandbox port [--preview [--ttl 1h]] ID PORT  (the URL of a port; --preview: a link without a token)
   stockade sandbox rm ID...
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)

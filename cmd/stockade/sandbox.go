@@ -49,6 +49,8 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return writeIndented(stdout, out)
 	case "exec":
 		return sandboxExec(ctx, c, args[1:], stdin, stdout, stderr)
+	case "port":
+		return sandboxPort(ctx, c, args[1:], stdout, stderr)
 	case "cp":
 		return sandboxCopy(ctx, c, args[1:], stdin, stdout, stderr)
 	case "rm", "destroy":

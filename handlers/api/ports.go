@@ -14,11 +14,11 @@ type CreatePreviewLink struct {
 // PreviewLink is a preview link of a sandbox port. URL (with its token) is
 // only in the answer that created it.
 type PreviewLink struct {
-	ID        string     `json:"id"`
-	SandboxID string     `json:"sandbox_id"`
-	Port      int        `json:"port"`
-	URL       string     `json:"url,omitempty" format:"uri" doc:"the link, token included: shown once, at creation"`
-	CreatedBy string     `json:"created_by"`
+	ID        string  `json:"id"`
+	SandboxID string  `json:"sandbox_id"`
+	Port      int     `json:"port"`
+	URL       string  `json:"url,omitempty" format:"uri" doc:"the link, token included: shown once, at creation"`
+	CreatedBy string  `json:"created_by"`
 	CreatedAt string  `json:"created_at" format:"date-time"`
 	ExpiresAt string  `json:"expires_at" format:"date-time"`
 	RevokedAt *string `json:"revoked_at" format:"date-time"`
