@@ -329,6 +329,8 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"url": fmt.Sprintf("https://api-%d.example.com/in", n), "secret_name": "HOOK_KEY"}
 	case "PATCH /api/v1/integrations/webhooks/:id":
 		return nil, map[string]any{"enabled": false}
+	case "POST /sandboxes/:id/previews":
+		return url.Values{"port": {"8000"}, "ttl_minutes": {"10"}}, nil
 	case "POST /api/v1/sandboxes/:id/previews":
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
@@ -439,6 +441,8 @@ func harnessStatus(r web.Route) (int, string) {
 	case "GET " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
 		"PATCH " + web.PortProxyPath, "DELETE " + web.PortProxyPath, "OPTIONS " + web.PortProxyPath:
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools (TestPortsVM tunnels on a real VM)"
+	case "GET /sandboxes/:id/ports/open":
+		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

@@ -37,6 +37,10 @@ func portRoutes(h *handlers.Handlers) []Route {
 					"documents get a sandboxing Content-Security-Policy and no Set-Cookie", Content: []Content{{Media: "*/*", Schema: textSchema("", "")}}}}}})
 	}
 	return append(routes,
+		// The Ports card of the sandbox page.
+		Route{Method: http.MethodGet, Path: "/sandboxes/:id/ports/open", Perm: W, Handler: h.OpenPort},
+		Route{Method: http.MethodPost, Path: "/sandboxes/:id/previews", Perm: W, Handler: h.CreatePreviewPage},
+		Route{Method: http.MethodPost, Path: "/sandboxes/:id/previews/:preview_id/revoke", Perm: W, Handler: h.RevokePreviewPage},
 		Route{Method: http.MethodGet, Path: "/api/v1/sandboxes/:id/ports/:port", Perm: W, API: true, Handler: h.APIPortURL,
 			Doc: &Doc{Summary: "Where a sandbox port is reached through this server", Tag: "ports", Params: api.PortParams{},
 				Answers: ok("The URL", api.PortURL{}), Errors: map[int]string{422: "The port is not 1 to 65535 (errors[].field: port)"}}},
