@@ -80,6 +80,21 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 `
 
+// hdrEcho answers every GET with the request line and headers it got, and
+// tries to set a cookie.
+const hdrEcho = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = (self.requestline + "\n" + str(self.headers)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Set-Cookie", "stockade_session=guest-set; Path=/")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+http.server.HTTPServer(("127.0.0.1", 8001), H).serve_forever()
+`
+
 // TestPortsVM: on a real VM, a dev server (python3 -m http.server in the
 // debian template) is reached through the port route with the tenant's
 // token and through a preview link without one; the link stops working
@@ -125,11 +140,13 @@ func TestPortsVM(t *testing.T) {
 	put("/workspace/site/index.html", "<h1>"+marker+"</h1>\n")
 	put("/workspace/site/sub/listed.txt", "a file\n")
 	put("/workspace/ws.py", wsEcho)
+	put("/workspace/hdr.py", hdrEcho)
 	// The servers outlive the exec: setsid and nohup, output to files.
 	start := `cd /workspace/site && setsid nohup python3 -m http.server 8000 --bind 127.0.0.1 >/tmp/http.log 2>&1 < /dev/null &
 setsid nohup python3 /workspace/ws.py >/tmp/ws.log 2>&1 < /dev/null &
+setsid nohup python3 /workspace/hdr.py >/tmp/hdr.log 2>&1 < /dev/null &
 for i in $(seq 1 200); do
-  python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000)).close(); socket.create_connection(("127.0.0.1", 8765)).close()' 2>/dev/null && exit 0
+  python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000)).close(); socket.create_connection(("127.0.0.1", 8765)).close(); socket.create_connection(("127.0.0.1", 8001)).close()' 2>/dev/null && exit 0
   sleep 0.2
 done
 cat /tmp/http.log /tmp/ws.log; exit 1`
@@ -210,14 +227,24 @@ cat /tmp/http.log /tmp/ws.log; exit 1`
 	})
 
 	t.Run("credentials stay out", func(t *testing.T) {
-		// http.server logs each request line, not headers: ask the
-		// sandbox's view of the request with a tiny CGI-less echo instead:
-		// the server's own log shows the path only; the token must not be
-		// in anything the sandbox recorded.
-		var out api.ExecResult
-		ac.JSON(t, http.MethodPost, base+"/exec", api.ExecRequest{Cmd: []string{"cat", "/tmp/http.log"}}, &out)
-		if strings.Contains(out.Stdout, aSecret) {
-			t.Errorf("Got(the sandbox's server log) contains the caller's token")
+		// The caller's token, CSRF header and Stockade cookies never reach
+		// the sandbox; its own cookies do; the guest's Set-Cookie does not
+		// come back on the console's origin.
+		s, body, hdr := ac.Request(t, http.MethodGet, base+"/ports/8001/seen?q=1", "", nil,
+			"Cookie", "stockade_session=caller-session; __Host-stockade_csrf=caller-csrf; app=kept", "X-CSRF-Token", "caller-csrf-header")
+		if s != http.StatusOK || !strings.Contains(body, "GET /seen?q=1 ") {
+			t.Fatalf("Got(header echo) = %d %q; want 200 with the request line", s, body)
+		}
+		for _, leak := range []string{aSecret, "caller-session", "caller-csrf", "caller-csrf-header"} {
+			if strings.Contains(body, leak) {
+				t.Errorf("Got(what the sandbox saw) contains %q:\n%s", leak, body)
+			}
+		}
+		if !strings.Contains(body, "app=kept") {
+			t.Errorf("Got(what the sandbox saw) = %q; want its own cookie app=kept", body)
+		}
+		if sc := hdr.Values("Set-Cookie"); len(sc) != 0 {
+			t.Errorf("Got(Set-Cookie from the guest) = %q; want none on the console's origin", sc)
 		}
 	})
 
@@ -234,15 +261,23 @@ cat /tmp/http.log /tmp/ws.log; exit 1`
 		if s != http.StatusOK || !strings.Contains(body, marker) {
 			t.Fatalf("Got(GET through the link) = %d %.200q; want 200 with the page", s, body)
 		}
+		var hl api.PreviewLink
+		if s, body := ac.JSON(t, http.MethodPost, base+"/previews", api.CreatePreviewLink{Port: 8001}, &hl); s != http.StatusCreated {
+			t.Fatalf("Got(create link) = %d; want 201: %s", s, body)
+		}
+		hp := strings.TrimPrefix(hl.URL, env.URL)
+		if s, body, _ := anon.Request(t, http.MethodGet, hp+"x", "", nil); s != http.StatusOK || strings.Contains(body, "stkp_") || !strings.Contains(body, "GET /x ") {
+			t.Errorf("Got(what the sandbox saw through a link) = %d %q; want GET /x without the token", s, body)
+		}
 		// Listed without its token; audited without it.
 		var list api.PreviewLinkList
-		if s, body := ac.JSON(t, http.MethodGet, base+"/previews", nil, &list); s != http.StatusOK || len(list.Links) != 1 || list.Links[0].URL != "" || !list.Links[0].Active {
+		if s, body := ac.JSON(t, http.MethodGet, base+"/previews", nil, &list); s != http.StatusOK || len(list.Links) != 2 || list.Links[0].URL != "" || !list.Links[0].Active {
 			t.Errorf("Got(list) = %d %+v; want the one active link without its URL: %s", s, list, body)
 		}
 		token := strings.TrimSuffix(strings.TrimPrefix(path, "/preview/"), "/")
 		evs := env.Events(t, audit.TypeSandboxPreviewCreated)
-		if len(evs) != 1 {
-			t.Errorf("Got(%s events) = %d; want 1", audit.TypeSandboxPreviewCreated, len(evs))
+		if len(evs) != 2 {
+			t.Errorf("Got(%s events) = %d; want 2", audit.TypeSandboxPreviewCreated, len(evs))
 		}
 		for _, e := range evs {
 			if d, _ := json.Marshal(e.Details); strings.Contains(string(d), token) {
