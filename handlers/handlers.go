@@ -65,6 +65,9 @@ type Config struct {
 	// that stops reading for longer gets its command killed with reason
 	// timeout. Zero: DefaultStreamWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// PreviewDomain (STOCKADE_PREVIEW_DOMAIN) serves preview links at
+	// <port>-<sandbox id>.<domain>; empty: at /preview/<token>/.
+	PreviewDomain string
 }
 
 // DefaultStreamWriteTimeout is Config.StreamWriteTimeout's default.

@@ -681,6 +681,11 @@ func (h *Handlers) SandboxPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if v.CanEdit {
+		if v.Ports, err = h.portsView(c, v); err != nil {
+			return err
+		}
+	}
 	return render(c, http.StatusOK, views.SandboxPage(h.page(c, "Sandbox "+shortID(v.Row.ID), views.NavSandboxes), v))
 }
 

@@ -194,6 +194,7 @@ type Service struct {
 	guestLog *audit.Limiter
 	ended    endObservers
 	ending   endObservers           // told before a destroy kills what runs
+	tunnels  map[string]int         // open port tunnels per sandbox (ports.go)
 	tenantMu map[string]*sync.Mutex // placement and release decisions
 	admitMu  map[string]*sync.Mutex // a create's capacity check and its record
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time

@@ -123,6 +123,7 @@ type SandboxView struct {
 	Execs         []ExecRow
 	Terminals     SandboxTerminals // its terminal sessions (views/terminals.templ)
 	Processes     SandboxProcesses // its processes (views/processes.templ)
+	Ports         *PortsView       // the Ports card (ports.templ); nil: not shown
 	CanEdit       bool
 	CanSeeVMs     bool
 	CanSeeUsage   bool // usage.read: link the sandbox's usage and cost

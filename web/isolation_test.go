@@ -412,6 +412,8 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return env.Membership(t, id)
 	case strings.Contains(path, "/tokens/"):
 		return env.APIToken(t, id)
+	case strings.Contains(path, "/previews"):
+		return rows("sandbox_preview_links", "sandbox_id = ?", id)
 	case strings.Contains(path, "/sandboxes/"):
 		var sb sandbox.Sandbox
 		if err := env.DB.Take(&sb, "id = ?", id).Error; err != nil {

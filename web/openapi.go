@@ -131,7 +131,10 @@ func OpenAPIDocument(routes []Route) (*openapi3.T, error) {
 var pathParam = regexp.MustCompile(`:([A-Za-z_]+)`)
 
 // OpenAPIPath turns a route path into an OpenAPI path: /x/:id -> /x/{id}.
-func OpenAPIPath(p string) string { return pathParam.ReplaceAllString(p, "{$1}") }
+// A trailing /* (the port proxy) is /{path}.
+func OpenAPIPath(p string) string {
+	return pathParam.ReplaceAllString(strings.Replace(p, "/*", "/{path}", 1), "{$1}")
+}
 
 // operation documents route r.
 func (g *schemaGen) operation(r Route, problem *openapi3.SchemaRef) (*openapi3.Operation, error) {
@@ -200,7 +203,7 @@ func (g *schemaGen) operation(r Route, problem *openapi3.SchemaRef) (*openapi3.O
 }
 
 func operationID(method, path string) string {
-	return strings.ToLower(method) + strings.NewReplacer("/api/v1/", "_", "/", "_", ":", "", "-", "_", ".", "_").Replace(path)
+	return strings.ToLower(method) + strings.NewReplacer("/api/v1/", "_", "/", "_", ":", "", "-", "_", ".", "_", "*", "path").Replace(path)
 }
 
 // content documents the media types of a body or an answer. Request
@@ -271,6 +274,10 @@ func (g *schemaGen) parameters(path string, params any) (openapi3.Parameters, er
 			missing = append(missing, &openapi3.ParameterRef{Value: &openapi3.Parameter{In: openapi3.ParameterInPath, Name: m[1], Required: true,
 				Description: "the object's id", Schema: &openapi3.SchemaRef{Value: &openapi3.Schema{Type: &openapi3.Types{openapi3.TypeString}}}}})
 		}
+	}
+	if strings.HasSuffix(path, "/*") {
+		missing = append(missing, &openapi3.ParameterRef{Value: &openapi3.Parameter{In: openapi3.ParameterInPath, Name: "path", Required: true,
+			Description: "the rest of the path, passed on", Schema: &openapi3.SchemaRef{Value: &openapi3.Schema{Type: &openapi3.Types{openapi3.TypeString}}}}})
 	}
 	return append(missing, out...), nil
 }

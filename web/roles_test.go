@@ -148,6 +148,11 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 		o.params[":name"] = f.secret(t)
 	case strings.Contains(path, "/workflows/:name"):
 		o.params[":name"] = f.workflow(t)
+	case strings.Contains(path, "/sandboxes/:id/previews/:preview_id"):
+		o.params[":id"], o.params[":preview_id"] = f.previewLink(t)
+	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
+		id, _ := f.object(t, "/sandboxes/:id")
+		o.params[":id"], o.params[":port"] = id, "8000"
 	case strings.Contains(path, ":id"):
 		id, ok := f.object(t, path)
 		if !ok {
@@ -337,6 +342,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"url": fmt.Sprintf("https://api-%d.example.com/in", n), "secret_name": "HOOK_KEY"}
 	case "PATCH /api/v1/integrations/webhooks/:id":
 		return nil, map[string]any{"enabled": false}
+	case "POST /sandboxes/:id/previews":
+		return url.Values{"port": {"8000"}, "ttl_minutes": {"10"}}, nil
+	case "POST /api/v1/sandboxes/:id/previews":
+		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
 	case "POST /vms/pool":
@@ -460,6 +469,11 @@ func harnessStatus(r web.Route) (int, string) {
 	case "POST /api/v1/sandboxes/:id/processes/:pid/stdin", "POST /api/v1/sandboxes/:id/processes/:pid/stdin/close",
 		"POST /api/v1/sandboxes/:id/processes/:pid/signal", "POST /api/v1/sandboxes/:id/processes/:pid/resize":
 		return http.StatusConflict, "found, then the fixture process has ended: only a running one takes input, signals or a size (sandbox tests them on real VMs)"
+	case "GET " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
+		"PATCH " + web.PortProxyPath, "DELETE " + web.PortProxyPath, "OPTIONS " + web.PortProxyPath:
+		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools (TestPortsVM tunnels on a real VM)"
+	case "GET /sandboxes/:id/ports/open":
+		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":
@@ -650,4 +664,18 @@ func checkAccess(t *testing.T, r web.Route, c *caller, real bool, status int, bo
 			t.Errorf("Got(status) = %d %s; want a 403 page", status, hdr.Get("Content-Type"))
 		}
 	}
+}
+
+// previewLink records a sandbox of f.tenant with a live preview link.
+func (f *fixtures) previewLink(t *testing.T) (sandboxID, linkID string) {
+	t.Helper()
+	n := f.next()
+	sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("object%d@%s.test", n, f.tenant.Slug))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	l := sandbox.PreviewLink{ID: uuid.Must(uuid.NewV7()).String(), TenantID: f.tenant.ID, SandboxID: sb.ID, Port: 8000,
+		TokenHash: fmt.Sprintf("fixture-%s-%d", f.tenant.ID, n), CreatedBy: "fixture", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := f.env.DB.Create(&l).Error; err != nil {
+		t.Fatalf("record preview link: %v", err)
+	}
+	return sb.ID, l.ID
 }

@@ -537,6 +537,7 @@ func Routes(h *handlers.Handlers) []Route {
 			Doc: &Doc{Summary: "Start a new run of the same workflow version and trigger", Tag: "runs", Params: api.IdempotencyParams{},
 				Answers: []Answer{answer(http.StatusCreated, "The new run", api.Run{})}}},
 	}
+	routes = append(routes, portRoutes(h)...)
 	return routes
 }
 

@@ -120,6 +120,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	}
 	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, LoopbackURL(cfg.PublicURL), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
+	s.mountPreviews(h)
 	app := e.Group("", s.authenticate, s.csrf)
 	s.routes = Routes(h)
 	for _, r := range s.routes {

@@ -23,17 +23,19 @@ import (
 
 // config is the deployment configuration: environment first, flags override.
 type config struct {
-	Addr         string
-	PublicURL    string
-	DataDir      string
-	DB           string
-	OIDCIssuer   string
-	OIDCClientID string
-	OIDCSecret   string
-	AdminEmails  string
-	LibvirtURIs  string
-	SecretKey    string
-	DomainType   string
+	Addr      string
+	PublicURL string
+	// PreviewDomain serves preview links at <port>-<sandbox id>.<domain>.
+	PreviewDomain string
+	DataDir       string
+	DB            string
+	OIDCIssuer    string
+	OIDCClientID  string
+	OIDCSecret    string
+	AdminEmails   string
+	LibvirtURIs   string
+	SecretKey     string
+	DomainType    string
 	// EgressAllowCIDRs are operator ranges the egress gateway may reach
 	// although private; loopback, unspecified and metadata ranges are
 	// refused (netguard.ParseAllowance).
@@ -95,6 +97,7 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	}
 	fs.StringVar(&c.Addr, "addr", def("STOCKADE_ADDR", "127.0.0.1:8080"), "listen address (STOCKADE_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", getenv("STOCKADE_PUBLIC_URL"), "URL people reach the server at (STOCKADE_PUBLIC_URL; default http://ADDR)")
+	fs.StringVar(&c.PreviewDomain, "preview-domain", getenv("STOCKADE_PREVIEW_DOMAIN"), "wildcard domain of sandbox port previews, <port>-<id>.DOMAIN (STOCKADE_PREVIEW_DOMAIN; empty: /preview/<token>/)")
 	fs.StringVar(&c.DataDir, "data-dir", def("STOCKADE_DATA_DIR", "./var"), "data directory (STOCKADE_DATA_DIR)")
 	fs.StringVar(&c.DB, "db", getenv("STOCKADE_DB"), "database: empty for SQLite in the data dir, or a postgres:// DSN (STOCKADE_DB)")
 	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", getenv("STOCKADE_OIDC_ISSUER"), "OIDC issuer URL; empty runs the development identity provider (STOCKADE_OIDC_ISSUER)")

@@ -50,6 +50,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox cp LOCAL ID:PATH | ID:PATH LOCAL     ("-" is stdin or stdout; a folder's contents go into PATH or LOCAL)
   stockade sandbox ls [--depth N] [--json] ID:PATH      a folder's files
   stockade sandbox mkdir [--mode M] ID:PATH... | mv ID:SRC DST | rm [-r] ID:PATH...   files in a sandbox
+  stockade sandbox port [--preview [--ttl 1h]] ID PORT  (the URL of a port; --preview: a link without a token)
   stockade sandbox rm ID...
   stockade sandbox start [--cwd DIR] [--timeout 1h] [--env K=V]... [--stdin] ID -- CMD [ARG...]   (background; prints its pid)
   stockade sandbox ps ID

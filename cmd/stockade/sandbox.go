@@ -47,6 +47,8 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return showJSON(ctx, c, args, "sandbox", "/api/v1/sandboxes/", stdout, stderr)
 	case "exec":
 		return sandboxExec(ctx, c, args[1:], stdin, stdout, stderr)
+	case "port":
+		return sandboxPort(ctx, c, args[1:], stdout, stderr)
 	case "cp":
 		return sandboxCopy(ctx, c, args[1:], stdin, stdout, stderr)
 	case "rm", "destroy":

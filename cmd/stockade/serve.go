@@ -84,7 +84,7 @@ func (c *config) app() (app.Config, error) {
 		}
 	}
 	return app.Config{
-		PublicURL: c.PublicURL, DataDir: c.DataDir, DB: c.DB, RootKey: root,
+		PublicURL: c.PublicURL, PreviewDomain: c.PreviewDomain, DataDir: c.DataDir, DB: c.DB, RootKey: root,
 		OIDCIssuer: c.OIDCIssuer, OIDCClientID: c.OIDCClientID, OIDCClientSecret: c.OIDCSecret,
 		OperatorEmails: c.operatorList(), Version: version,
 		LibvirtURIs: splitList(c.LibvirtURIs), DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,

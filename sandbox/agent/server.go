@@ -80,7 +80,7 @@ func (s *Server) capabilities() []string {
 func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
-		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime}
+		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -328,7 +328,7 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.shutdown(st)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
-		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime:
+		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -406,6 +406,8 @@ func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, re
 		m.serveFileRead(st, req.FileRead)
 	case agentproto.OpFileWrite:
 		m.serveFileWrite(st, req.FileWrite)
+	case agentproto.OpPortDial:
+		m.servePortDial(st, req.PortDial)
 	}
 }
 

@@ -85,6 +85,10 @@ const (
 	// Request.SandboxID and Request.Lifetime; an empty Response. The new
 	// lifetime replaces the old one (longer or shorter).
 	OpSandboxLifetime Op = "sandbox.lifetime"
+	// OpPortDial connects to 127.0.0.1:Port inside a sandbox's network
+	// namespace: Request.PortDial; Response (an error when nothing listens
+	// there); then ChannelData frames both ways as on OpEgress (PortConn).
+	OpPortDial Op = "port.dial"
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
 	OpBaseline Op = "baseline"
@@ -125,6 +129,7 @@ type Request struct {
 	Baseline   *BaselineRequest   `json:"baseline,omitempty"`
 	Fs         *FsRequest         `json:"fs,omitempty"`
 	Lifetime   *LifetimeRequest   `json:"lifetime,omitempty"`
+	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the

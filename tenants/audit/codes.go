@@ -60,6 +60,9 @@ const (
 	TypeProcessStarted    = "process.started"
 	TypeProcessSignaled   = "process.signaled"
 	TypeSandboxTimeoutSet = "sandbox.timeout_set"
+	// Preview links of a sandbox port (details: link id, port, expiry; never the token).
+	TypeSandboxPreviewCreated = "sandbox.preview_created"
+	TypeSandboxPreviewRevoked = "sandbox.preview_revoked"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -180,6 +183,9 @@ var codes = map[string]string{
 	TypeProcessStarted:     "SS8020I",
 	TypeProcessSignaled:    "SS8021I",
 	TypeSandboxTimeoutSet:  "SS8022I",
+
+	TypeSandboxPreviewCreated: "SS8100I",
+	TypeSandboxPreviewRevoked: "SS8101I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",

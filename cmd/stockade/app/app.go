@@ -107,6 +107,9 @@ type Config struct {
 	// the defaults).
 	SessionIdle, SessionAbsolute    time.Duration
 	BodyTimeout, StreamWriteTimeout time.Duration
+	// PreviewDomain (STOCKADE_PREVIEW_DOMAIN): preview links at
+	// <port>-<sandbox id>.<domain>; empty: at /preview/<token>/.
+	PreviewDomain string
 }
 
 // Options are what tests change; the zero value is production. A store or
@@ -379,7 +382,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		ProviderName: id.providerName, DevIdP: id.dev != nil, SecureCookies: secure,
 		OperatorEmails: operators, AssetVersion: assets, FlashKey: web.Derive(cfg.RootKey, "flash"),
 		SessionIdle: cfg.SessionIdle, SessionAbsolute: cfg.SessionAbsolute, PublicURL: cfg.PublicURL,
-		StreamWriteTimeout: cfg.StreamWriteTimeout,
+		StreamWriteTimeout: cfg.StreamWriteTimeout, PreviewDomain: cfg.PreviewDomain,
 	}, handlers.Deps{
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
