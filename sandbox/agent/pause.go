@@ -20,7 +20,9 @@ import (
 // cgroup before it kills it.
 
 // pauseOps are the ops of this file.
-func pauseOps() []agentproto.Op { return []agentproto.Op{agentproto.OpSandboxPause, agentproto.OpSandboxResume} }
+func pauseOps() []agentproto.Op {
+	return []agentproto.Op{agentproto.OpSandboxPause, agentproto.OpSandboxResume}
+}
 
 // freezeWait bounds how long the kernel may take to report a cgroup
 // frozen or thawed.
