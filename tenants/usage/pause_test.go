@@ -27,7 +27,7 @@ func TestMeterPausedBillsMemoryNotVCPU(t *testing.T) {
 		e.observe(t, "sb-p", &usage.Sample{At: t0.Add(20 * time.Minute), CPUNS: 1e9}, nil)
 		setPaused(t0.Add(30*time.Minute), false) // 20 min paused
 		setPaused(t0.Add(31*time.Minute), false) // again: nothing
-		end := t0.Add(40 * time.Minute) // 10 min running
+		end := t0.Add(40 * time.Minute)          // 10 min running
 		e.observe(t, "sb-p", &usage.Sample{At: end, CPUNS: 2e9}, &end)
 
 		s := sum(e.entries(t, tn.ID, "sb-p"))
