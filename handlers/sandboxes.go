@@ -51,7 +51,7 @@ func sandboxJSON(sb sandbox.Sandbox) SandboxJSON {
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
 		EndedAt: timePtr(sb.EndedAt), LastActiveAt: timePtr(sb.LastActiveAt), CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
-		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey,
+		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey, PausedAt: pausedAt(sb),
 	}
 }
 

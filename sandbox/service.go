@@ -637,6 +637,9 @@ func (s *Service) runningAgent(ctx context.Context, tenantID, id string) (Sandbo
 		}
 		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: it is %s", id, errdefs.ErrConflict, why)
 	}
+	if sb.Paused() {
+		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: %s", id, errdefs.ErrConflict, msgPaused)
+	}
 	c, err := s.vms.Agent(ctx, tenantID, sb.VMID)
 	if err != nil {
 		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w", id, err)

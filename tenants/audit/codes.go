@@ -54,6 +54,10 @@ const (
 	TypeSandboxFileMoved   = "sandbox.file_moved"
 	TypeSandboxFileChmod   = "sandbox.file_mode_changed"
 	TypeSandboxArchiveRead = "sandbox.archive_read"
+	// Pause and resume (sandbox/pause.go); details name the actor's reason
+	// when the system re-applied a recorded state.
+	TypeSandboxPaused  = "sandbox.paused"
+	TypeSandboxResumed = "sandbox.resumed"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -166,6 +170,8 @@ var codes = map[string]string{
 	TypeSandboxFileMoved:   "SS8042I",
 	TypeSandboxFileChmod:   "SS8043I",
 	TypeSandboxArchiveRead: "SS8044I",
+	TypeSandboxPaused:      "SS8060I",
+	TypeSandboxResumed:     "SS8061I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",
