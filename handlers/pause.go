@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -15,11 +16,13 @@ import (
 )
 
 // pausedAt is when a paused sandbox was paused (nil: not paused).
-func pausedAt(sb sandbox.Sandbox) *string {
+func pausedAt(sb sandbox.Sandbox) *string { return timePtr(pausedTime(sb)) }
+
+func pausedTime(sb sandbox.Sandbox) *time.Time {
 	if !sb.Paused() {
 		return nil
 	}
-	return timePtr(sb.PausedAt)
+	return sb.PausedAt
 }
 
 type pauseFunc func(ctx context.Context, actor audit.Actor, tenantID, id string) (sandbox.Sandbox, error)

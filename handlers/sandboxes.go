@@ -469,7 +469,7 @@ func sandboxRow(sb sandbox.Sandbox) views.SandboxRow {
 	return views.SandboxRow{
 		ID: sb.ID, State: string(sb.State), StateReason: sb.StateReason, Template: sb.Template, VCPUs: sb.VCPUs,
 		MemoryMiB: sb.MemoryMiB, VMID: sb.VMID, CreatedBy: sb.CreatedByName, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
-		EndedAt: sb.EndedAt, Execs: sb.Execs,
+		EndedAt: sb.EndedAt, Execs: sb.Execs, PausedAt: pausedTime(sb),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -52,8 +53,16 @@ func (s *Service) Resume(ctx context.Context, actor audit.Actor, tenantID, id st
 	return s.setPaused(ctx, actor, tenantID, id, false)
 }
 
+// pauseLock serialises the tenant's pauses, resumes and their re-applying
+// by the sync loop: the record read under it and the guest's state agree
+// (no pause is half done).
+func (s *Service) pauseLock(tenantID string) *sync.Mutex { return lockOf(&s.mu, s.pauseMu, tenantID) }
+
 func (s *Service) setPaused(ctx context.Context, actor audit.Actor, tenantID, id string, pause bool) (Sandbox, error) {
 	op := pauseOp(pause)
+	l := s.pauseLock(tenantID)
+	l.Lock()
+	defer l.Unlock()
 	sb, err := s.store.Sandbox(ctx, tenantID, id)
 	if err != nil {
 		return Sandbox{}, err
@@ -168,13 +177,26 @@ func (s *Service) recordPause(ctx context.Context, sb Sandbox, actor audit.Actor
 // reapplyPause makes the guest match the record where the agent's report of
 // a running sandbox differs from it (a restart between the guest's change
 // and the record's, or a guest that says what is not so): the record wins.
+//
+// The list the sync read may be older than a pause or resume that finished
+// since, so the record is read again under the pause lock, and what it
+// says is applied (a guest already so is left as it is).
 func (s *Service) reapplyPause(ctx context.Context, sb Sandbox, a agentproto.SandboxInfo) {
-	want := sb.Paused()
-	s.log.Warn("the agent reports a sandbox's pause unlike its record: re-applying the record",
-		"sandbox", sb.ID, "agent_paused", a.Paused, "recorded_paused", want)
+	l := s.pauseLock(sb.TenantID)
+	l.Lock()
+	defer l.Unlock()
+	cur, err := s.store.Sandbox(ctx, sb.TenantID, sb.ID)
+	if err != nil || cur.State != StateRunning {
+		return
+	}
+	want := cur.Paused()
+	if want == sb.Paused() {
+		s.log.Warn("the agent reports a sandbox's pause unlike its record: re-applying the record",
+			"sandbox", sb.ID, "agent_paused", a.Paused, "recorded_paused", want)
+	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.applyPause(actx, sb, want); err != nil {
+	if err := s.applyPause(actx, cur, want); err != nil {
 		s.log.Warn("re-apply a sandbox's pause", "sandbox", sb.ID, "err", err)
 	}
 }
