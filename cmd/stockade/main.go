@@ -51,6 +51,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox ls [--depth N] [--json] ID:PATH      a folder's files
   stockade sandbox mkdir [--mode M] ID:PATH... | mv ID:SRC DST | rm [-r] ID:PATH...   files in a sandbox
   stockade sandbox rm ID...
+  stockade sandbox pause ID... | resume ID...           freeze a sandbox (no CPU, no vCPU billing, lifetime stopped) or thaw it
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
   stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates
