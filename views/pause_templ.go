@@ -38,7 +38,7 @@ func sandboxPause(v SandboxView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<span class=\"muted\">Its processes are frozen: it uses no CPU and is billed for memory only; its lifetime clock is stopped. Commands, files and terminals wait until you resume it.</span></p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<span class=\"muted\">: its processes are frozen, it uses no CPU and is billed for memory only; its lifetime clock is stopped. Commands, files and terminals are refused until you resume it.</span></p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
