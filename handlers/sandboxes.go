@@ -42,7 +42,7 @@ func sandboxJSON(sb sandbox.Sandbox) api.Sandbox {
 		VMID: sb.VMID, EnvKeys: keys, Metadata: sb.Metadata(), CreatedBy: sb.CreatedByName,
 		CreatedAt: sb.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(sb.StartedAt), ExpiresAt: sb.ExpiresAt.UTC().Format(timeJSON),
 		EndedAt: timePtr(sb.EndedAt), LastActiveAt: timePtr(sb.LastActiveAt), CreateMS: sb.CreateMS, GuestReadyMS: sb.GuestReadyMS,
-		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey,
+		Execs: sb.Execs, PolicyVersion: sb.PolicyVersion, IdempotencyKey: sb.IdempotencyKey, PausedAt: pausedAt(sb),
 	}
 }
 
@@ -441,7 +441,7 @@ func sandboxRow(sb sandbox.Sandbox) views.SandboxRow {
 	return views.SandboxRow{
 		ID: sb.ID, State: string(sb.State), StateReason: sandbox.ReasonText(sb.StateReason), Template: sb.Template, VCPUs: sb.VCPUs,
 		MemoryMiB: sb.MemoryMiB, VMID: sb.VMID, CreatedBy: sb.CreatedByName, CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
-		EndedAt: sb.EndedAt, Execs: sb.Execs,
+		EndedAt: sb.EndedAt, Execs: sb.Execs, PausedAt: pausedTime(sb),
 	}
 }
 

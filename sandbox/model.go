@@ -65,6 +65,7 @@ type Sandbox struct {
 	ExpiresAt          time.Time  `gorm:"column:expires_at"`
 	EndedAt            *time.Time `gorm:"column:ended_at"`
 	LastActiveAt       *time.Time `gorm:"column:last_active_at"`
+	PausedAt           *time.Time `gorm:"column:paused_at"`      // set while paused (pause.go)
 	CreateMS           int64      `gorm:"column:create_ms"`      // request -> running, on the control plane
 	GuestReadyMS       int64      `gorm:"column:guest_ready_ms"` // the agent's own create time
 	Execs              int        `gorm:"column:execs"`
@@ -82,7 +83,7 @@ func (Sandbox) TableName() string { return "sandboxes" }
 // AfterFind keeps times in UTC whatever the driver parsed.
 func (s *Sandbox) AfterFind(*gorm.DB) error {
 	s.CreatedAt, s.ExpiresAt = s.CreatedAt.UTC(), s.ExpiresAt.UTC()
-	utcPtr(&s.StartedAt, &s.EndedAt, &s.LastActiveAt)
+	utcPtr(&s.StartedAt, &s.EndedAt, &s.LastActiveAt, &s.PausedAt)
 	return nil
 }
 

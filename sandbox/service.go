@@ -196,6 +196,7 @@ type Service struct {
 	ending   endObservers           // told before a destroy kills what runs
 	tunnels  map[string]int         // open port tunnels per sandbox (ports.go)
 	tenantMu map[string]*sync.Mutex // placement and release decisions
+	pauseMu  map[string]*sync.Mutex // pause, resume and their sync, per tenant (pause.go)
 	admitMu  map[string]*sync.Mutex // a create's capacity check and its record
 	bootMu   map[string]*sync.Mutex // one VM boot for sandboxes at a time
 	started  bool
@@ -223,7 +224,7 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 	s := &Service{
 		cfg: cfg, store: store, vms: vms, usage: use, log: cfg.Logger.With("component", "sandbox"),
 		inflight: map[string]int{}, execs: map[string]bool{}, missing: map[string]bool{}, syncing: map[vmKey]bool{}, orphans: map[vmKey]map[string]bool{},
-		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
+		guestLog: audit.NewLimiter(time.Hour, guestLogBurst), tenantMu: map[string]*sync.Mutex{}, pauseMu: map[string]*sync.Mutex{}, admitMu: map[string]*sync.Mutex{}, bootMu: map[string]*sync.Mutex{},
 	}
 	s.store.outbox = cfg.Outbox
 	s.stop = shutdown.New()
@@ -660,6 +661,9 @@ func (s *Service) runningAgent(ctx context.Context, tenantID, id string) (Sandbo
 			why += " (" + sb.StateReason + ")"
 		}
 		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: it is %s", id, errdefs.ErrConflict, why)
+	}
+	if sb.Paused() {
+		return Sandbox{}, nil, fmt.Errorf("sandbox %s: %w: %s", id, errdefs.ErrConflict, msgPaused)
 	}
 	c, err := s.vms.Agent(ctx, tenantID, sb.VMID)
 	if err != nil {

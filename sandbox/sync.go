@@ -277,7 +277,9 @@ func (s *Service) syncVM(ctx context.Context, vm vmpool.VM, group []Sandbox, aba
 			// The agent is still at it: look again next time.
 		case a.State == agentproto.SandboxRunning && sb.State == StateCreating:
 			s.adopt(ctx, sb, a)
-		case a.State == agentproto.SandboxRunning && sb.State == StateRunning && !now.Before(sb.ExpiresAt):
+		case a.State == agentproto.SandboxRunning && sb.State == StateRunning && a.Paused != sb.Paused():
+			s.reapplyPause(ctx, sb, a)
+		case a.State == agentproto.SandboxRunning && sb.State == StateRunning && !sb.Paused() && !now.Before(sb.ExpiresAt):
 			if _, err := s.destroy(ctx, sb, SystemActor(), ReasonTimeout); err != nil {
 				s.log.Warn("destroy expired sandbox", "sandbox", sb.ID, "err", err)
 			}

@@ -90,6 +90,7 @@ type SandboxRow struct {
 	ExpiresAt   time.Time
 	EndedAt     *time.Time
 	Execs       int
+	PausedAt    *time.Time // set while it is paused (pause.templ)
 }
 
 // Active reports whether the sandbox holds resources.

@@ -57,6 +57,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox logs [-f] [-offset N] ID PID
   stockade sandbox kill [-s SIGTERM] ID PID
   stockade sandbox timeout ID DURATION                   (the lifetime left from now, e.g. 30m)
+  stockade sandbox pause ID... | resume ID...           freeze a sandbox (no CPU, no vCPU billing, lifetime stopped) or thaw it
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
   stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates

@@ -51,6 +51,8 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return sandboxPort(ctx, c, args[1:], stdout, stderr)
 	case "cp":
 		return sandboxCopy(ctx, c, args[1:], stdin, stdout, stderr)
+	case "pause", "resume": // pause.go
+		return sandboxPause(ctx, c, args[0], args[1:], stdout, stderr)
 	case "rm", "destroy":
 		if len(args) < 2 {
 			fmt.Fprintln(stderr, "usage: stockade sandbox rm ID...")

@@ -20,6 +20,7 @@ type Sandbox struct {
 	ExpiresAt          string            `json:"expires_at" format:"date-time" doc:"when its lifetime ends"`
 	EndedAt            *string           `json:"ended_at,omitempty" format:"date-time"`
 	LastActiveAt       *string           `json:"last_active_at,omitempty" format:"date-time"`
+	PausedAt           *string           `json:"paused_at,omitempty" format:"date-time" doc:"set while it is paused (state stays running): it uses no CPU and is billed memory only"`
 	CreateMS           int64             `json:"create_ms,omitempty" doc:"request to running"`
 	GuestReadyMS       int64             `json:"guest_ready_ms,omitempty" doc:"the agent's own create time"`
 	Execs              int               `json:"execs" doc:"commands run"`

@@ -226,6 +226,7 @@ type sandbox struct {
 	initPID    int // in the guest's PID namespace
 	watch      *net.UnixConn
 	final      *agentproto.SandboxStats // sampled when it stopped
+	pause      pauseState               // pause.go
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when stop begins
@@ -237,8 +238,12 @@ type sandbox struct {
 func (sb *sandbox) info() agentproto.SandboxInfo {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	return sb.infoLocked()
+}
+
+func (sb *sandbox) infoLocked() agentproto.SandboxInfo {
 	info := agentproto.SandboxInfo{
-		ID: sb.id, Template: sb.spec.Template, State: sb.state, Reason: sb.reason,
+		ID: sb.id, Template: sb.spec.Template, State: sb.state, Reason: sb.reason, Paused: sb.pause.paused,
 		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup, Final: sb.final,
 	}
 	if sb.final != nil {
@@ -258,6 +263,9 @@ func (sb *sandbox) begin() error {
 	if sb.state != agentproto.SandboxRunning {
 		return fmt.Errorf("sandbox %s is %s: %w", sb.id, sb.state, agentproto.ErrConflict)
 	}
+	if sb.pause.paused {
+		return fmt.Errorf("sandbox %s is paused; resume it: %w", sb.id, agentproto.ErrConflict)
+	}
 	sb.active++
 	sb.lastActive = time.Now()
 	return nil
@@ -273,7 +281,7 @@ func (sb *sandbox) end() {
 func (sb *sandbox) idleFor(now time.Time) time.Duration {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.active > 0 {
+	if sb.active > 0 || sb.pause.paused {
 		return 0
 	}
 	return now.Sub(sb.lastActive)
@@ -647,10 +655,15 @@ func (m *Manager) supervise(sb *sandbox) {
 	}()
 	for {
 		select {
-		case <-lifetime:
+		case now := <-lifetime:
+			if d := sb.lifetimeCredit(now); d > 0 { // time paused does not count
+				life.Reset(d)
+				continue
+			}
 			m.stop(sb, agentproto.ReasonTimeout)
 			return
 		case d := <-sb.relife:
+			sb.lifetimeCredit(time.Now()) // a new lifetime counts from now: drop the credit of earlier pauses
 			life.Stop()
 			life.Reset(d)
 			lifetime = life.C
@@ -680,6 +693,7 @@ func (m *Manager) stop(sb *sandbox, reason string) {
 		sb.state, sb.reason = agentproto.SandboxStopped, reason
 		sb.mu.Unlock()
 		close(sb.stopping)
+		m.thawForStop(sb)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		// The final sample is read once every process is gone and before
@@ -829,7 +843,7 @@ func (m *Manager) Stats(id string) (agentproto.SandboxStats, error) {
 func (m *Manager) fillStats(sb *sandbox, st *agentproto.SandboxStats) error {
 	st.ID = sb.id
 	sb.mu.Lock()
-	st.State = sb.state
+	st.State, st.Paused = sb.state, sb.pause.paused
 	sb.mu.Unlock()
 	st.SampledAtGuest = time.Now()
 	err := cgroupStats(sb.cgroup, st)

@@ -72,6 +72,7 @@ func (s *Server) capabilities() []string {
 	if s.cfg.Sandboxes != nil {
 		ops = append(ops, sandboxOps()...)
 		ops = append(ops, fsOps()...)
+		ops = append(ops, pauseOps()...)
 	}
 	return agentproto.Capabilities(ops...)
 }
@@ -335,6 +336,8 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 			return
 		}
 		s.handleSandbox(ctx, ss, st, req)
+	case agentproto.OpSandboxPause, agentproto.OpSandboxResume:
+		s.servePause(ctx, st, req)
 	case agentproto.OpEgress:
 		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})

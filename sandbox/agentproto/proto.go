@@ -41,6 +41,13 @@ const (
 	OpSandboxList Op = "sandbox.list"
 	// OpSandboxStats answers Response.SandboxStats for Request.SandboxID.
 	OpSandboxStats Op = "sandbox.stats"
+	// OpSandboxPause freezes a running sandbox's cgroup (every process
+	// stops, nothing is lost) and OpSandboxResume thaws it:
+	// Request.SandboxID; Response.Sandbox once the kernel reports it frozen
+	// (thawed). Pausing a paused sandbox, or resuming one that is not, is
+	// conflict. See pause.go.
+	OpSandboxPause  Op = "sandbox.pause"
+	OpSandboxResume Op = "sandbox.resume"
 
 	// OpExec runs a command in a sandbox: Request.Exec; Response.Exec once it
 	// runs; then frames: host->guest ChannelStdin (an empty frame closes

@@ -86,6 +86,8 @@ type SandboxInfo struct {
 	State    string `json:"state"`
 	// Reason says why a stopped or destroyed sandbox ended.
 	Reason string `json:"reason,omitempty"`
+	// Paused: a running sandbox whose cgroup is frozen (OpSandboxPause).
+	Paused bool   `json:"paused,omitempty"`
 	Limits Limits `json:"limits"`
 	// Created is the guest's clock: informative only.
 	Created time.Time `json:"created"`
@@ -129,6 +131,8 @@ type SandboxList struct {
 type SandboxStats struct {
 	ID    string `json:"id"`
 	State string `json:"state"`
+	// Paused: its cgroup is frozen (OpSandboxPause).
+	Paused bool `json:"paused,omitempty"`
 
 	CPUUsage  time.Duration `json:"cpu_usage_ns"`
 	CPUUser   time.Duration `json:"cpu_user_ns"`

@@ -63,6 +63,10 @@ const (
 	// Preview links of a sandbox port (details: link id, port, expiry; never the token).
 	TypeSandboxPreviewCreated = "sandbox.preview_created"
 	TypeSandboxPreviewRevoked = "sandbox.preview_revoked"
+	// Pause and resume (sandbox/pause.go); details name the actor's reason
+	// when the system re-applied a recorded state.
+	TypeSandboxPaused  = "sandbox.paused"
+	TypeSandboxResumed = "sandbox.resumed"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -186,6 +190,8 @@ var codes = map[string]string{
 
 	TypeSandboxPreviewCreated: "SS8100I",
 	TypeSandboxPreviewRevoked: "SS8101I",
+	TypeSandboxPaused:         "SS8060I",
+	TypeSandboxResumed:        "SS8061I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",

@@ -39,6 +39,8 @@ type Meter struct {
 	// VMCPUNS is libvirt's CPU time of the sandbox's VM at the last sample
 	// that carried it (0: none yet): the base of the cross-check.
 	VMCPUNS int64 `gorm:"column:vm_cpu_ns"`
+	// PausedAt is set while the sandbox is paused: see SetPaused.
+	PausedAt *time.Time `gorm:"column:paused_at"`
 }
 
 // TableName is the GORM table of Meter.
@@ -47,7 +49,7 @@ func (Meter) TableName() string { return "usage_meters" }
 // AfterFind keeps times in UTC whatever the driver parsed.
 func (m *Meter) AfterFind(*gorm.DB) error {
 	m.StartedAt, m.AccountedTo = m.StartedAt.UTC(), m.AccountedTo.UTC()
-	for _, p := range []**time.Time{&m.LastSampleAt, &m.ClosedAt} {
+	for _, p := range []**time.Time{&m.LastSampleAt, &m.ClosedAt, &m.PausedAt} {
 		if *p != nil {
 			u := (*p).UTC()
 			*p = &u
@@ -140,7 +142,7 @@ func ts(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // that exists already is left as it is.
 func Open(tx *gorm.DB, m Meter) error {
 	m.StartedAt = ts(m.StartedAt)
-	m.AccountedTo, m.LastSampleAt, m.ClosedAt = m.StartedAt, nil, nil
+	m.AccountedTo, m.LastSampleAt, m.ClosedAt, m.PausedAt = m.StartedAt, nil, nil, nil
 	m.CPUNS, m.IOReadBytes, m.IOWriteBytes, m.MemoryPeakBytes, m.VMCPUNS = 0, 0, 0, 0, 0
 	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&m).Error; err != nil {
 		return fmt.Errorf("open usage meter of sandbox %s: %w", m.SandboxID, err)
@@ -355,7 +357,7 @@ func accrue(tx *gorm.DB, m Meter, from, to time.Time, d delta) error {
 		used.r += e.IOReadBytes
 		used.w += e.IOWriteBytes
 		used.vm += e.VMCPUNS
-		e.AllocVCPUMS = e.WallMS * int64(m.VCPUs)
+		e.AllocVCPUMS = e.WallMS * int64(m.billedVCPUs())
 		e.AllocMiBMS = e.WallMS * int64(m.MemoryMiB)
 		rows = append(rows, e)
 		start = end
