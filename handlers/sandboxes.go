@@ -687,6 +687,9 @@ func (h *Handlers) sandboxView(c echo.Context) (views.SandboxView, error) {
 	if v.Terminals, err = h.sandboxTerminals(c, sb.ID); err != nil {
 		return views.SandboxView{}, err
 	}
+	if v.Processes, err = h.sandboxProcesses(c, sb.ID); err != nil { // processes.go
+		return views.SandboxView{}, err
+	}
 	return v, nil
 }
 

@@ -56,6 +56,9 @@ func runChild() int {
 	if id := os.Getenv(childExecEnv); id != "" {
 		return runExecChild(db, svc, id) // survive_vm_test.go
 	}
+	if id := os.Getenv(childProcEnv); id != "" {
+		return runProcessChild(svc, id) // process_vm_test.go
+	}
 	sb, err := svc.Create(ctx, audit.Actor{Kind: audit.ActorUser, ID: childActorID, Name: "child@a.test"}, os.Getenv(childTenantEnv),
 		sandbox.Spec{MemoryMiB: 64, IdempotencyKey: os.Getenv(childKeyEnv)})
 	fmt.Println("CREATED", sb.ID, err)

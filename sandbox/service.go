@@ -80,6 +80,12 @@ type Config struct {
 	// ExecRecordBytes is how much of each output stream of a command is
 	// stored with its record; default 16 KiB.
 	ExecRecordBytes int
+	// MaxProcesses bounds the processes running at once in one sandbox
+	// (the process API); default DefaultMaxProcesses. ProcessOutputBytes is
+	// the output kept per process for readers; default
+	// DefaultProcessOutputBytes.
+	MaxProcesses       int
+	ProcessOutputBytes int
 	// ExecGrace is how long a command or terminal whose agent session was
 	// lost waits for the VM's next session to re-attach it; default 5 min
 	// (the agent keeps it as long: vmpool.Config.ExecGrace).
@@ -136,6 +142,8 @@ func (c *Config) checkAndSetDefaults() {
 	defInt(&c.GuestReserveMiB, 128)
 	defInt(&c.MaxPerVM, 32)
 	defInt(&c.ExecRecordBytes, 16<<10)
+	defInt(&c.MaxProcesses, DefaultMaxProcesses)
+	defInt(&c.ProcessOutputBytes, DefaultProcessOutputBytes)
 	if c.ExecGrace <= 0 {
 		c.ExecGrace = agentproto.DefaultExecGrace
 	}
@@ -190,6 +198,7 @@ type Service struct {
 	once     sync.Once
 
 	usage *usage.Store // the meters the sampler moves
+	procs *processes   // the process API's registry (process.go)
 
 	// templates are the image's, loaded once at New; templatesErr says
 	// why they could not be (a broken manifest), nil when none is built.
@@ -214,6 +223,8 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 	}
 	s.store.outbox = cfg.Outbox
 	s.stop = shutdown.New()
+	s.procs = newProcesses()
+	s.OnEnd(s.processesEnded)
 	if s.templates, s.templatesErr = loadTemplates(cfg.DataDir); s.templatesErr != nil {
 		s.log.Error("sandboxes cannot be created", "err", s.templatesErr)
 	}
@@ -261,9 +272,10 @@ func (s *Service) Start(ctx context.Context) error {
 		s.log.Warn("reconcile sandboxes at startup", "err", err)
 	}
 	wait()
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.loop()
 	go s.meterLoop()
+	go s.processLoop()
 	return nil
 }
 

@@ -122,6 +122,7 @@ type SandboxView struct {
 	Events        []SandboxEventRow
 	Execs         []ExecRow
 	Terminals     SandboxTerminals // its terminal sessions (views/terminals.templ)
+	Processes     SandboxProcesses // its processes (views/processes.templ)
 	CanEdit       bool
 	CanSeeVMs     bool
 	CanSeeUsage   bool // usage.read: link the sandbox's usage and cost

@@ -392,9 +392,9 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 			t.Fatalf("read sandbox %s: %v", id, err)
 		}
 		return struct {
-			Sandbox       sandbox.Sandbox
-			Events, Execs []map[string]any
-		}{sb, rows("sandbox_events", "sandbox_id = ?", id), rows("sandbox_execs", "sandbox_id = ?", id)}
+			Sandbox                  sandbox.Sandbox
+			Events, Execs, Processes []map[string]any
+		}{sb, rows("sandbox_events", "sandbox_id = ?", id), rows("sandbox_execs", "sandbox_id = ?", id), rows("processes", "sandbox_id = ?", id)}
 	case strings.Contains(path, "/terminals/"):
 		var s terminal.Session
 		if err := env.DB.Take(&s, "id = ?", id).Error; err != nil {

@@ -134,6 +134,11 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 	case strings.Contains(path, "/sandboxes/:id/execs/:exec_id"):
 		sb, exec := f.exec(t)
 		o.params[":id"], o.params[":exec_id"] = sb, exec
+	case strings.Contains(path, "/sandboxes/:id/processes/:pid"):
+		// An ended process: reads answer, changes are refused (409).
+		sb := sandboxtest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("object%d@%s.test", f.next(), f.tenant.Slug))
+		o.params[":id"], o.params[":pid"] = sb.ID, "42"
+		sandboxtest.RecordProcess(t, f.env.DB, f.tenant.ID, sb.ID, 42, sandbox.ProcessExited)
 	case strings.HasPrefix(path, "/runs/:run/artifacts/:index"):
 		o.params[":run"], o.params[":index"] = f.runWithArtifact(t), "0"
 	case strings.Contains(path, "/policy/versions/:version"):
@@ -389,6 +394,16 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 	case "POST /operator/tenants/:id/quota":
 		return url.Values{tenants.QuotaMaxSandboxes: {"16"}, tenants.QuotaMaxVCPUs: {"8"}, tenants.QuotaMaxMemoryMiB: {"8192"},
 			tenants.QuotaMaxVMs: {"4"}, tenants.QuotaMaxCPUHoursMonthly: {"1000"}}, nil
+	case "POST /api/v1/sandboxes/:id/processes":
+		return nil, map[string]any{"cmd": []string{"sleep", "1"}}
+	case "POST /api/v1/sandboxes/:id/processes/:pid/stdin":
+		return nil, map[string]string{"data": "x\n"}
+	case "POST /api/v1/sandboxes/:id/processes/:pid/signal":
+		return nil, map[string]string{"signal": "SIGTERM"}
+	case "POST /api/v1/sandboxes/:id/processes/:pid/resize":
+		return nil, map[string]int{"cols": 100, "rows": 30}
+	case "POST /api/v1/sandboxes/:id/timeout":
+		return nil, map[string]int{"timeout_seconds": 600}
 	case "PUT /api/v1/tenants/:id/quota":
 		return nil, map[string]int{"max_vms": 4, "max_vcpus": 8, "max_memory_mib": 8192, "max_sandboxes": 16, "max_cpu_hours_monthly": 1000}
 	}
@@ -432,6 +447,11 @@ func harnessStatus(r web.Route) (int, string) {
 		"GET /api/v1/sandboxes/:id/files/list", "POST /api/v1/sandboxes/:id/files/mkdir", "POST /api/v1/sandboxes/:id/files/move",
 		"POST /api/v1/sandboxes/:id/files/chmod", "GET /api/v1/sandboxes/:id/files/watch", "GET /api/v1/sandboxes/:id/files/archive":
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools"
+	case "POST /api/v1/sandboxes/:id/processes", "POST /api/v1/sandboxes/:id/timeout":
+		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools"
+	case "POST /api/v1/sandboxes/:id/processes/:pid/stdin", "POST /api/v1/sandboxes/:id/processes/:pid/stdin/close",
+		"POST /api/v1/sandboxes/:id/processes/:pid/signal", "POST /api/v1/sandboxes/:id/processes/:pid/resize":
+		return http.StatusConflict, "found, then the fixture process has ended: only a running one takes input, signals or a size (sandbox tests them on real VMs)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

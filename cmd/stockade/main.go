@@ -51,6 +51,11 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox ls [--depth N] [--json] ID:PATH      a folder's files
   stockade sandbox mkdir [--mode M] ID:PATH... | mv ID:SRC DST | rm [-r] ID:PATH...   files in a sandbox
   stockade sandbox rm ID...
+  stockade sandbox start [--cwd DIR] [--timeout 1h] [--env K=V]... [--stdin] ID -- CMD [ARG...]   (background; prints its pid)
+  stockade sandbox ps ID
+  stockade sandbox logs [-f] [-offset N] ID PID
+  stockade sandbox kill [-s SIGTERM] ID PID
+  stockade sandbox timeout ID DURATION                   (the lifetime left from now, e.g. 30m)
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
   stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates

@@ -32,6 +32,9 @@ func sandboxCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	if ok, err := processCmd(ctx, c, args, stdout, stderr); ok { // process.go
+		return err
+	}
 	switch args[0] {
 	case "create":
 		return sandboxCreate(ctx, c, args[1:], stdout, stderr)

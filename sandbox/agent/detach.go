@@ -114,6 +114,9 @@ type execRun struct {
 	p       *spawned
 	tty     bool
 	limit   int
+	// keep: a lost session or a closed stream detaches it, for as long as
+	// its sandbox lives (agentproto.ExecRequest.Keep).
+	keep bool
 	// hostSignaled: a signal from the host (or a kill) ended it, if one did.
 	hostSignaled atomic.Bool
 
@@ -195,6 +198,38 @@ func (r *execRun) ended(st agentproto.ExitStatus) (orphan bool) {
 	r.exit = &st
 	r.cond.Broadcast()
 	return r.att == nil && (r.id == "" || r.cancelled || r.expired)
+}
+
+// keptIn counts the kept execs of sandbox id.
+func (t *execTable) keptIn(id string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.runs {
+		if r.keep && r.sandbox == id {
+			n++
+		}
+	}
+	return n
+}
+
+// dropSandbox forgets the execs of sandbox id nobody is attached to: it is
+// destroyed, so their exits (kept ones wait for a host) can never be taken.
+// An attached one goes once its stream delivered the exit.
+func (t *execTable) dropSandbox(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, r := range t.runs {
+		if r.sandbox != id {
+			continue
+		}
+		r.mu.Lock()
+		idle := r.att == nil
+		r.mu.Unlock()
+		if idle {
+			delete(t.runs, k)
+		}
+	}
 }
 
 // serve sends output from a's cursor on, then the exit status. It returns
@@ -287,6 +322,11 @@ func (r *execRun) detach(a *attachment, lost bool, grace time.Duration, expire f
 	}
 	r.att = nil
 	r.cond.Broadcast()
+	if r.keep {
+		// Until it ends or its sandbox does: no grace.
+		r.detachedAt = time.Now()
+		return
+	}
 	if lost && r.id != "" {
 		r.detachedAt = time.Now()
 		r.grace = time.AfterFunc(grace, expire)

@@ -173,6 +173,14 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		fail(fmt.Errorf("exec: id: %w", agentproto.ErrBadRequest))
 		return
 	}
+	if req.Keep && req.ID == "" {
+		fail(fmt.Errorf("exec: keep needs an id: %w", agentproto.ErrBadRequest))
+		return
+	}
+	if req.Keep && m.execs.keptIn(req.Sandbox) >= agentproto.MaxKeptExecs {
+		fail(fmt.Errorf("exec: sandbox %s holds %d kept commands already: %w", req.Sandbox, agentproto.MaxKeptExecs, agentproto.ErrExhausted))
+		return
+	}
 	if req.ID != "" && m.execs.get(req.ID) != nil {
 		fail(fmt.Errorf("exec %s exists: %w", req.ID, agentproto.ErrConflict))
 		return
@@ -195,6 +203,7 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		return
 	}
 	r := newExecRun(req.ID, sb.id, p, req.TTY)
+	r.keep = req.Keep
 	if req.ID != "" {
 		if err := m.execs.add(r); err != nil {
 			killSpawned(p)

@@ -230,6 +230,8 @@ type sandbox struct {
 	stopOnce sync.Once
 	stopping chan struct{} // closed when stop begins
 	stopped  chan struct{} // closed when its processes and mounts are gone
+	// relife carries a new remaining lifetime to supervise (lifetime.go).
+	relife chan time.Duration
 }
 
 func (sb *sandbox) info() agentproto.SandboxInfo {
@@ -346,7 +348,7 @@ func (m *Manager) Create(ctx context.Context, spec agentproto.SandboxSpec) (agen
 		id: spec.ID, spec: spec, created: start, lastActive: start, state: agentproto.SandboxCreating,
 		dir:      filepath.Join(m.cfg.StateDir, "sandboxes", spec.ID),
 		cgroup:   filepath.Join(m.cgroups, spec.ID),
-		stopping: make(chan struct{}), stopped: make(chan struct{}),
+		stopping: make(chan struct{}), stopped: make(chan struct{}), relife: make(chan time.Duration, 1),
 	}
 	sb.rootfs = filepath.Join(sb.dir, "rootfs")
 	m.mu.Lock()
@@ -618,10 +620,12 @@ func (m *Manager) helloInit(ctx context.Context, sb *sandbox) (*net.UnixConn, er
 // or its init dies.
 func (m *Manager) supervise(sb *sandbox) {
 	var lifetime, idle <-chan time.Time
-	if s := sb.spec.LifetimeSeconds; s > 0 {
-		t := time.NewTimer(time.Duration(s) * time.Second)
-		defer t.Stop()
-		lifetime = t.C
+	life := time.NewTimer(time.Duration(sb.spec.LifetimeSeconds) * time.Second)
+	defer life.Stop()
+	if sb.spec.LifetimeSeconds > 0 {
+		lifetime = life.C
+	} else {
+		life.Stop()
 	}
 	idleMax := time.Duration(sb.spec.IdleSeconds) * time.Second
 	if idleMax > 0 {
@@ -646,6 +650,10 @@ func (m *Manager) supervise(sb *sandbox) {
 		case <-lifetime:
 			m.stop(sb, agentproto.ReasonTimeout)
 			return
+		case d := <-sb.relife:
+			life.Stop()
+			life.Reset(d)
+			lifetime = life.C
 		case now := <-idle:
 			if sb.idleFor(now) >= idleMax {
 				m.stop(sb, agentproto.ReasonIdle)
@@ -771,6 +779,7 @@ func (m *Manager) Destroy(ctx context.Context, id string) (agentproto.SandboxInf
 		delete(m.sandboxes, id)
 	}
 	m.mu.Unlock()
+	m.execs.dropSandbox(id)
 	info := sb.info()
 	info.State = agentproto.SandboxDestroyed
 	m.log.Info("sandbox destroyed", "sandbox", id)

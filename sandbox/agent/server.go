@@ -80,7 +80,7 @@ func (s *Server) capabilities() []string {
 func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
-		agentproto.OpExecAttach, agentproto.OpExecList}
+		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -328,7 +328,7 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.shutdown(st)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
-		agentproto.OpExecAttach, agentproto.OpExecList:
+		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -396,6 +396,12 @@ func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, re
 	case agentproto.OpExecList:
 		list := m.execs.list()
 		s.reply(st, agentproto.Response{Execs: &list})
+	case agentproto.OpSandboxLifetime:
+		if err := m.SetLifetime(req.SandboxID, req.Lifetime); err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{})
 	case agentproto.OpFileRead:
 		m.serveFileRead(st, req.FileRead)
 	case agentproto.OpFileWrite:

@@ -557,3 +557,24 @@ func (c *Client) ListExecs(ctx context.Context) ([]ExecInfo, error) {
 	}
 	return *resp.Execs, nil
 }
+
+// Detach releases the exec's stream without killing its command: a kept
+// one (ExecRequest.Keep) goes on in the agent for a later AttachExec by its
+// id; any other dies with its stream. Wait then reports the stream closed.
+func (e *Exec) Detach() {
+	e.stop()
+	e.stream().Close()
+	<-e.done
+}
+
+// SetSandboxLifetime gives a running sandbox seconds more to live, from now
+// (OpSandboxLifetime), replacing the lifetime it had.
+func (c *Client) SetSandboxLifetime(ctx context.Context, id string, seconds int) error {
+	if err := c.supports(OpSandboxLifetime); err != nil {
+		return err
+	}
+	if _, err := c.call(ctx, Request{V: Version, Op: OpSandboxLifetime, SandboxID: id, Lifetime: &LifetimeRequest{Seconds: seconds}}); err != nil {
+		return fmt.Errorf("set lifetime of sandbox %s: %w", id, err)
+	}
+	return nil
+}

@@ -81,6 +81,10 @@ const (
 	// the sandbox's own: the host speaks the HTTP proxy protocol on them and
 	// decides there; the agent is a byte pipe.
 	OpEgress Op = "egress"
+	// OpSandboxLifetime sets how long a running sandbox has left, from now:
+	// Request.SandboxID and Request.Lifetime; an empty Response. The new
+	// lifetime replaces the old one (longer or shorter).
+	OpSandboxLifetime Op = "sandbox.lifetime"
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
 	OpBaseline Op = "baseline"
@@ -120,6 +124,7 @@ type Request struct {
 	Egress     *EgressRequest     `json:"egress,omitempty"`
 	Baseline   *BaselineRequest   `json:"baseline,omitempty"`
 	Fs         *FsRequest         `json:"fs,omitempty"`
+	Lifetime   *LifetimeRequest   `json:"lifetime,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the

@@ -182,7 +182,28 @@ type ExecRequest struct {
 	TTY bool `json:"tty,omitempty"`
 	// Size is the terminal's size when TTY; zero means 80x24.
 	Size Winsize `json:"size,omitempty"`
+	// Keep (with an ID) keeps the command until it exits, is signalled to
+	// death, or its sandbox ends: neither its host session ending nor its
+	// stream closing kills it, and no grace applies. Its exit and latest
+	// output wait for a host to re-attach (OpExecAttach) until its sandbox
+	// is destroyed. At most MaxKeptExecs per sandbox.
+	Keep bool `json:"keep,omitempty"`
 }
+
+// MaxKeptExecs bounds the kept execs (ExecRequest.Keep) of one sandbox the
+// agent holds, running or ended but not yet delivered.
+const MaxKeptExecs = 64
+
+// LifetimeRequest sets a running sandbox's remaining lifetime
+// (OpSandboxLifetime).
+type LifetimeRequest struct {
+	// Seconds from now until the agent stops the sandbox (reason
+	// "timeout"): 1 to MaxLifetimeSeconds.
+	Seconds int `json:"seconds"`
+}
+
+// MaxLifetimeSeconds bounds LifetimeRequest.Seconds (30 days).
+const MaxLifetimeSeconds = 30 * 24 * 3600
 
 // ExecStarted answers OpExec.
 type ExecStarted struct {

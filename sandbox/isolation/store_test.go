@@ -334,6 +334,7 @@ type tenantFixture struct {
 	sandbox    sandbox.Sandbox
 	idemKey    string
 	execID     string
+	procID     string
 	termID     string
 	probeID    string
 	vmID       string
@@ -437,6 +438,7 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 	}
 	must(f.compliance.Evaluate(ctx, tid))(t, "evaluate compliance")
 	x.termID = terminaltest.Record(t, f.db, t.TempDir(), tid, x.sandbox.ID, x.userEmail).ID
+	x.procID = sandboxtest.RecordProcess(t, f.db, tid, x.sandbox.ID, 42, sandbox.ProcessExited).ID
 
 	// Hosts are the platform's: one row for the VM to name.
 	if err := f.db.Create(&vmpool.Host{URI: "test:///" + slug, Health: vmpool.HealthOK, CPUs: 4}).Error; err != nil {
@@ -459,7 +461,7 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 			GiBSecond: 0.000004, EgressGB: 0.07}))(t, "set price").ID
 	}
 	x.markers = []string{tid, x.userID, x.userEmail, x.pending.ID, x.tokenID, x.ownTokenID, x.idem.ID, x.secretID, x.workflow.Name, x.runID,
-		x.delivery.DeliveryID, x.endpointID, x.hookDeliv, x.sandbox.ID, x.idemKey, x.execID, x.termID, x.vmID, x.egressID, x.probeID}
+		x.delivery.DeliveryID, x.endpointID, x.hookDeliv, x.sandbox.ID, x.idemKey, x.execID, x.procID, x.termID, x.vmID, x.egressID, x.probeID}
 	if x.priceID != "" {
 		x.markers = append(x.markers, x.priceID)
 	}
@@ -1025,6 +1027,11 @@ func cases(f *fixtures) []storeCase {
 		}
 		empty(t, "Execs", xs, nil)
 	})
+	add("sandbox.Store.Processes", func(t *testing.T) {
+		ps, err := f.sandbox.Processes(ctx, bID(), a.sandbox.ID)
+		empty(t, "Processes of A's sandbox", ps, err)
+	})
+	missing("sandbox.Store.ProcessByPID", func() error { _, err := f.sandbox.ProcessByPID(ctx, bID(), a.sandbox.ID, 42); return err })
 
 	// terminal.Store
 	missing("terminal.Store.Session", func() error { _, err := f.terms.Session(ctx, bID(), a.termID); return err })

@@ -54,6 +54,12 @@ const (
 	TypeSandboxFileMoved   = "sandbox.file_moved"
 	TypeSandboxFileChmod   = "sandbox.file_mode_changed"
 	TypeSandboxArchiveRead = "sandbox.archive_read"
+	// The process API: a process started, a signal sent to one (details:
+	// process_id, pid, signal), a running sandbox's lifetime set (details:
+	// timeout_seconds, expires_at, previous_expires_at).
+	TypeProcessStarted    = "process.started"
+	TypeProcessSignaled   = "process.signaled"
+	TypeSandboxTimeoutSet = "sandbox.timeout_set"
 
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
@@ -171,6 +177,9 @@ var codes = map[string]string{
 	TypeSandboxFileMoved:   "SS8042I",
 	TypeSandboxFileChmod:   "SS8043I",
 	TypeSandboxArchiveRead: "SS8044I",
+	TypeProcessStarted:     "SS8020I",
+	TypeProcessSignaled:    "SS8021I",
+	TypeSandboxTimeoutSet:  "SS8022I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",
