@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -89,6 +90,10 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
+// uploadTempPrefix names the temporary file a write fills before it
+// renames it into place (sandbox/agent): not shown to E2B watchers.
+const uploadTempPrefix = ".stockade-upload-"
+
 var eventTypes = map[string]filesystem.EventType{
 	"create": filesystem.EventType_EVENT_TYPE_CREATE, "write": filesystem.EventType_EVENT_TYPE_WRITE,
 	"remove": filesystem.EventType_EVENT_TYPE_REMOVE, "rename": filesystem.EventType_EVENT_TYPE_RENAME,
@@ -118,8 +123,8 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		}
 		for _, ev := range evs {
 			t, ok := eventTypes[ev.Type]
-			if !ok {
-				continue // overflow: E2B has no such event
+			if !ok || strings.HasPrefix(path.Base(ev.Name), uploadTempPrefix) {
+				continue // overflow (E2B has no such event), or a write's temporary file
 			}
 			fe := &filesystem.FilesystemEvent{Name: strings.TrimPrefix(ev.Name, "/"), Type: t}
 			if err := st.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fe}}); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b/proto/process"
 	"github.com/stockade-dev/stockade/handlers/e2b/proto/process/processconnect"
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
 // processService is envd's process.Process over sandbox.Service's process
@@ -201,6 +202,9 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %d: one of SIGNAL_SIGTERM, SIGNAL_SIGKILL", req.Msg.GetSignal()))
 	}
 	if err := p.s.sbx.Signal(ctx, b.actor, b.tenantID, b.sandboxID, req.Msg.GetProcess().GetPid(), sig); err != nil {
+		if errdefs.IsConflict(err) { // it ended: envd knows only running processes
+			return nil, connect.NewError(connect.CodeNotFound, err)
+		}
 		return nil, rpcErr(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil

@@ -123,6 +123,8 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if evs, _ := json.Marshal(got["watch"]["events"]); !strings.Contains(string(evs), `"name":"x"`) {
 		t.Errorf("Got(watchDir events) = %v; want an event on x", got["watch"])
+	} else if strings.Contains(string(evs), ".stockade-upload-") {
+		t.Errorf("Got(watchDir events) = %s; want no event on a write's temporary file", evs)
 	}
 	is("pty", "first", true)
 	is("pty", "second", true)
