@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"gorm.io/gorm"
+
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -57,8 +60,15 @@ func e2bCode(body string) int {
 // the key (a token or its e2b_ alias), E2B's error bodies, tenant
 // isolation, roles, list filters and paging, create's refusal of options
 // it does not serve, and envd's per-sandbox access token.
+// The access tokens are stored, so it runs on SQLite and PostgreSQL.
 func TestE2BControlPlane(t *testing.T) {
-	env := webtest.New(t, webtest.Options{})
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) { testControlPlane(t, d.DB) })
+	}
+}
+
+func testControlPlane(t *testing.T, db *gorm.DB) {
+	env := webtest.New(t, webtest.Options{DB: db})
 	tnA, tnB := env.Tenant(t, "e2b-cp-a"), env.Tenant(t, "e2b-cp-b")
 	sbA1 := sandboxtest.Record(t, env.DB, tnA.ID, "fixture")
 	sbA2 := sandboxtest.Record(t, env.DB, tnA.ID, "fixture")
