@@ -56,7 +56,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		return rpcErr(err)
 	}
 	send := func(ev *process.ProcessEvent) error { return st.Send(&process.StartResponse{Event: ev}) }
-	return p.s.stream(ctx, req.Header(), b, proc.PID, 0, send)
+	return p.s.stream(ctx, req.Header(), b, proc.PID, 0, pr.TTY, send)
 }
 
 func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], st *connect.ServerStream[process.ConnectResponse]) error {
@@ -67,12 +67,12 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 		return rpcErr(err)
 	}
 	send := func(ev *process.ProcessEvent) error { return st.Send(&process.ConnectResponse{Event: ev}) }
-	return p.s.stream(ctx, req.Header(), b, pid, proc.OutputBytes, send)
+	return p.s.stream(ctx, req.Header(), b, pid, proc.OutputBytes, proc.TTY, send)
 }
 
-// stream sends a process's start event, its output from offset, keepalives
-// while it is quiet, and its end.
-func (s *Server) stream(ctx context.Context, h interface{ Get(string) string }, b binding, pid uint32, offset int64, send func(*process.ProcessEvent) error) error {
+// stream sends a process's start event, its output from offset (as
+// data.pty on a terminal), keepalives while it is quiet, and its end.
+func (s *Server) stream(ctx context.Context, h interface{ Get(string) string }, b binding, pid uint32, offset int64, onTTY bool, send func(*process.ProcessEvent) error) error {
 	var mu sync.Mutex
 	locked := func(ev *process.ProcessEvent) error {
 		mu.Lock()
@@ -101,7 +101,7 @@ func (s *Server) stream(ctx context.Context, h interface{ Get(string) string }, 
 		switch {
 		case c.Stream == "stderr":
 			d.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: c.Data}
-		case tty(ctx, s, b, pid):
+		case onTTY:
 			d.Output = &process.ProcessEvent_DataEvent_Pty{Pty: c.Data}
 		default:
 			d.Output = &process.ProcessEvent_DataEvent_Stdout{Stdout: c.Data}
@@ -113,12 +113,6 @@ func (s *Server) stream(ctx context.Context, h interface{ Get(string) string }, 
 	}
 	stop()
 	return locked(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: endEvent(rec)}})
-}
-
-// tty says the process is on a terminal (its output is data.pty).
-func tty(ctx context.Context, s *Server, b binding, pid uint32) bool {
-	p, err := s.sbx.GetProcess(ctx, b.tenantID, b.sandboxID, pid)
-	return err == nil && p.TTY
 }
 
 func endEvent(p sandbox.Process) *process.ProcessEvent_EndEvent {
