@@ -533,11 +533,17 @@ func (s *Service) GetProcess(ctx context.Context, tenantID, sandboxID string, pi
 // ended or ctx ends. It returns the process as it is after the last chunk.
 // An offset past the output is a *errdefs.FieldError ("offset"); the
 // output of a process this server no longer holds (ended long ago, or
-// before a restart) is empty.
+// before a restart) is empty; one running that this server is still
+// re-attaching (after a restart) is errdefs.ErrUnavailable: retry.
 func (s *Service) ProcessOutput(ctx context.Context, tenantID, sandboxID string, pid uint32, offset int64, follow bool, fn func(ProcessChunk) error) (Process, error) {
 	rec, p, err := s.lookup(ctx, tenantID, sandboxID, pid)
 	if err != nil {
 		return Process{}, err
+	}
+	if p == nil && rec.State == ProcessRunning {
+		// Left by a server that stopped, not re-attached yet: its output
+		// (and how much there is) is in its agent.
+		return rec, fmt.Errorf("process %d: %w", pid, errdefs.Unavailable("the process's agent"))
 	}
 	if offset < 0 || offset > rec.OutputBytes {
 		return Process{}, errdefs.Invalid("offset", "range", fmt.Sprintf("must be between 0 and %d (the output so far)", rec.OutputBytes))
