@@ -3,6 +3,7 @@ module github.com/stockade-dev/stockade
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/a-h/parse v0.0.42 // indirect
 	github.com/a-h/templ v0.3.1118 // indirect
 	github.com/andybalholm/brotli v1.3.0 // indirect

@@ -507,6 +507,9 @@ func Routes(h *handlers.Handlers) []Route {
 		// protocol endpoint that takes an API token only (no session, so no
 		// CSRF), whose tools each need their REST twin's permission here
 		// (handlers/mcp's tool table; its tests check roles and tenants).
+		// The E2B surface (web/e2b.go: E2BPrefix and envd's root paths) is
+		// outside it as well, and outside our OpenAPI: it follows E2B's own
+		// API (handlers/e2b checks each route's permission as here).
 		{Method: get, Path: "/api/v1/workflows", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflows,
 			Doc: &Doc{Summary: "List the tenant's workflows (the newest version of each)", Tag: "workflows", Answers: ok("The list", api.WorkflowList{})}},
 		{Method: get, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflow,

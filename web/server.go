@@ -52,6 +52,11 @@ type Config struct {
 	GitHub GitHubReceiver
 	// MCP serves the MCP endpoint at MCPPath.
 	MCP MCPServer
+	// E2B, when set, serves the E2B surface (web/e2b.go); E2BAPIKeyToken
+	// maps an X-API-KEY to its token and E2BError writes E2B's errors.
+	E2B            E2BServer
+	E2BAPIKeyToken func(string) string
+	E2BError       func(w http.ResponseWriter, status int, msg string)
 }
 
 // Server is the configured Echo instance.
@@ -110,7 +115,7 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
 		m := c.Request().Method
-		return (m == http.MethodPut || m == http.MethodPost) && c.Path() == FileUploadPath
+		return (m == http.MethodPut || m == http.MethodPost) && (c.Path() == FileUploadPath || c.Path() == E2BFilesPath)
 	}}))
 
 	// Static files and the dev identity provider need no session.
@@ -128,6 +133,9 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	}
 	s.mountGitHub(cfg.GitHub)
 	s.mountMCP(cfg.MCP)
+	if cfg.E2B != nil {
+		s.mountE2B(cfg.E2B, cfg.E2BAPIKeyToken, cfg.E2BError)
+	}
 	return s, nil
 }
 

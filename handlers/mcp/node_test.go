@@ -22,52 +22,6 @@ import (
 // nodeMCPSDK is the TypeScript SDK the Node test drives /mcp with, pinned.
 const nodeMCPSDK = "@modelcontextprotocol/sdk@1.32.2"
 
-// nodeModules installs nodeMCPSDK once (npm, from the registry) into a
-// folder shared by runs and returns its node_modules. Without node or npm
-// the test fails under CI=true (CI must run it) and is skipped elsewhere.
-func nodeModules(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is missing (%v): CI must run the Node MCP client test (scripts/deps.sh installs nodejs and npm)", tool, err)
-			}
-			t.Skipf("%s is missing (%v): skipping the Node MCP client test", tool, err)
-		}
-	}
-	root := filepath.Join(os.TempDir(), "stockade-npm", strings.NewReplacer("@", "", "/", "-").Replace(nodeMCPSDK))
-	mods := filepath.Join(root, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "sdk", "package.json")); err == nil {
-		return mods
-	}
-	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Installed aside and renamed into place: a run that stops half way
-	// leaves no half-installed folder behind for the next.
-	tmp, err := os.MkdirTemp(filepath.Dir(root), "install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--no-audit", "--no-fund", "--ignore-scripts", "--save-exact", nodeMCPSDK)
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", nodeMCPSDK, err, out)
-	}
-	if err := os.Rename(tmp, root); err != nil && !os.IsExist(err) {
-		if _, serr := os.Stat(mods); serr != nil { // not another run's install either
-			t.Fatalf("install %s: %v", nodeMCPSDK, err)
-		}
-	}
-	return mods
-}
-
 // nodeClient is the Node script: the SDK's Client over its Streamable HTTP
 // transport, the endpoint and token read from stdin (no secret in argv or
 // the environment); it prints what it got as one JSON line.
@@ -101,7 +55,7 @@ await client.close();
 // initializes, lists the tools and calls one against /mcp; bad input is a
 // tool error naming the field; the calls are audited.
 func TestMCPNodeClient(t *testing.T) {
-	mods := nodeModules(t)
+	mods := webtest.NodeModules(t, nodeMCPSDK, "@modelcontextprotocol/sdk")
 	env := webtest.New(t, webtest.Options{})
 	tn := env.Tenant(t, "mcp-node")
 	sb := sandboxtest.Record(t, env.DB, tn.ID, "fixture")
