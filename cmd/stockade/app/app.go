@@ -417,7 +417,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		GitHub: &github.Receiver{Tenants: a.Store, Workflows: a.Workflows, Secrets: notify.HostScoped(a.Secrets),
 			Runs: a.Runs.Store(), Starter: a.Runs, Log: log},
 		MCP: mcpServer,
-		E2B: e2b.New(e2b.Deps{Sandboxes: a.Sandboxes, DB: a.DB, Log: log, Now: o.Clock}), E2BAPIKeyToken: e2b.APIKeyToken, E2BError: e2b.WriteError,
+		E2B: e2b.New(e2b.Deps{Sandboxes: a.Sandboxes, DB: a.DB, Log: log, Now: o.Clock.Now}), E2BAPIKeyToken: e2b.APIKeyToken, E2BError: e2b.WriteError,
 	}, a.Store, h, log, reg)
 	return err
 }
