@@ -50,6 +50,13 @@ func (s *Server) table() []Tool {
 		tool(s, "make_dir", "Make a folder of a running sandbox with its missing parents (mkdir -p).", w, nil, s.makeDir),
 		tool(s, "remove_file", "Remove a file, link or folder of a running sandbox (a folder with what it holds only with recursive).", w, destructive, s.removeFile),
 		tool(s, "move_file", "Move or rename a file or folder of a running sandbox; a file at the destination is replaced.", w, nil, s.moveFile),
+		tool(s, "start_process", "Start a command in a running sandbox, detached: it runs until it exits, is signalled or the sandbox ends, "+
+			"whoever is connected. Answers its pid; read its output with read_process_output.", w, nil, s.startProcess),
+		tool(s, "list_processes", "List a sandbox's processes: running ones, then the latest ended.", r, readOnly, s.listProcesses),
+		tool(s, "read_process_output", "Read a process's output (stdout and stderr together) from an offset, up to 1 MiB, "+
+			"optionally waiting for it to end first; answers its state and the offset to go on from.", w, readOnly, s.readProcessOutput),
+		tool(s, "signal_process", "Send a signal (SIGTERM, SIGKILL, SIGINT ...) to a process's process group.", w, nil, s.signalProcess),
+		tool(s, "set_timeout", "Set a running sandbox's remaining lifetime from now, longer or shorter, within the tenant policy's maximum.", w, nil, s.setTimeout),
 	}
 }
 
