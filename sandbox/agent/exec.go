@@ -199,6 +199,11 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 	})
 	if err != nil {
 		sb.end()
+		// A sandbox that stopped (its lifetime, a destroy) while the spawn
+		// went on fails it too: that is the sandbox's state, not a fault.
+		if state := sb.currentState(); state != agentproto.SandboxRunning {
+			err = fmt.Errorf("sandbox %s is %s: %w", sb.id, state, agentproto.ErrConflict)
+		}
 		fail(fmt.Errorf("exec in %s: %w", sb.id, err))
 		return
 	}

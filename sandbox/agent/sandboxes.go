@@ -271,6 +271,13 @@ func (sb *sandbox) begin() error {
 	return nil
 }
 
+// currentState is the sandbox's state now.
+func (sb *sandbox) currentState() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.state
+}
+
 func (sb *sandbox) end() {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
