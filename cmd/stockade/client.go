@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,4 +156,35 @@ func showJSON(ctx context.Context, c *apiClient, args []string, noun, path strin
 		return err
 	}
 	return writeIndented(stdout, out)
+}
+
+// readEvents reads a stream of newline-delimited JSON events of command
+// output (exec's and a process's), decoding each one's data (text, or
+// base64 for bytes that are not) before fn sees it. fn answers true once
+// the stream's last event came; readEvents answers whether one did, and
+// the stream's or fn's error, named by op.
+func readEvents[E any](r io.Reader, op string, payload func(*E) (text, b64 string), fn func(ev *E, data []byte) (bool, error)) (bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		var ev E
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return false, fmt.Errorf("%s: bad event from the server: %w", op, err)
+		}
+		text, b64 := payload(&ev)
+		data := []byte(text)
+		if b64 != "" {
+			var err error
+			if data, err = base64.StdEncoding.DecodeString(b64); err != nil {
+				return false, fmt.Errorf("%s: bad output from the server: %w", op, err)
+			}
+		}
+		if done, err := fn(&ev, data); done || err != nil {
+			return done, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	return false, nil
 }

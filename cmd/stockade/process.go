@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -134,37 +131,27 @@ func processLogs(ctx context.Context, c *apiClient, args []string, stdout, stder
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	for sc.Scan() {
-		var ev api.ProcessEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fmt.Errorf("logs: bad event from the server: %w", err)
-		}
-		data := []byte(ev.Data)
-		if ev.DataBase64 != "" {
-			if data, err = base64.StdEncoding.DecodeString(ev.DataBase64); err != nil {
-				return fmt.Errorf("logs: bad output from the server: %w", err)
-			}
-		}
-		switch ev.Type {
-		case "stdout":
-			stdout.Write(data)
-		case "stderr":
-			stderr.Write(data)
-		case "status":
-			if p := ev.Process; p != nil && p.State != "running" && *follow {
-				fmt.Fprintf(stderr, "stockade: process %d %s", p.PID, p.State)
-				if p.ExitCode != nil {
-					fmt.Fprintf(stderr, " (exit %d, %s)", *p.ExitCode, p.Reason)
+	done, err := readEvents(resp.Body, "logs", func(ev *api.ProcessEvent) (string, string) { return ev.Data, ev.DataBase64 },
+		func(ev *api.ProcessEvent, data []byte) (bool, error) {
+			switch ev.Type {
+			case "stdout":
+				stdout.Write(data)
+			case "stderr":
+				stderr.Write(data)
+			case "status":
+				if p := ev.Process; p != nil && p.State != "running" && *follow {
+					fmt.Fprintf(stderr, "stockade: process %d %s", p.PID, p.State)
+					if p.ExitCode != nil {
+						fmt.Fprintf(stderr, " (exit %d, %s)", *p.ExitCode, p.Reason)
+					}
+					fmt.Fprintln(stderr)
 				}
-				fmt.Fprintln(stderr)
+				return true, nil
 			}
-			return nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("logs: %w", err)
+			return false, nil
+		})
+	if done || err != nil {
+		return err
 	}
 	return errors.New("logs: the server ended the stream before its status")
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -225,42 +223,32 @@ func sandboxExec(ctx context.Context, c *apiClient, args []string, stdin io.Read
 		return err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	for sc.Scan() {
-		var ev api.ExecEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return fmt.Errorf("exec: bad event from the server: %w", err)
-		}
-		data := []byte(ev.Data)
-		if ev.DataBase64 != "" {
-			if data, err = base64.StdEncoding.DecodeString(ev.DataBase64); err != nil {
-				return fmt.Errorf("exec: bad output from the server: %w", err)
-			}
-		}
-		switch ev.Type {
-		case "stdout":
-			stdout.Write(data)
-		case "stderr":
-			stderr.Write(data)
-		case "exit":
-			if ev.Reason != "" && ev.Reason != "exited" {
-				fmt.Fprintf(stderr, "stockade: command ended: %s", ev.Reason)
-				if ev.Signal != "" {
-					fmt.Fprintf(stderr, " (signal %s)", ev.Signal)
+	done, err := readEvents(resp.Body, "exec", func(ev *api.ExecEvent) (string, string) { return ev.Data, ev.DataBase64 },
+		func(ev *api.ExecEvent, data []byte) (bool, error) {
+			switch ev.Type {
+			case "stdout":
+				stdout.Write(data)
+			case "stderr":
+				stderr.Write(data)
+			case "exit":
+				if ev.Reason != "" && ev.Reason != "exited" {
+					fmt.Fprintf(stderr, "stockade: command ended: %s", ev.Reason)
+					if ev.Signal != "" {
+						fmt.Fprintf(stderr, " (signal %s)", ev.Signal)
+					}
+					fmt.Fprintln(stderr)
 				}
-				fmt.Fprintln(stderr)
+				if ev.ExitCode != nil && *ev.ExitCode != 0 {
+					return true, exitError(*ev.ExitCode)
+				}
+				return true, nil
+			case "error":
+				return true, fmt.Errorf("exec: %s", ev.Detail)
 			}
-			if ev.ExitCode != nil && *ev.ExitCode != 0 {
-				return exitError(*ev.ExitCode)
-			}
-			return nil
-		case "error":
-			return fmt.Errorf("exec: %s", ev.Detail)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("exec: %w", err)
+			return false, nil
+		})
+	if done || err != nil {
+		return err
 	}
 	return errors.New("exec: the server ended the stream before the command's exit")
 }
