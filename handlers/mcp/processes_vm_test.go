@@ -26,7 +26,7 @@ func TestMCPProcesses(t *testing.T) {
 	}
 	var p proc
 	decode(t, "start_process", call(t, a, "start_process", map[string]any{"sandbox_id": sb.ID,
-		"cmd": []string{"sh", "-c", "echo one; echo two >&2; echo three"}, "tag": "short"}), &p)
+		"cmd": []string{"sh", "-c", "echo one; echo two; echo three"}, "tag": "short"}), &p)
 	if p.PID == 0 {
 		t.Fatalf("Got(start_process) = %+v; want a pid", p)
 	}
@@ -44,6 +44,16 @@ func TestMCPProcesses(t *testing.T) {
 	decode(t, "read_process_output", call(t, a, "read_process_output", map[string]any{"sandbox_id": sb.ID, "pid": p.PID, "offset": 4}), &out)
 	if out.Output != "two\nthree\n" || out.Offset != 4 {
 		t.Errorf("Got(read_process_output from 4) = %+v; want the rest", out)
+	}
+
+	// stderr comes in the same output (its own pipe: only its order
+	// against stdout is not kept, so it is checked alone).
+	var errp proc
+	decode(t, "start_process", call(t, a, "start_process", map[string]any{"sandbox_id": sb.ID,
+		"cmd": []string{"sh", "-c", "echo oops >&2"}}), &errp)
+	decode(t, "read_process_output", call(t, a, "read_process_output", map[string]any{"sandbox_id": sb.ID, "pid": errp.PID, "wait_seconds": 60}), &out)
+	if out.Output != "oops\n" || out.Process.State != sandbox.ProcessExited {
+		t.Errorf("Got(read_process_output of a stderr-only process) = %+v; want exited with oops", out)
 	}
 
 	var long proc
