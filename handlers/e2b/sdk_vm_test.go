@@ -35,7 +35,8 @@ var conformanceScript []byte
 // creates a sandbox with envs and metadata, runs commands with callbacks
 // and exit codes, background commands, stdin, files (a 5 MiB octet-stream
 // upload too), a watch, a PTY with resize, setTimeout, list by metadata,
-// connect, kill; pause answers "not supported yet"; a wrong key is the
+// connect, pause (twice: true, then false) and connect-resume (201) with a
+// background process intact, list by state paused, kill; a wrong key is the
 // SDK's AuthenticationError, another tenant's id is not found, and an
 // access token of sandbox A cannot touch sandbox B.
 func TestE2BSDK(t *testing.T) {
@@ -135,9 +136,21 @@ func TestE2BSDK(t *testing.T) {
 	is("list", "otherCount", 0.0)
 	is("connect", "id", id)
 	is("connect", "stdout", "connected\n")
-	if e := str("pause", "error"); !strings.Contains(e, "not supported") {
-		t.Errorf("Got(sbx.pause()) = %v; want an error saying pause is not supported yet", got["pause"])
+	is("pause", "first", true)
+	is("pause", "second", false)
+	is("pause", "listedPaused", true)
+	is("pause", "listedRunning", false)
+	is("pause", "infoState", "paused")
+	if e := str("pause", "runWhilePaused"); !strings.Contains(e, "paused") {
+		t.Errorf("Got(commands.run on a paused sandbox) = %q; want an error saying it is paused", e)
 	}
+	is("pause", "connectStatus", 201.0)
+	is("pause", "connectAgainStatus", 200.0)
+	is("pause", "repaused", true)
+	is("pause", "infoStateAfter", "running")
+	is("pause", "exitCode", 0.0)
+	is("pause", "bgListed", true)
+	is("pause", "bgKilled", true)
 	is("negative", "wrongKey", "AuthenticationError")
 	is("negative", "otherTenantKill", false)
 	is("negative", "otherTenantInfo", "NotFoundError")
@@ -168,7 +181,8 @@ func TestE2BSDK(t *testing.T) {
 	// Audited and metered like the native API: the sandbox's create and
 	// destroy, its processes and file writes are in tenant A's log by A's
 	// token; nothing of it in B's.
-	for _, typ := range []string{audit.TypeSandboxCreated, audit.TypeProcessStarted, audit.TypeSandboxFileWritten, audit.TypeSandboxDestroyed} {
+	for _, typ := range []string{audit.TypeSandboxCreated, audit.TypeProcessStarted, audit.TypeSandboxFileWritten,
+		audit.TypeSandboxPaused, audit.TypeSandboxResumed, audit.TypeSandboxDestroyed} {
 		n := 0
 		for _, e := range env.Events(t, typ) {
 			if e.TargetID != id && e.Details["sandbox_id"] != id {
