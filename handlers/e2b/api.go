@@ -52,7 +52,6 @@ func (s *Server) apiMux() *http.ServeMux {
 		"POST /sandboxes/{id}/connect":    {tenants.PermSandboxesWrite, (*Server).connect},
 		"POST /v2/sandboxes/{id}/connect": {tenants.PermSandboxesWrite, (*Server).connect},
 		"POST /sandboxes/{id}/pause":      {tenants.PermSandboxesWrite, (*Server).pause},
-		"POST /sandboxes/{id}/resume":     {tenants.PermSandboxesWrite, (*Server).pause},
 	}
 	for pattern, rt := range routes {
 		m.Handle(pattern, apiEndpoint{s: s, rt: rt})
@@ -241,9 +240,17 @@ func listed(sb sandbox.Sandbox) map[string]any {
 	_ = json.Unmarshal([]byte(sb.MetadataJSON), &md)
 	return map[string]any{
 		"sandboxID": sb.ID, "templateID": sb.Template, "clientID": "", "startedAt": started.UTC().Format(time.RFC3339Nano),
-		"endAt": sb.ExpiresAt.UTC().Format(time.RFC3339Nano), "state": "running", "cpuCount": sb.VCPUs,
+		"endAt": sb.ExpiresAt.UTC().Format(time.RFC3339Nano), "state": e2bState(sb), "cpuCount": sb.VCPUs,
 		"memoryMB": sb.MemoryMiB, "diskSizeMB": 0, "envdVersion": EnvdVersion, "metadata": md,
 	}
+}
+
+// e2bState is an active sandbox's E2B state: "paused" or "running".
+func e2bState(sb sandbox.Sandbox) string {
+	if sb.Paused() {
+		return "paused"
+	}
+	return "running"
 }
 
 const maxListLimit = 100
@@ -267,16 +274,15 @@ func (s *Server) list(c apiCall) error {
 			return nil
 		}
 	}
-	running := true
+	states := []string{"running", "paused"}
 	if v := q.Get("state"); v != "" {
-		states := strings.Split(v, ",")
+		states = strings.Split(v, ",")
 		for _, st := range states {
 			if st != "running" && st != "paused" {
 				writeError(c.w, http.StatusBadRequest, fmt.Sprintf("state: unknown state %q (running, paused)", st))
 				return nil
 			}
 		}
-		running = slices.Contains(states, "running") // no sandbox is paused yet
 	}
 	all, err := s.sbx.List(c.r.Context(), c.cl.TenantID())
 	if err != nil {
@@ -284,7 +290,7 @@ func (s *Server) list(c apiCall) error {
 	}
 	var out []sandbox.Sandbox
 	for _, sb := range all {
-		if !running || !sb.State.Active() || (q.Get("template") != "" && q.Get("template") != sb.Template) {
+		if !sb.State.Active() || !slices.Contains(states, e2bState(sb)) || (q.Get("template") != "" && q.Get("template") != sb.Template) {
 			continue
 		}
 		md := map[string]string{}
@@ -328,8 +334,8 @@ func (s *Server) list(c apiCall) error {
 	return nil
 }
 
-// active returns the tenant's sandbox while it is active; an ended one is
-// not found, as in E2B.
+// active returns the tenant's sandbox while it is active (a paused one is:
+// it runs, frozen); an ended one is not found, as in E2B.
 func (s *Server) active(c apiCall) (sandbox.Sandbox, error) {
 	id := c.r.PathValue("id")
 	sb, err := s.sbx.Store().Sandbox(c.r.Context(), c.cl.TenantID(), id)
@@ -411,29 +417,40 @@ func (s *Server) timeout(c apiCall) error {
 
 // connect answers a running sandbox with a new access token, extending
 // its lifetime to timeout seconds from now when that is later than it
-// had (never shortening it).
+// had (never shortening it): 200, or 201 when it was paused and connect
+// resumed it (the SDK has no resume call).
 func (s *Server) connect(c apiCall) error {
 	return s.withActive(c, func(sb sandbox.Sandbox) error {
 		n, err := readTimeout(c, 300)
 		if err != nil {
 			return err
 		}
-		// Pause hook: once sandbox.Service has Pause/Resume, a paused sb is
-		// resumed here (s.sbx.Resume) and answered 201.
+		status := http.StatusOK
+		if sb.Paused() {
+			if sb, err = s.sbx.Resume(c.r.Context(), c.actor, sb.TenantID, sb.ID); err != nil {
+				return err
+			}
+			status = http.StatusCreated
+		}
 		if s.now().Add(time.Duration(n) * time.Second).After(sb.ExpiresAt) {
 			if sb, err = s.sbx.SetTimeout(c.r.Context(), c.actor, sb.TenantID, sb.ID, n); err != nil {
 				return err
 			}
 		}
-		return s.answerSandbox(c, http.StatusOK, sb, "")
+		return s.answerSandbox(c, status, sb, "")
 	})
 }
 
-// pause: not supported yet (the pause work adds sandbox.Service.Pause).
+// pause freezes the sandbox (sandbox.Service.Pause): 204, or 409 with
+// {code:409} when it is paused already (the SDK answers false). The body's
+// memory flag is accepted and ignored: a paused sandbox always keeps its
+// memory.
 func (s *Server) pause(c apiCall) error {
-	return s.withActive(c, func(sandbox.Sandbox) error {
-		// Pause hook: s.sbx.Pause(ctx, actor, tenantID, id); 409 {code:409} when already paused.
-		writeError(c.w, http.StatusNotImplemented, "pausing a sandbox is not supported by this server yet")
+	return s.withActive(c, func(sb sandbox.Sandbox) error {
+		if _, err := s.sbx.Pause(c.r.Context(), c.actor, sb.TenantID, sb.ID); err != nil {
+			return err
+		}
+		c.w.WriteHeader(http.StatusNoContent)
 		return nil
 	})
 }

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
@@ -73,6 +75,11 @@ func testControlPlane(t *testing.T, db *gorm.DB) {
 	sbA1 := sandboxtest.Record(t, env.DB, tnA.ID, "fixture")
 	sbA2 := sandboxtest.Record(t, env.DB, tnA.ID, "fixture")
 	sbB := sandboxtest.Record(t, env.DB, tnB.ID, "fixture")
+	// A paused one (the record is the truth: paused_at set, still running).
+	sbP := sandboxtest.Record(t, env.DB, tnA.ID, "fixture")
+	if err := env.DB.Model(&sandbox.Sandbox{}).Where("id = ?", sbP.ID).Update("paused_at", time.Now().UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
 	tokA, tokB := env.Token(t, tnA, tenants.RoleDeveloper), env.Token(t, tnB, tenants.RoleDeveloper)
 	tokAudit := env.Token(t, tnA, tenants.RoleAuditor)
 	api := env.URL + "/e2b"
@@ -93,7 +100,8 @@ func testControlPlane(t *testing.T, db *gorm.DB) {
 		{"another tenant's timeout", "POST", "/sandboxes/" + sbB.ID + "/timeout", `{"timeout":60}`, tokA, 404, "not found"},
 		{"another tenant's connect", "POST", "/v2/sandboxes/" + sbB.ID + "/connect", `{"timeout":60}`, tokA, 404, "not found"},
 		{"another tenant's pause", "POST", "/sandboxes/" + sbB.ID + "/pause", `{}`, tokA, 404, "not found"},
-		{"pause", "POST", "/sandboxes/" + sbA1.ID + "/pause", `{}`, tokA, 501, "not supported"},
+		{"paused get", "GET", "/sandboxes/" + sbP.ID, "", tokA, 200, `"state":"paused"`},
+		{"no resume route", "POST", "/sandboxes/" + sbA1.ID + "/resume", `{}`, tokA, 404, "no such E2B API route"},
 		{"unsupported options", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["1.1.1.1"]},"volumeMounts":[{"name":"v","path":"/v"}],"autoPause":true}`, tokA, 400, "autoPause, network, volumeMounts"},
 		{"no internet", "POST", "/sandboxes", `{"templateID":"base","allow_internet_access":false}`, tokA, 400, "allow_internet_access"},
 		{"malformed", "POST", "/v2/sandboxes", `[1]`, tokA, 400, "JSON object"},
@@ -119,8 +127,40 @@ func testControlPlane(t *testing.T, db *gorm.DB) {
 	}
 	// Nothing was created by the refused creates; B's sandbox is intact.
 	var list []map[string]any
-	if a := do(t, "GET", api+"/v2/sandboxes", "", "X-API-KEY", tokA); json.Unmarshal([]byte(a.body), &list) != nil || len(list) != 2 {
-		t.Errorf("Got(A's sandboxes after refused creates) = %s; want its two", a.body)
+	if a := do(t, "GET", api+"/v2/sandboxes", "", "X-API-KEY", tokA); json.Unmarshal([]byte(a.body), &list) != nil || len(list) != 3 {
+		t.Errorf("Got(A's sandboxes after refused creates) = %s; want its three", a.body)
+	}
+	// The state filter: a paused sandbox is listed as paused, and only
+	// under state=paused.
+	for _, tt := range []struct {
+		query     string
+		want, not []string
+	}{
+		{"state=paused", []string{sbP.ID}, []string{sbA1.ID, sbA2.ID}},
+		{"state=running", []string{sbA1.ID, sbA2.ID}, []string{sbP.ID}},
+		{"state=running,paused", []string{sbA1.ID, sbA2.ID, sbP.ID}, nil},
+	} {
+		a := do(t, "GET", api+"/v2/sandboxes?"+tt.query, "", "X-API-KEY", tokA)
+		var items []map[string]any
+		_ = json.Unmarshal([]byte(a.body), &items)
+		got := map[string]any{}
+		for _, it := range items {
+			got[it["sandboxID"].(string)] = it["state"]
+		}
+		for _, id := range tt.want {
+			want := "running"
+			if id == sbP.ID {
+				want = "paused"
+			}
+			if got[id] != want {
+				t.Errorf("Got(list %s) = %s; want %s listed %s", tt.query, a.body, id, want)
+			}
+		}
+		for _, id := range tt.not {
+			if _, ok := got[id]; ok {
+				t.Errorf("Got(list %s) = %s; want no %s", tt.query, a.body, id)
+			}
+		}
 	}
 	if a := do(t, "GET", api+"/sandboxes/"+sbB.ID, "", "X-API-KEY", tokB); a.status != 200 {
 		t.Errorf("Got(B's own sandbox) = %d %s; want 200", a.status, a.body)

@@ -132,12 +132,39 @@ await step("connect", async () => {
   const res = await c.commands.run("echo connected");
   return { id: c.sandboxId, stdout: res.stdout };
 });
+// Pause, then connect resumes (E2B.md B.5 step 9): a background process
+// started before the pause is still there after it.
 await step("pause", async () => {
-  try {
-    return { paused: await sbx.pause() };
-  } catch (e) {
-    return { error: errName(e) };
-  }
+  const out = {};
+  const bg = await sbx.commands.run("sleep 600", { background: true });
+  out.first = await sbx.pause();
+  out.second = await sbx.pause();
+  const paused = await Sandbox.list({ ...o, query: { state: ["paused"] } }).nextItems();
+  out.listedPaused = paused.some((s) => s.sandboxId === id);
+  const running = await Sandbox.list({ ...o, query: { state: ["running"] } }).nextItems();
+  out.listedRunning = running.some((s) => s.sandboxId === id);
+  out.infoState = (await Sandbox.getInfo(id, o)).state;
+  out.runWhilePaused = await sbx.commands.run("true").then(() => "no error", (e) => errName(e));
+  const raw = await fetch(apiUrl + "/v2/sandboxes/" + id + "/connect", {
+    method: "POST",
+    headers: { "X-API-KEY": key, "Content-Type": "application/json" },
+    body: JSON.stringify({ timeout: 300 }),
+  });
+  out.connectStatus = raw.status;
+  const again = await fetch(apiUrl + "/v2/sandboxes/" + id + "/connect", {
+    method: "POST",
+    headers: { "X-API-KEY": key, "Content-Type": "application/json" },
+    body: JSON.stringify({ timeout: 300 }),
+  });
+  out.connectAgainStatus = again.status;
+  out.repaused = await sbx.pause();
+  const c = await Sandbox.connect(id, o);
+  out.infoStateAfter = (await Sandbox.getInfo(id, o)).state;
+  const res = await c.commands.run("true");
+  out.exitCode = res.exitCode;
+  out.bgListed = (await c.commands.list()).some((p) => p.pid === bg.pid);
+  out.bgKilled = await c.commands.kill(bg.pid);
+  return out;
 });
 await step("negative", async () => {
   const out = {};

@@ -24,6 +24,59 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
+// sdkEnv is the whole app on real VMs with two tenants' developer tokens
+// and a directory where Node finds the pinned SDK.
+type sdkEnv struct {
+	env        *webtest.Env
+	tnA        tenants.Tenant
+	tokA, tokB string
+	dir        string
+}
+
+// startSDK starts it; unchecked serves the app without the OpenAPI check
+// of every answer (for benchmarks: it would slow the native API only).
+func startSDK(tb testing.TB, unchecked bool) sdkEnv {
+	mods := webtest.NodeModules(tb, e2bSDK, "e2b")
+	dataDir := sandboxtest.NeedVMs(tb)
+	db := dbtest.SQLite(tb)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	vms, sbx := sandboxtest.Start(tb, db, vmpool.Config{DataDir: dataDir, Logger: log},
+		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, DefaultTemplate: "debian"})
+	env := webtest.New(tb, webtest.Options{DB: db, VMs: vms, Sandboxes: sbx, NoOpenAPICheck: unchecked})
+	tnA, tnB := env.Tenant(tb, "e2b-a"), env.Tenant(tb, "e2b-b")
+	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
+	if _, err := vms.SetPool(context.Background(), sys, tnA.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
+		tb.Fatal(err)
+	}
+	e := sdkEnv{env: env, tnA: tnA, tokA: env.Token(tb, tnA, tenants.RoleDeveloper), tokB: env.Token(tb, tnB, tenants.RoleDeveloper), dir: tb.TempDir()}
+	if err := os.Symlink(mods, filepath.Join(e.dir, "node_modules")); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// node runs script under Node with in as JSON on stdin (no secret in argv
+// or the environment) and returns what it printed.
+func (e sdkEnv) node(tb testing.TB, name string, script []byte, in any) []byte {
+	tb.Helper()
+	path := filepath.Join(e.dir, name)
+	if err := os.WriteFile(path, script, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	stdin, _ := json.Marshal(in)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", path)
+	cmd.Dir, cmd.Stdin = e.dir, bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("node %s: %v\n%s", name, err, stderr.String())
+	}
+	return out
+}
+
 // e2bSDK is the E2B JS SDK the conformance test drives Stockade with, pinned.
 const e2bSDK = "e2b@2.51.0"
 
@@ -35,45 +88,16 @@ var conformanceScript []byte
 // creates a sandbox with envs and metadata, runs commands with callbacks
 // and exit codes, background commands, stdin, files (a 5 MiB octet-stream
 // upload too), a watch, a PTY with resize, setTimeout, list by metadata,
-// connect, kill; pause answers "not supported yet"; a wrong key is the
+// connect, pause (twice: true, then false) and connect-resume (201) with a
+// background process intact, list by state paused, kill; a wrong key is the
 // SDK's AuthenticationError, another tenant's id is not found, and an
 // access token of sandbox A cannot touch sandbox B.
 func TestE2BSDK(t *testing.T) {
-	mods := webtest.NodeModules(t, e2bSDK, "e2b")
-	dataDir := sandboxtest.NeedVMs(t)
-	db := dbtest.SQLite(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vms, sbx := sandboxtest.Start(t, db, vmpool.Config{DataDir: dataDir, Logger: log},
-		sandbox.Config{SyncInterval: 500 * time.Millisecond, SampleInterval: time.Second, DefaultTemplate: "debian"})
-	env := webtest.New(t, webtest.Options{DB: db, VMs: vms, Sandboxes: sbx})
-	tnA, tnB := env.Tenant(t, "e2b-a"), env.Tenant(t, "e2b-b")
-	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
-	if _, err := vms.SetPool(context.Background(), sys, tnA.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 1024, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
-		t.Fatal(err)
-	}
-	tokA, tokB := env.Token(t, tnA, tenants.RoleDeveloper), env.Token(t, tnB, tenants.RoleDeveloper)
-
-	dir := t.TempDir()
-	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(dir, "conformance.mjs")
-	if err := os.WriteFile(script, conformanceScript, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e := startSDK(t, false)
 	// A's key is its E2B-shaped alias (e2b_ + hex), B's the token itself.
-	in, _ := json.Marshal(map[string]string{"apiUrl": env.URL + "/e2b", "sandboxUrl": env.URL,
-		"key": "e2b_" + hex.EncodeToString([]byte(tokA)), "otherKey": tokB})
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir, cmd.Stdin = dir, bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node conformance script: %v\n%s", err, stderr.String())
-	}
+	out := e.node(t, "conformance.mjs", conformanceScript, map[string]string{"apiUrl": e.env.URL + "/e2b", "sandboxUrl": e.env.URL,
+		"key": "e2b_" + hex.EncodeToString([]byte(e.tokA)), "otherKey": e.tokB})
+	env, tnA := e.env, e.tnA
 	t.Logf("e2b SDK results: %s", out)
 	var got map[string]map[string]any
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -135,9 +159,21 @@ func TestE2BSDK(t *testing.T) {
 	is("list", "otherCount", 0.0)
 	is("connect", "id", id)
 	is("connect", "stdout", "connected\n")
-	if e := str("pause", "error"); !strings.Contains(e, "not supported") {
-		t.Errorf("Got(sbx.pause()) = %v; want an error saying pause is not supported yet", got["pause"])
+	is("pause", "first", true)
+	is("pause", "second", false)
+	is("pause", "listedPaused", true)
+	is("pause", "listedRunning", false)
+	is("pause", "infoState", "paused")
+	if e := str("pause", "runWhilePaused"); !strings.Contains(e, "paused") {
+		t.Errorf("Got(commands.run on a paused sandbox) = %q; want an error saying it is paused", e)
 	}
+	is("pause", "connectStatus", 201.0)
+	is("pause", "connectAgainStatus", 200.0)
+	is("pause", "repaused", true)
+	is("pause", "infoStateAfter", "running")
+	is("pause", "exitCode", 0.0)
+	is("pause", "bgListed", true)
+	is("pause", "bgKilled", true)
 	is("negative", "wrongKey", "AuthenticationError")
 	is("negative", "otherTenantKill", false)
 	is("negative", "otherTenantInfo", "NotFoundError")
@@ -168,7 +204,8 @@ func TestE2BSDK(t *testing.T) {
 	// Audited and metered like the native API: the sandbox's create and
 	// destroy, its processes and file writes are in tenant A's log by A's
 	// token; nothing of it in B's.
-	for _, typ := range []string{audit.TypeSandboxCreated, audit.TypeProcessStarted, audit.TypeSandboxFileWritten, audit.TypeSandboxDestroyed} {
+	for _, typ := range []string{audit.TypeSandboxCreated, audit.TypeProcessStarted, audit.TypeSandboxFileWritten,
+		audit.TypeSandboxPaused, audit.TypeSandboxResumed, audit.TypeSandboxDestroyed} {
 		n := 0
 		for _, e := range env.Events(t, typ) {
 			if e.TargetID != id && e.Details["sandbox_id"] != id {

@@ -180,7 +180,7 @@ func TestMCPWithoutVMs(t *testing.T) {
 	}{
 		{"list_sandboxes", nil}, {"create_sandbox", nil}, {"destroy_sandbox", []string{"sandbox_id"}},
 		{"exec", []string{"sandbox_id", "cmd"}}, {"read_file", []string{"sandbox_id", "path"}},
-		{"write_file", []string{"sandbox_id", "path", "content"}},
+		{"write_file", []string{"sandbox_id", "path", "content"}}, {"get_port_url", []string{"sandbox_id", "port"}},
 	} {
 		s, ok := schemas[tc.tool]
 		if !ok {
@@ -219,6 +219,7 @@ func TestMCPWithoutVMs(t *testing.T) {
 		"read_file":       {"path": "/etc/hostname"},
 		"write_file":      {"path": "x", "content": "y"},
 		"destroy_sandbox": {},
+		"get_port_url":    {"port": 8000},
 	})
 	if st, err := env.App.Sandboxes.Get(ctx, tnA.ID, sbA.ID); err != nil || st.State != sandbox.StateRunning {
 		t.Errorf("Got(A's sandbox after B's calls) = %v, %v; want running", st.State, err)
@@ -244,8 +245,22 @@ func TestMCPWithoutVMs(t *testing.T) {
 		{"bad base64", "write_file", map[string]any{"sandbox_id": sbA.ID, "path": "x", "content": "!!", "encoding": "base64"},
 			[]string{"invalid: content: is not valid base64"}},
 		{"vcpus of the wrong type", "create_sandbox", map[string]any{"vcpus": "two"}, []string{"vcpus"}},
+		{"port 0", "get_port_url", map[string]any{"sandbox_id": sbA.ID, "port": 0}, []string{"invalid: port: must be a TCP port, 1 to 65535"}},
+		{"port 70000", "get_port_url", map[string]any{"sandbox_id": sbA.ID, "port": 70000}, []string{"invalid: port: must be a TCP port, 1 to 65535"}},
+		{"port of an unknown sandbox", "get_port_url", map[string]any{"sandbox_id": "no-such-sandbox", "port": 8000},
+			[]string{`not-found: sandbox_id: no sandbox "no-such-sandbox" in this tenant`}},
 	} {
 		wantToolError(t, tc.name, call(t, devA, tc.tool, tc.args), tc.want...)
+	}
+	// get_port_url answers what the REST route does.
+	var port struct{ URL string }
+	decode(t, "get_port_url", call(t, devA, "get_port_url", map[string]any{"sandbox_id": sbA.ID, "port": 8000}), &port)
+	var rest struct{ URL string }
+	if status, body := env.WithToken(env.Token(t, tnA, tenants.RoleDeveloper)).JSON(t, http.MethodGet, "/api/v1/sandboxes/"+sbA.ID+"/ports/8000", nil, &rest); status != http.StatusOK {
+		t.Fatalf("GET /api/v1/sandboxes/%s/ports/8000 = %d %s; want 200", sbA.ID, status, body)
+	}
+	if want := env.URL + "/api/v1/sandboxes/" + sbA.ID + "/ports/8000/"; port.URL != want || rest.URL != want {
+		t.Errorf("Got(get_port_url) = %q (REST %q); want %q", port.URL, rest.URL, want)
 	}
 	if _, err := devA.CallTool(ctx, &sdk.CallToolParams{Name: "no_such_tool"}); err == nil {
 		t.Errorf("Got(call of an unknown tool) = no error; want a protocol error")
@@ -259,6 +274,7 @@ func TestMCPWithoutVMs(t *testing.T) {
 	for tool, args := range map[string]map[string]any{
 		"exec": {"sandbox_id": sbA.ID, "cmd": []string{"true"}}, "destroy_sandbox": {"sandbox_id": sbA.ID}, "create_sandbox": {},
 		"read_file": {"sandbox_id": sbA.ID, "path": "x"}, "write_file": {"sandbox_id": sbA.ID, "path": "x", "content": "y"},
+		"get_port_url": {"sandbox_id": sbA.ID, "port": 8000},
 	} {
 		wantToolError(t, "manager's "+tool, call(t, managerA, tool, args), "forbidden: the manager role does not allow sandboxes.write")
 	}

@@ -33,6 +33,8 @@ type Deps struct {
 	Log       *slog.Logger
 	// Version is the server version it announces (stockade's).
 	Version string
+	// PublicURL is where people reach the server (get_port_url's base).
+	PublicURL string
 }
 
 // Server serves MCP over Streamable HTTP.
@@ -42,6 +44,8 @@ type Server struct {
 	log   *slog.Logger
 	tools map[string]Tool
 	http  http.Handler
+	// publicURL has no trailing slash.
+	publicURL string
 }
 
 // New builds the server and registers the tool table.
@@ -52,7 +56,7 @@ func New(d Deps) (*Server, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	s := &Server{sbx: d.Sandboxes, audit: d.Audit, log: d.Log, tools: map[string]Tool{}}
+	s := &Server{sbx: d.Sandboxes, audit: d.Audit, log: d.Log, tools: map[string]Tool{}, publicURL: strings.TrimSuffix(d.PublicURL, "/")}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "stockade", Title: "Stockade sandboxes", Version: d.Version}, &sdk.ServerOptions{
 		Instructions: "Stockade runs untrusted code in isolated sandboxes (containers inside VMs). " +
 			"Create a sandbox, run commands in it with exec, read and write its files, and destroy it when done; " +

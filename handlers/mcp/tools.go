@@ -56,6 +56,8 @@ func (s *Server) table() []Tool {
 		tool(s, "read_process_output", "Read a process's output (stdout and stderr together) from an offset, up to 1 MiB, "+
 			"optionally waiting for it to end first; answers its state and the offset to go on from.", w, readOnly, s.readProcessOutput),
 		tool(s, "signal_process", "Send a signal (SIGTERM, SIGKILL, SIGINT ...) to a process's process group.", w, nil, s.signalProcess),
+		tool(s, "get_port_url", "The URL of a port of a sandbox (a dev server the sandbox listens on), reached through the control plane "+
+			"with the tenant's API token.", w, readOnly, s.getPortURL),
 		tool(s, "set_timeout", "Set a running sandbox's remaining lifetime from now, longer or shorter, within the tenant policy's maximum.", w, nil, s.setTimeout),
 	}
 }

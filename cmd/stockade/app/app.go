@@ -407,7 +407,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	if id.dev != nil {
 		devHandler = id.dev.Handler()
 	}
-	mcpServer, err := mcp.New(mcp.Deps{Sandboxes: a.Sandboxes, Audit: a.Audit, Log: log, Version: cfg.Version})
+	mcpServer, err := mcp.New(mcp.Deps{Sandboxes: a.Sandboxes, Audit: a.Audit, Log: log, Version: cfg.Version, PublicURL: cfg.PublicURL})
 	if err != nil {
 		return err
 	}
