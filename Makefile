@@ -79,9 +79,14 @@ fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '_templ.go$$')
 	$(GO) tool templ fmt views
 
+# Writes bench.log (the whole output) and bench-results.json (every
+# benchmark's metrics and the *-ratio figures, each against a baseline
+# measured in the same run: scripts/benchjson).
 bench: deps build services image-test
-	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
-		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+	@rc=0; STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
+		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... >bench.log 2>&1 || rc=$$?; \
+	cat bench.log; $(GO) run ./scripts/benchjson <bench.log >bench-results.json && \
+	echo "bench-results.json: $$(grep -c '"metric"' bench-results.json) ratios"; exit $$rc
 
 # The usage export alone (SQLite, 100,000 and 1,000,000 ledger rows): no VMs
 # needed. `make bench` runs it too.
