@@ -620,6 +620,10 @@ func (e *testEnv) testIsolation(t *testing.T) {
 					}
 				case strings.HasSuffix(r.Path, "/exec"):
 					in = map[string]any{"cmd": []string{"sh", "-c", "echo pwned > /workspace/iso.txt"}}
+				case r.API && r.Method == http.MethodPost:
+					// A JSON body, well formed and empty: the tenant check
+					// answers, not the body's media type.
+					in = map[string]any{}
 				}
 				before := counts(t, e.db)
 				snap := e.snapshot(t, cl.target)

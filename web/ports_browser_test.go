@@ -56,10 +56,13 @@ func TestPortsCardBrowser(t *testing.T) {
 		t.Errorf("Got(links) = %q; want the active link to port 8000", s)
 	}
 	b.Do(t, "desktop again", chromedp.EmulateViewport(1366, 900), chromedp.Navigate(page), chromedp.WaitVisible(css(`#ports-title`)))
-	webtest.Eval[bool](t, b, `window.confirm = () => true; true`)
 	b.Do(t, "revoke it",
 		chromedp.Focus(css(`table[data-testid="preview-links"] button[type="submit"]`)),
 		chromedp.KeyEvent("\r"),
+		// The confirm dialog (static/js/app.js) says what it will do; its
+		// Cancel has the focus, so the confirm is a click on OK.
+		chromedp.WaitVisible(css(`dialog.confirm-dialog[open] [data-confirm-ok]`)),
+		chromedp.Click(css(`dialog.confirm-dialog[open] [data-confirm-ok]`)),
 		chromedp.WaitVisible(css(`.flash-success`)))
 	if s := b.Text(t, `table[data-testid="preview-links"] tbody`); !strings.Contains(s, "revoked") {
 		t.Errorf("Got(links after revoking) = %q; want it revoked", s)

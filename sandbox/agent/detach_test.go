@@ -84,8 +84,13 @@ func TestExecSurvivesSessionLoss(t *testing.T) {
 	hostEnd1.Close() // no goodbye
 	waitFor(t, func() bool { _, err := c1.Ping(ctx); return err != nil })
 	c2 := newHostSession(t, ctx, srv, time.Minute)
-	// Not attached now; the agent keeps them.
-	got := execIDs(t, ctx, c2)
+	// Not attached now; the agent keeps them. Each exec learns of its
+	// session's end on its own, so the list may say attached a moment.
+	var got map[string]agentproto.ExecInfo
+	waitFor(t, func() bool {
+		got = execIDs(t, ctx, c2)
+		return !got["exec-1"].Attached && !got["term-1"].Attached
+	})
 	for _, id := range []string{"exec-1", "term-1"} {
 		if in, ok := got[id]; !ok || in.Attached || in.Exited {
 			t.Errorf("Got(ListExecs()[%s]) = %+v, %v; want it held, detached, running", id, in, ok)

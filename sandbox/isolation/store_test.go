@@ -126,6 +126,7 @@ var global = map[string]string{
 	"usage.Store.AllTenants":                     "every tenant's usage (platform operators)",
 	"workflow.Store.Parser":                      "the workflow schema, the same for every tenant",
 	"integrations.Store.CheckURL":                "a URL rule, the same for every tenant",
+	"integrations.Store.Check":                   "validates a new endpoint's fields (no read or write: the same rules for every tenant)",
 	"integrations.Store.Prune":                   "housekeeping over every tenant",
 	"egress.Store.Prune":                         "housekeeping over every tenant",
 	"runs.Store.Queued":                          "the engine's work list over every tenant",
