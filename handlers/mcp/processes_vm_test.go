@@ -60,8 +60,9 @@ func TestMCPProcesses(t *testing.T) {
 	decode(t, "start_process", call(t, a, "start_process", map[string]any{"sandbox_id": sb.ID, "cmd": []string{"sleep", "600"}}), &long)
 	var list struct{ Processes []proc }
 	decode(t, "list_processes", call(t, a, "list_processes", map[string]any{"sandbox_id": sb.ID}), &list)
-	if len(list.Processes) != 2 || list.Processes[0].PID != long.PID || list.Processes[0].State != sandbox.ProcessRunning {
-		t.Errorf("Got(list_processes) = %+v; want the sleep running first, then the ended one", list.Processes)
+	if len(list.Processes) != 3 || list.Processes[0].PID != long.PID || list.Processes[0].State != sandbox.ProcessRunning ||
+		list.Processes[1].PID != errp.PID || list.Processes[2].PID != p.PID {
+		t.Errorf("Got(list_processes) = %+v; want the sleep running first, then the two ended ones, newest first", list.Processes)
 	}
 
 	// Another tenant: not found, nothing changes.
