@@ -16,8 +16,8 @@ import (
 )
 
 // filesystemService is envd's filesystem.Filesystem over sandbox.Service's
-// file API. The Python sync SDK's polling watchers (CreateWatcher,
-// GetWatcherEvents, RemoveWatcher) are not served yet (unimplemented).
+// file API, the Python sync SDK's polling watchers (CreateWatcher,
+// GetWatcherEvents, RemoveWatcher) included (watchers.go).
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
 	s *Server

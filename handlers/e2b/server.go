@@ -55,6 +55,8 @@ type Server struct {
 	api   *http.ServeMux
 	envd  *http.ServeMux
 	paths []string
+
+	watchers pollWatchers // the Python sync SDK's polling watchers (watchers.go)
 }
 
 // New returns the server and registers its token cleanup on the
