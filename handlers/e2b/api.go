@@ -52,6 +52,7 @@ func (s *Server) apiMux() *http.ServeMux {
 		"POST /sandboxes/{id}/connect":    {tenants.PermSandboxesWrite, (*Server).connect},
 		"POST /v2/sandboxes/{id}/connect": {tenants.PermSandboxesWrite, (*Server).connect},
 		"POST /sandboxes/{id}/pause":      {tenants.PermSandboxesWrite, (*Server).pause},
+		"GET /sandboxes/{id}/metrics":     {tenants.PermSandboxesRead, (*Server).metrics},
 	}
 	for pattern, rt := range routes {
 		m.Handle(pattern, apiEndpoint{s: s, rt: rt})

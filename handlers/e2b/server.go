@@ -57,6 +57,7 @@ type Server struct {
 	paths []string
 
 	watchers pollWatchers // the Python sync SDK's polling watchers (watchers.go)
+	cpu      cpuSamples   // each sandbox's previous CPU sample (metrics.go)
 }
 
 // New returns the server and registers its token cleanup on the

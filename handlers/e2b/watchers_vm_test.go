@@ -99,6 +99,24 @@ func TestE2BPollingWatchers(t *testing.T) {
 	if _, err := fs.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("Got(poll after remove) = %v; want not_found", err)
 	}
+	// getMetrics: one point now, from the sandbox's cgroup; another
+	// tenant's id is E2B's 404.
+	m := do(t, "GET", e.env.URL+"/e2b/sandboxes/"+id+"/metrics", "", "X-API-KEY", e.tokA)
+	var pts []struct {
+		Timestamp  string  `json:"timestamp"`
+		CPUUsedPct float64 `json:"cpuUsedPct"`
+		CPUCount   int     `json:"cpuCount"`
+		MemUsed    uint64  `json:"memUsed"`
+		MemTotal   uint64  `json:"memTotal"`
+	}
+	if m.status != http.StatusOK || json.Unmarshal([]byte(m.body), &pts) != nil || len(pts) != 1 || pts[0].CPUCount < 1 ||
+		pts[0].MemUsed == 0 || pts[0].MemUsed > pts[0].MemTotal || pts[0].CPUUsedPct < 0 || pts[0].CPUUsedPct > 100 || pts[0].Timestamp == "" {
+		t.Errorf("Got(metrics) = %d %.300s; want one point with the sandbox's CPU share and memory", m.status, m.body)
+	}
+	if m := do(t, "GET", e.env.URL+"/e2b/sandboxes/"+id+"/metrics", "", "X-API-KEY", e.tokB); m.status != http.StatusNotFound || e2bCode(m.body) != http.StatusNotFound {
+		t.Errorf("Got(another tenant's metrics) = %d %.200s; want 404 with code 404", m.status, m.body)
+	}
+
 	var ce *connect.Error
 	if _, err := fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/home/user/nope"})); !errors.As(err, &ce) || ce.Code() != connect.CodeNotFound {
 		t.Errorf("Got(watch of a missing folder) = %v; want not_found", err)
