@@ -14,39 +14,26 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
-// Defaults are what a recipe gives every sandbox of its template.
-type Defaults struct {
-	Env     map[string]string
-	User    string
-	Workdir string
-}
-
-// Reserve is the version a build asks the registry for.
-type Reserve struct {
-	Name, Digest, CreatedBy string
-	Estimate                int64
-	Defaults                Defaults
-}
-
 // Registry is what a build needs of the template registry
-// (sandbox/templates.Service; cmd/stockade/app adapts it).
+// (*templates.Service).
 type Registry interface {
 	// Begin reserves a new version of the tenant's template (name rules,
 	// clash with a built-in or another source: ErrConflict; quota on the
-	// estimate) and returns its id.
-	Begin(ctx context.Context, tenant string, r Reserve) (versionID string, err error)
+	// estimate).
+	Begin(ctx context.Context, tenantID string, b templates.Begin) (templates.Version, error)
 	// Staging is a scratch folder for the version, removed by Finish/Fail.
-	Staging(tenant, versionID string) (string, error)
+	Staging(tenantID, versionID string) (string, error)
 	// Finish packs tree into the version's read-only image and marks it ready.
-	Finish(ctx context.Context, tenant, versionID, tree string, d Defaults) error
+	Finish(ctx context.Context, tenantID, versionID, tree string, d templates.Defaults) (templates.Version, error)
 	// Fail marks the version failed and removes all it had.
-	Fail(ctx context.Context, tenant, versionID string, reason error) error
-	// Ready reports whether the version is ready (not failed or deleted).
-	Ready(ctx context.Context, tenant, versionID string) (bool, error)
+	Fail(ctx context.Context, tenantID, versionID string, reason error) error
+	// VersionByID is the tenant's version (deleted ones too).
+	VersionByID(ctx context.Context, tenantID, versionID string) (templates.Version, error)
 }
 
 // Setup is a build's setup step: the commands to run over Tree.
@@ -143,9 +130,11 @@ func (b *Builder) Start(ctx context.Context, actor audit.Actor, tenant string, s
 	if prev, ok, err := b.o.Store.succeeded(ctx, tenant, r.Name, digest); err != nil {
 		return Build{}, false, err
 	} else if ok {
-		if ready, err := b.o.Registry.Ready(ctx, tenant, prev.VersionID); err != nil {
+		v, err := b.o.Registry.VersionByID(ctx, tenant, prev.VersionID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return Build{}, false, err
-		} else if ready {
+		}
+		if err == nil && v.State == templates.StateReady && v.DeletedAt == nil {
 			return prev, true, nil
 		}
 	}
@@ -156,12 +145,13 @@ func (b *Builder) Start(ctx context.Context, actor audit.Actor, tenant string, s
 	if err != nil {
 		return Build{}, false, fmt.Errorf("build id: %w", err)
 	}
-	d := Defaults{Env: r.Env, User: r.User, Workdir: r.Workdir}
 	estimate := base.SizeBytes + int64(len(pkgs))*(8<<20)
-	versionID, err := b.o.Registry.Begin(ctx, tenant, Reserve{Name: r.Name, Digest: digest, CreatedBy: actor.Name, Estimate: estimate, Defaults: d})
+	v, err := b.o.Registry.Begin(ctx, tenant, templates.Begin{Name: r.Name, Source: templates.SourceRecipe, SourceRef: digest,
+		CreatedBy: actor.Name, Actor: actor, Estimate: estimate, Defaults: r.defaults()})
 	if err != nil {
 		return Build{}, false, err
 	}
+	versionID := v.ID
 	build, err := b.o.Store.create(ctx, actor, Build{ID: id.String(), TenantID: tenant, TemplateName: r.Name,
 		VersionID: versionID, RecipeDigest: digest, Recipe: string(src), CreatedBy: actor.Name})
 	if err != nil {
@@ -285,7 +275,8 @@ func (b *Builder) steps(ctx context.Context, actor audit.Actor, build Build, r R
 		}
 	}
 	step(StepPack)
-	return b.o.Registry.Finish(ctx, build.TenantID, build.VersionID, tree, Defaults{Env: r.Env, User: r.User, Workdir: r.Workdir})
+	_, err = b.o.Registry.Finish(ctx, build.TenantID, build.VersionID, tree, r.defaults())
+	return err
 }
 
 // finish ends the build: a failure fails the version first, so that no

@@ -21,6 +21,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/stockade-dev/stockade/sandbox/templates"
+
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -286,9 +288,9 @@ func checkPath(p string) string {
 	return ""
 }
 
-// Defaults are the env, user and workdir the recipe gives its sandboxes.
-func (r Recipe) Defaults() (env map[string]string, user, workdir string) {
-	return r.Env, r.User, r.Workdir
+// defaults are the env, user and workdir the recipe gives its sandboxes.
+func (r Recipe) defaults() templates.Defaults {
+	return templates.Defaults{Env: r.Env, User: r.User, Workdir: r.Workdir}
 }
 
 // Digest is the recipe's identity: the SHA-256 of its canonical JSON (maps
