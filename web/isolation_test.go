@@ -405,6 +405,8 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return rows("policies", "tenant_id = ?", tenantID)
 	case strings.Contains(path, "/secrets/"):
 		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
+	case strings.Contains(path, "/templates/:name/builds"):
+		return rows("template_builds", "tenant_id = ? AND template_name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/workflows/"):
 		return struct{ Workflow, Runs []map[string]any }{rows("workflows", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
 			rows("workflow_runs", "tenant_id = ? AND workflow = ?", tenantID, params[":name"])}

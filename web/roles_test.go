@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe/recipetest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -153,6 +154,9 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
 		id, _ := f.object(t, "/sandboxes/:id")
 		o.params[":id"], o.params[":port"] = id, "8000"
+	case strings.Contains(path, "/templates/:name/builds"):
+		b := recipetest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("built%d", f.next()), "builder@"+f.tenant.Slug+".test")
+		o.params[":name"], o.params[":id"] = b.TemplateName, b.ID
 	case strings.Contains(path, ":id"):
 		id, ok := f.object(t, path)
 		if !ok {
@@ -348,6 +352,8 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /api/v1/templates":
+		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
 	case "POST /vms/pool":
 		// Within the default quota, no warm VM: nothing boots.
 		return url.Values{"vcpus": {"1"}, "memory_mib": {"1024"}, "max_vms": {"1"}, "warm_vms": {"0"}, "recycle_after_hours": {"24"}}, nil
@@ -476,6 +482,8 @@ func harnessStatus(r web.Route) (int, string) {
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
+	case "POST /api/v1/templates":
+		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

@@ -30,10 +30,13 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b"
 	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/handlers/mcp"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
@@ -157,6 +160,8 @@ type App struct {
 	Integrations   *integrations.Store
 	VMs            *vmpool.Service
 	Sandboxes      *sandbox.Service
+	Templates      *templates.Service // tenants' own templates
+	TemplateBuilds *recipe.Builder    // recipe builds of tenant templates
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
@@ -298,6 +303,18 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.ownVMs = true
 	}
+	if a.Templates == nil {
+		var err error
+		if a.Templates, err = templates.New(templates.Config{DB: a.DB, DataDir: cfg.DataDir, Clock: clock, Logger: log,
+			Builtins: func() []image.Template {
+				if a.Sandboxes == nil {
+					return nil
+				}
+				return a.Sandboxes.Templates()
+			}}); err != nil {
+			return err
+		}
+	}
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
@@ -349,6 +366,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.Compliance, a.ownCompliance = svc, svc
 	}
+	if err := a.templateBuilds(cfg); err != nil {
+		return err
+	}
 	// Notifications (Slack, Jira, GitHub, signed webhooks) for runs and the
 	// webhook dispatcher.
 	a.sender = notify.New(a.DB, notify.HostScoped(a.Secrets), notify.Config{Logger: log, Clock: clock.Now, Timers: clock, GitHubAPI: cfg.GitHubAPI})
@@ -388,6 +408,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		TemplateBuilds: a.TemplateBuilds,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
@@ -460,7 +481,7 @@ func (a *App) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.startTemplateBuilds(ctx)
 }
 
 // Serve serves HTTP on l until ctx ends, then shuts down gracefully. With

@@ -47,7 +47,7 @@ func newEnv(t *testing.T, db *gorm.DB) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(db, nil), Registry: reg, Bases: m, DataDir: dir})
+	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(db, nil), Registry: reg, Bases: func() []image.Template { return m.Templates }, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +146,11 @@ func TestBuildRecipe(t *testing.T) {
 			if _, err := e.b.Store().Get(ctx, other.ID, "jq-tools", b.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Get(another tenant's build) = %v; want not found", err)
 			}
-			if bs, err := e.b.Store().List(ctx, other.ID, "jq-tools"); err != nil || len(bs) != 0 {
-				t.Errorf("List(another tenant) = %v, %v; want none", bs, err)
+			if bs, err := e.b.Store().List(ctx, other.ID, "jq-tools"); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("List(another tenant) = %v, %v; want not found", bs, err)
+			}
+			if bs, err := e.b.Store().List(ctx, e.tenant, "jq-tools"); err != nil || len(bs) != 1 || bs[0].ID != b.ID {
+				t.Errorf("List(own) = %v, %v; want the one build", bs, err)
 			}
 			if _, _, err := e.b.Log(ctx, other.ID, "jq-tools", b.ID, 0); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Log(another tenant's build) = %v; want not found", err)
