@@ -30,10 +30,12 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b"
 	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/handlers/mcp"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
@@ -157,6 +159,7 @@ type App struct {
 	Integrations   *integrations.Store
 	VMs            *vmpool.Service
 	Sandboxes      *sandbox.Service
+	Templates      *templates.Service // tenants' own templates
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
@@ -298,12 +301,24 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.ownVMs = true
 	}
+	if a.Templates == nil {
+		var err error
+		if a.Templates, err = templates.New(templates.Config{DB: a.DB, DataDir: cfg.DataDir, Clock: clock, Logger: log,
+			Builtins: func() []image.Template {
+				if a.Sandboxes == nil {
+					return nil
+				}
+				return a.Sandboxes.Templates()
+			}}); err != nil {
+			return err
+		}
+	}
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
-			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations,
+			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
