@@ -69,6 +69,11 @@ const (
 	// deleted with its versions.
 	TypeTemplateCreated = "template.created"
 	TypeTemplateDeleted = "template.deleted"
+	// An OCI image imported as a template version (sandbox/templates/oci;
+	// details: name, version, source, source_ref, digest, size), or refused
+	// (details: name, source, reason; never a credential).
+	TypeTemplateImported     = "template.imported"
+	TypeTemplateImportFailed = "template.import_failed"
 	// Pause and resume (sandbox/pause.go); details name the actor's reason
 	// when the system re-applied a recorded state.
 	TypeSandboxPaused  = "sandbox.paused"
@@ -253,6 +258,8 @@ var codes = map[string]string{
 	TypeTemplateBuildStarted:   "SL1810I",
 	TypeTemplateBuildSucceeded: "SL1811I",
 	TypeTemplateBuildFailed:    "SL1812E",
+	TypeTemplateImported:       "SL1820I",
+	TypeTemplateImportFailed:   "SL1821W",
 }
 
 // Code returns the stable code of an event type.
