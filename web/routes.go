@@ -525,6 +525,9 @@ func Routes(h *handlers.Handlers) []Route {
 		// outside it as well, and outside our OpenAPI: it follows E2B's own
 		// API (handlers/e2b checks each route's permission as here).
 		// Recipe template builds (handlers/template_builds.go).
+		{Method: get, Path: handlers.TemplateBuildPage, Perm: tenants.PermSandboxesWrite, Handler: h.TemplateBuildForm},
+		{Method: post, Path: handlers.TemplateBuildPage, Perm: tenants.PermSandboxesWrite, Handler: h.BuildTemplate},
+		{Method: get, Path: "/templates/:name/builds/:id", Perm: tenants.PermSandboxesRead, Handler: h.TemplateBuildShow},
 		{Method: post, Path: "/api/v1/templates", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIBuildTemplate,
 			Doc: &Doc{Summary: "Build a tenant template from a recipe (YAML or JSON: base, packages, files, setup commands, env, user, workdir); every field is checked, each package against apt's index, before anything is written", Tag: "templates",
 				Body: &Body{Content: []Content{

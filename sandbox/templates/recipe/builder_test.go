@@ -34,7 +34,7 @@ type env struct {
 
 // newEnv is a builder on the real registry and db, with the test data
 // dir's built-in images as bases.
-func newEnv(t *testing.T, db *gorm.DB) env {
+func newEnv(t testing.TB, db *gorm.DB) env {
 	t.Helper()
 	needTools(t, "debugfs", "apt-get", "dpkg", "mkfs.ext4")
 	debianImage(t)
@@ -60,7 +60,7 @@ func newEnv(t *testing.T, db *gorm.DB) env {
 }
 
 // leftovers lists the files under the registry's folder (images, staging).
-func leftovers(t *testing.T, dir string) []string {
+func leftovers(t testing.TB, dir string) []string {
 	t.Helper()
 	var out []string
 	filepath.WalkDir(filepath.Join(dir, "tenant-templates"), func(p string, d os.DirEntry, err error) error {
