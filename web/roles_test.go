@@ -354,6 +354,8 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
 	case "POST /api/v1/templates":
 		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
+	case "POST /templates/build":
+		return url.Values{"recipe": {fmt.Sprintf("apiVersion: stockade.dev/template/v1\nname: form-recipe-%d\nbase: debian\n", n)}}, nil
 	case "POST /vms/pool":
 		// Within the default quota, no warm VM: nothing boots.
 		return url.Values{"vcpus": {"1"}, "memory_mib": {"1024"}, "max_vms": {"1"}, "warm_vms": {"0"}, "recycle_after_hours": {"24"}}, nil
@@ -482,7 +484,7 @@ func harnessStatus(r web.Route) (int, string) {
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
-	case "POST /api/v1/templates":
+	case "POST /api/v1/templates", "POST /templates/build":
 		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
