@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/integrations"
@@ -97,6 +98,7 @@ type Handlers struct {
 	workflows    *workflow.Store
 	runs         *runs.Engine
 	integrations *integrations.Store
+	volumes      *volumes.Service
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -139,6 +141,8 @@ type Deps struct {
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
 	// deliveries.
 	Integrations *integrations.Store
+	// Volumes keeps the tenants' persistent volumes.
+	Volumes *volumes.Service
 }
 
 // check names every missing dependency.
@@ -149,6 +153,7 @@ func (d Deps) check() error {
 		"VMs": d.VMs != nil, "Sandboxes": d.Sandboxes != nil, "Terminals": d.Terminals != nil, "Secrets": d.Secrets != nil,
 		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
 		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
+		"Volumes": d.Volumes != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -181,7 +186,7 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, volumes: d.Volumes, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

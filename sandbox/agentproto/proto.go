@@ -118,6 +118,12 @@ const (
 	OpFsChmod   Op = "fs.chmod"
 	OpFsWatch   Op = "fs.watch"
 	OpFsArchive Op = "fs.archive"
+	// OpVolumeMount mounts the volume disk whose serial is Request.Volume.ID
+	// at the VM's volume folder (read-only and noload when asked);
+	// OpVolumeUnmount unmounts it (conflict while a sandbox binds it). Both
+	// answer an empty Response (volume.go).
+	OpVolumeMount   Op = "volume.mount"
+	OpVolumeUnmount Op = "volume.unmount"
 )
 
 // Request is the first message on every stream.
@@ -137,6 +143,7 @@ type Request struct {
 	Fs         *FsRequest         `json:"fs,omitempty"`
 	Lifetime   *LifetimeRequest   `json:"lifetime,omitempty"`
 	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
+	Volume     *VolumeRequest     `json:"volume,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
