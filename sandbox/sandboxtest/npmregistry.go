@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -86,9 +85,15 @@ log: {type: stdout, format: pretty, level: warn}
 	if err := os.WriteFile(confPath, []byte(config), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	var logBuf lockedBuffer
+	logPath := filepath.Join(r.dir, "verdaccio.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer logf.Close() // the process has its own descriptor
+	logged := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 	cmd := exec.Command(bin, "--config", confPath, "--listen", r.Addr)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start verdaccio: %v", err)
@@ -109,9 +114,9 @@ log: {type: stdout, format: pretty, level: warn}
 	for ready := false; !ready; {
 		select {
 		case err := <-done:
-			tb.Fatalf("verdaccio exited: %v\n%s", err, logBuf.String())
+			tb.Fatalf("verdaccio exited: %v\n%s", err, logged())
 		case <-ctx.Done():
-			tb.Fatalf("verdaccio did not answer on %s: %v\n%s", r.Addr, ctx.Err(), logBuf.String())
+			tb.Fatalf("verdaccio did not answer on %s: %v\n%s", r.Addr, ctx.Err(), logged())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if resp, err := http.Get(r.URL + "-/ping"); err == nil {
@@ -155,22 +160,4 @@ func (r *NPMRegistry) Publish(tb testing.TB, dir string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("npm publish %s: %v\n%s", dir, err, out)
 	}
-}
-
-// lockedBuffer collects a process's output from its writer goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
