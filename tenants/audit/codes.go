@@ -133,6 +133,17 @@ const (
 	// the kind of a refusal; never arguments or file contents). What the
 	// tool did is audited as well, as its REST twin's (sandbox.exec, ...).
 	TypeMCPToolCall = "mcp.tool_call"
+
+	// Libvirt hosts (platform-level: tenant ""), and a tenant's host
+	// constraint (its own tenant).
+	TypeHostAdded         = "host.added"
+	TypeHostCordoned      = "host.cordoned"
+	TypeHostUncordoned    = "host.uncordoned"
+	TypeHostDrained       = "host.drained"
+	TypeHostDown          = "host.down"
+	TypeHostUp            = "host.up"
+	TypeHostRemoved       = "host.removed"
+	TypeHostConstraintSet = "host.constraint_set"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -234,6 +245,15 @@ var codes = map[string]string{
 	TypeWebhookTested:  "SI1603I",
 
 	TypeMCPToolCall: "SG1700I",
+
+	TypeHostAdded:         "SH1800I",
+	TypeHostCordoned:      "SH1801I",
+	TypeHostUncordoned:    "SH1802I",
+	TypeHostDrained:       "SH1803I",
+	TypeHostDown:          "SH1804W",
+	TypeHostUp:            "SH1805I",
+	TypeHostRemoved:       "SH1806I",
+	TypeHostConstraintSet: "SH1807I",
 }
 
 // Code returns the stable code of an event type.
