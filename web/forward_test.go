@@ -1,0 +1,181 @@
+package web_test
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/web/forward"
+	"github.com/stockade-dev/stockade/web/forward/forwardtest"
+	"github.com/stockade-dev/stockade/web/webtest"
+)
+
+// replicas are two apps on one database, a and b, that know each other
+// through a test directory of channel owners.
+type replicas struct {
+	a, b *webtest.Env
+	dir  *forwardtest.Directory
+}
+
+func newReplicas(t *testing.T) *replicas {
+	t.Helper()
+	db := dbtest.SQLite(t)
+	dir := forwardtest.NewDirectory()
+	r := &replicas{dir: dir,
+		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a")}),
+		b: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("b")})}
+	dir.SetURL("a", r.a.URL)
+	dir.SetURL("b", r.b.URL)
+	return r
+}
+
+// placed records a running sandbox of tenant on vmID.
+func placed(t *testing.T, env *webtest.Env, tenantID, vmID string) sandbox.Sandbox {
+	t.Helper()
+	sb := sandboxtest.Record(t, env.DB, tenantID, "test")
+	if err := env.DB.Model(&sandbox.Sandbox{}).Where("id = ?", sb.ID).Update("vm_id", vmID).Error; err != nil {
+		t.Fatal(err)
+	}
+	sb.VMID = vmID
+	return sb
+}
+
+// metric is the value of the sample of name whose labels include every
+// one of labels (`route="/x"`), 0 when there is none, from env's /metrics.
+func metric(t *testing.T, env *webtest.Env, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get(env.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+next:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+const execRoute = `route="/api/v1/sandboxes/:id/exec"`
+
+// TestForwardInProcess: a channel request at the replica that does not own
+// the sandbox's VM is served by the owner; the non-owner still refuses on
+// its own, without forwarding, a caller without the permission and another
+// tenant's sandbox (404); a signature header from a client is refused by
+// both; no owner (adoption pending) or an owner that does not answer is a
+// 503 problem with Retry-After.
+func TestForwardInProcess(t *testing.T) {
+	r := newReplicas(t)
+	t1, t2 := r.a.Tenant(t, "fwd-one"), r.a.Tenant(t, "fwd-two")
+	onB := placed(t, r.a, t1.ID, "vm-b")
+	onA := placed(t, r.a, t1.ID, "vm-a")
+	otherOnB := placed(t, r.a, t2.ID, "vm-b2")
+	r.dir.Own("vm-b", "b")
+	r.dir.Own("vm-b2", "b")
+	r.dir.Own("vm-a", "a")
+	dev := r.a.WithToken(r.a.Token(t, t1, tenants.RoleDeveloper))
+	auditor := r.a.WithToken(r.a.Token(t, t1, tenants.RoleAuditor))
+	exec := `{"cmd":["true"]}`
+
+	type counts struct{ forwarded, atB float64 }
+	now := func() counts {
+		return counts{metric(t, r.a, "stockade_forwards_total", execRoute, `result="ok"`),
+			metric(t, r.b, "stockade_http_requests_total", execRoute)}
+	}
+	for _, tc := range []struct {
+		name    string
+		client  *webtest.Client
+		sandbox string
+		hdr     []string
+		status  int // 0: whatever the owner answers
+		forward bool
+	}{
+		{name: "own tenant, owner b", client: dev, sandbox: onB.ID, forward: true},
+		{name: "own tenant, owner a (served here)", client: dev, sandbox: onA.ID},
+		{name: "another tenant's sandbox", client: dev, sandbox: otherOnB.ID, status: http.StatusNotFound},
+		{name: "no such sandbox", client: dev, sandbox: "nope", status: http.StatusNotFound},
+		{name: "a role without sandboxes.write", client: auditor, sandbox: onB.ID, status: http.StatusForbidden},
+		{name: "anonymous", client: r.a.Anonymous(), sandbox: onB.ID, status: http.StatusForbidden}, // CSRF: no token, no session,
+		{name: "a signature sent by the client", client: dev, sandbox: onB.ID, status: http.StatusForbidden,
+			hdr: []string{forward.Header, "v1 b " + strconv.FormatInt(time.Now().Unix(), 10) + " 127.0.0.1:1 AAAA"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := now()
+			status, body, _ := tc.client.Request(t, http.MethodPost, "/api/v1/sandboxes/"+tc.sandbox+"/exec", "application/json",
+				strings.NewReader(exec), tc.hdr...)
+			if tc.status != 0 && status != tc.status {
+				t.Errorf("Got(status) = %d %s; want %d", status, body, tc.status)
+			}
+			after := now()
+			wantDelta := 0.0
+			if tc.forward {
+				wantDelta = 1
+			}
+			if d := after.forwarded - before.forwarded; d != wantDelta {
+				t.Errorf("Got(forwards counted at a) = +%v; want +%v", d, wantDelta)
+			}
+			if d := after.atB - before.atB; d != wantDelta {
+				t.Errorf("Got(exec requests b served) = +%v; want +%v", d, wantDelta)
+			}
+		})
+	}
+
+	// b, asked directly with a forged signature, refuses it too.
+	bDev := r.b.WithToken(dev.Bearer)
+	status, body, _ := bDev.Request(t, http.MethodPost, "/api/v1/sandboxes/"+onB.ID+"/exec", "application/json", strings.NewReader(exec),
+		forward.Header, "v1 a "+strconv.FormatInt(time.Now().Unix(), 10)+" 127.0.0.1:1 AAAA")
+	if status != http.StatusForbidden || !strings.Contains(body, forward.Header) {
+		t.Errorf("Got(forged signature at b) = %d %s; want 403 naming %s", status, body, forward.Header)
+	}
+	// On a route that forwards nothing as well.
+	if status, body, _ := bDev.Request(t, http.MethodGet, "/api/v1/me", "", nil, forward.Header, "v1 a 1 1.2.3.4:5 AAAA"); status != http.StatusForbidden {
+		t.Errorf("Got(forged signature on /api/v1/me) = %d %s; want 403", status, body)
+	}
+
+	t.Run("no owner", func(t *testing.T) {
+		r.dir.Own("vm-b", "")
+		defer r.dir.Own("vm-b", "b")
+		status, body, hdr := dev.Request(t, http.MethodPost, "/api/v1/sandboxes/"+onB.ID+"/exec", "application/json", strings.NewReader(exec))
+		p := webtest.Problem(t, hdr, body)
+		if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != strconv.Itoa(forward.RetryAfter) || p.Status != http.StatusServiceUnavailable {
+			t.Errorf("Got(no owner) = %d, Retry-After %q, %s; want a 503 problem with Retry-After %d", status, hdr.Get("Retry-After"), body, forward.RetryAfter)
+		}
+		if got := metric(t, r.a, "stockade_forwards_total", execRoute, `result="no_owner"`); got < 1 {
+			t.Errorf("Got(no_owner forwards) = %v; want counted", got)
+		}
+	})
+	t.Run("owner down", func(t *testing.T) {
+		dead := httptest.NewServer(http.NotFoundHandler())
+		dead.Close()
+		r.dir.SetURL("b", dead.URL)
+		defer r.dir.SetURL("b", r.b.URL)
+		status, body, hdr := dev.Request(t, http.MethodPost, "/api/v1/sandboxes/"+onB.ID+"/exec", "application/json", strings.NewReader(exec))
+		if p := webtest.Problem(t, hdr, body); status != http.StatusServiceUnavailable || p.Status != status || hdr.Get("Retry-After") == "" {
+			t.Errorf("Got(owner down) = %d, Retry-After %q, %s; want a 503 problem with Retry-After", status, hdr.Get("Retry-After"), body)
+		}
+	})
+}
