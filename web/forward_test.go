@@ -2,15 +2,22 @@ package web_test
 
 import (
 	"bufio"
+	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/terminal"
+	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/web/forward"
@@ -26,12 +33,18 @@ type replicas struct {
 }
 
 func newReplicas(t *testing.T) *replicas {
+	return newReplicasWith(t, dbtest.SQLite(t), webtest.Options{})
+}
+
+// newReplicasWith is newReplicas on db with b built from bOpts (its
+// services: the channels it owns).
+func newReplicasWith(t *testing.T, db *gorm.DB, bOpts webtest.Options) *replicas {
 	t.Helper()
-	db := dbtest.SQLite(t)
 	dir := forwardtest.NewDirectory()
+	bOpts.DB, bOpts.Owners = db, dir.Replica("b")
 	r := &replicas{dir: dir,
 		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a")}),
-		b: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("b")})}
+		b: webtest.New(t, bOpts)}
 	dir.SetURL("a", r.a.URL)
 	dir.SetURL("b", r.b.URL)
 	return r
@@ -178,4 +191,64 @@ func TestForwardInProcess(t *testing.T) {
 			t.Errorf("Got(owner down) = %d, Retry-After %q, %s; want a 503 problem with Retry-After", status, hdr.Get("Retry-After"), body)
 		}
 	})
+}
+
+// TestForwardTerminal: a terminal WebSocket opened at the replica that does
+// not own the sandbox is the owner's terminal (b runs it: its PTYs here are
+// local processes); typed input reaches it and its output comes back, and a
+// watcher that drops reconnects through the non-owner and replays from its
+// offset, missing nothing.
+func TestForwardTerminal(t *testing.T) {
+	db := dbtest.SQLite(t)
+	local := terminaltest.NewLocal(db)
+	svc := terminal.New(db, local, terminal.Config{DataDir: t.TempDir(), Shell: []string{"/bin/sh"}, Logger: slog.New(slog.DiscardHandler),
+		Env: []string{"PS1=$ ", "TERM=xterm-256color", "ENV="}, CheckInterval: 100 * time.Millisecond})
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Close() })
+	r := newReplicasWith(t, db, webtest.Options{Terminals: svc})
+	tn := r.a.Tenant(t, "fwd-term")
+	sb := placed(t, r.a, tn.ID, "vm-b")
+	r.dir.Own("vm-b", "b")
+	token := r.a.Token(t, tn, tenants.RoleDeveloper)
+	dial := func(q url.Values) *terminaltest.Conn {
+		t.Helper()
+		u, err := terminal.SocketURL(r.a.URL, sb.ID, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ws, err := terminal.Dial(ctx, u, http.Header{"Authorization": {"Bearer " + token}}, nil)
+		if err != nil {
+			t.Fatalf("dial the terminal at a: %v", err)
+		}
+		t.Cleanup(func() { ws.Close() })
+		return terminaltest.NewConn(ws, nil)
+	}
+	const wait = time.Minute
+	driver := dial(url.Values{})
+	session := driver.Hello(t).Session
+	driver.WaitOutput(t, "$ ", wait)
+	if n := len(local.PTYs()); n != 1 {
+		t.Fatalf("Got(PTYs b runs) = %d; want 1: the terminal is b's", n)
+	}
+	watcher := dial(url.Values{"session": {session}, "watch": {"1"}})
+	watcher.Hello(t)
+	driver.Type(t, "echo via-$((40+2))\n")
+	watcher.WaitOutput(t, "via-42", wait)
+
+	seen := watcher.Output()
+	watcher.WS.Close()
+	driver.Type(t, "for i in 1 2 3; do echo gone-$i; done\n")
+	driver.WaitOutput(t, "gone-3\r\n", wait)
+	back := dial(url.Values{"session": {session}, "watch": {"1"}, "offset": {strconv.Itoa(len(seen))}})
+	if h := back.Hello(t); h.Offset == nil || *h.Offset != int64(len(seen)) || h.Missed != 0 {
+		t.Fatalf("Got(resumed hello) = %+v; want offset %d, nothing missed", h, len(seen))
+	}
+	back.WaitOutput(t, "gone-3", wait)
+	if got := metric(t, r.a, "stockade_forwards_total", `route="/api/v1/sandboxes/:id/terminal"`, `result="ok"`); got < 1 {
+		t.Errorf("Got(terminal forwards counted at a) = %v; want the closed watcher's (a WebSocket counts when it ends)", got)
+	}
 }
