@@ -169,6 +169,58 @@ func TestForwardInProcess(t *testing.T) {
 		t.Errorf("Got(forged signature on /api/v1/me) = %d %s; want 403", status, body)
 	}
 
+	// The protocol endpoints outside the table: an MCP tool call and an E2B
+	// control-plane request on b's sandbox are b's; another tenant's
+	// sandbox is answered at a, not forwarded; a forged signature is refused.
+	mcpCall := func(sandboxID string) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exec","arguments":{"sandbox_id":"` + sandboxID + `","cmd":["true"]}}}`
+	}
+	for _, tc := range []struct {
+		name, method, path, body, route, atB string
+		hdr                                  []string
+		forward                              bool
+	}{
+		{name: "MCP tool call", method: http.MethodPost, path: "/mcp", body: mcpCall(onB.ID), route: `route="/mcp"`, atB: `route="/mcp"`, forward: true,
+			hdr: []string{"Accept", "application/json, text/event-stream"}},
+		{name: "MCP tool call on another tenant's sandbox", method: http.MethodPost, path: "/mcp", body: mcpCall(otherOnB.ID), route: `route="/mcp"`, atB: `route="/mcp"`,
+			hdr: []string{"Accept", "application/json, text/event-stream"}},
+		{name: "E2B sandbox", method: http.MethodGet, path: "/e2b/sandboxes/" + onB.ID, route: `route="/e2b/sandboxes/{id}"`, atB: `route="/e2b/*"`, forward: true,
+			hdr: []string{"X-API-KEY", dev.Bearer}},
+		{name: "E2B sandbox of another tenant", method: http.MethodGet, path: "/e2b/sandboxes/" + otherOnB.ID, route: `route="/e2b/sandboxes/{id}"`, atB: `route="/e2b/*"`,
+			hdr: []string{"X-API-KEY", dev.Bearer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			count := func() (float64, float64) {
+				return metric(t, r.a, "stockade_forwards_total", tc.route, `result="ok"`), metric(t, r.b, "stockade_http_requests_total", tc.atB)
+			}
+			f0, b0 := count()
+			cl := dev
+			if tc.path != "/mcp" {
+				cl = r.a.Anonymous()
+			}
+			status, body, _ := cl.Request(t, tc.method, tc.path, "application/json", strings.NewReader(tc.body), tc.hdr...)
+			f1, b1 := count()
+			want := 0.0
+			if tc.forward {
+				want = 1
+			}
+			if f1-f0 != want || b1-b0 != want {
+				t.Errorf("Got(forwarded, served at b) = +%v, +%v (answer %d %.300s); want +%v, +%v", f1-f0, b1-b0, status, body, want, want)
+			}
+		})
+	}
+	forged := "v1 a " + strconv.FormatInt(time.Now().Unix(), 10) + " 127.0.0.1:1 AAAA"
+	if status, body, _ := bDev.Request(t, http.MethodPost, "/mcp", "application/json", strings.NewReader(mcpCall(onB.ID)),
+		"Accept", "application/json, text/event-stream", forward.Header, forged); status != http.StatusForbidden {
+		t.Errorf("Got(forged signature on /mcp at b) = %d %.300s; want 403", status, body)
+	}
+	if status, body, _ := r.b.Anonymous().Request(t, http.MethodGet, "/e2b/sandboxes/"+onB.ID, "", nil, "X-API-KEY", dev.Bearer, forward.Header, forged); status != http.StatusForbidden {
+		t.Errorf("Got(forged signature on E2B at b) = %d %.300s; want 403", status, body)
+	}
+	if status, body, _ := r.b.Anonymous().Request(t, http.MethodGet, "/health", "", nil, "E2b-Sandbox-Id", onB.ID, forward.Header, forged); status != http.StatusForbidden {
+		t.Errorf("Got(forged signature on envd at b) = %d %.300s; want 403", status, body)
+	}
+
 	t.Run("no owner", func(t *testing.T) {
 		r.dir.Own("vm-b", "")
 		defer r.dir.Own("vm-b", "b")
