@@ -119,8 +119,10 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
 		m := c.Request().Method
-		return (m == http.MethodPut || m == http.MethodPost) && (c.Path() == FileUploadPath || c.Path() == E2BFilesPath)
+		return (m == http.MethodPut || m == http.MethodPost) && (c.Path() == FileUploadPath || c.Path() == E2BFilesPath ||
+			c.Path() == handlers.TemplateImportPath || c.Path() == handlers.TemplateImportPage)
 	}}))
+	e.Use(s.templateUploadLimit)
 
 	// Static files and the dev identity provider need no session.
 	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", staticHandler())))

@@ -63,6 +63,17 @@ const (
 	// Preview links of a sandbox port (details: link id, port, expiry; never the token).
 	TypeSandboxPreviewCreated = "sandbox.preview_created"
 	TypeSandboxPreviewRevoked = "sandbox.preview_revoked"
+
+	// Tenant templates (sandbox/templates): a version became ready
+	// (details: name, version, seq, source, digest, size), a template was
+	// deleted with its versions.
+	TypeTemplateCreated = "template.created"
+	TypeTemplateDeleted = "template.deleted"
+	// An OCI image imported as a template version (sandbox/templates/oci;
+	// details: name, version, source, source_ref, digest, size), or refused
+	// (details: name, source, reason; never a credential).
+	TypeTemplateImported     = "template.imported"
+	TypeTemplateImportFailed = "template.import_failed"
 	// Pause and resume (sandbox/pause.go); details name the actor's reason
 	// when the system re-applied a recorded state.
 	TypeSandboxPaused  = "sandbox.paused"
@@ -133,6 +144,12 @@ const (
 	// the kind of a refusal; never arguments or file contents). What the
 	// tool did is audited as well, as its REST twin's (sandbox.exec, ...).
 	TypeMCPToolCall = "mcp.tool_call"
+
+	// Recipe template builds (details: template, build_id, recipe_digest;
+	// failed adds error).
+	TypeTemplateBuildStarted   = "template.build.started"
+	TypeTemplateBuildSucceeded = "template.build.succeeded"
+	TypeTemplateBuildFailed    = "template.build.failed"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -234,6 +251,15 @@ var codes = map[string]string{
 	TypeWebhookTested:  "SI1603I",
 
 	TypeMCPToolCall: "SG1700I",
+
+	TypeTemplateCreated: "SL1800I",
+	TypeTemplateDeleted: "SL1801I",
+
+	TypeTemplateBuildStarted:   "SL1810I",
+	TypeTemplateBuildSucceeded: "SL1811I",
+	TypeTemplateBuildFailed:    "SL1812E",
+	TypeTemplateImported:       "SL1820I",
+	TypeTemplateImportFailed:   "SL1821W",
 }
 
 // Code returns the stable code of an event type.

@@ -30,10 +30,13 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b"
 	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/handlers/mcp"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
+	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/static"
@@ -82,6 +85,12 @@ type Config struct {
 	// are kept (0: 90).
 	EgressAllowCIDRs    []string
 	EgressRetentionDays int
+
+	// TemplateRegistries are the registries tenants may pull template
+	// images from (STOCKADE_TEMPLATE_REGISTRIES); TemplateMaxUploadBytes
+	// bounds an image upload (0: 2 GiB).
+	TemplateRegistries     []string
+	TemplateMaxUploadBytes int64
 
 	// Terminal recordings: keystrokes too, retention, and caps in bytes
 	// per session and per tenant (negative: none; 0: the defaults).
@@ -142,6 +151,9 @@ type Options struct {
 	// requests needing a channel another replica owns are forwarded there
 	// (web/forward), signed under a key derived from RootKey.
 	Owners forward.Owners
+	// TemplateImportGateway carries template image pulls (default: an
+	// egress gateway on the configured policies and ranges).
+	TemplateImportGateway oci.Dialer
 }
 
 // App is the assembled server. Its fields are what New built or was
@@ -162,9 +174,11 @@ type App struct {
 	Integrations   *integrations.Store
 	VMs            *vmpool.Service
 	Sandboxes      *sandbox.Service
+	Templates      *templates.Service // tenants' own templates
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
+	Imports        *oci.Importer // tenant templates from OCI images
 
 	cfg      Config
 	log      *slog.Logger
@@ -303,12 +317,24 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.ownVMs = true
 	}
+	if a.Templates == nil {
+		var err error
+		if a.Templates, err = templates.New(templates.Config{DB: a.DB, DataDir: cfg.DataDir, Clock: clock, Logger: log,
+			Builtins: func() []image.Template {
+				if a.Sandboxes == nil {
+					return nil
+				}
+				return a.Sandboxes.Templates()
+			}}); err != nil {
+			return err
+		}
+	}
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
-			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations,
+			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
@@ -384,6 +410,9 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	for _, e := range sortedLower(cfg.OperatorEmails) {
 		operators[e] = true
 	}
+	if a.Imports, err = a.templateImports(cfg, o); err != nil {
+		return err
+	}
 	h, err := handlers.New(handlers.Config{
 		ProviderName: id.providerName, DevIdP: id.dev != nil, SecureCookies: secure,
 		OperatorEmails: operators, AssetVersion: assets, FlashKey: web.Derive(cfg.RootKey, "flash"),
@@ -393,6 +422,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		TemplateImports: a.Imports,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
