@@ -150,6 +150,14 @@ const (
 	TypeTemplateBuildStarted   = "template.build.started"
 	TypeTemplateBuildSucceeded = "template.build.succeeded"
 	TypeTemplateBuildFailed    = "template.build.failed"
+	// Volumes (sandbox/volumes): created, resized, deleted (details: name,
+	// size_gib), attached to or detached from a VM (details: name, vm,
+	// read_only).
+	TypeVolumeCreated  = "volume.created"
+	TypeVolumeResized  = "volume.resized"
+	TypeVolumeDeleted  = "volume.deleted"
+	TypeVolumeAttached = "volume.attached"
+	TypeVolumeDetached = "volume.detached"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -209,6 +217,12 @@ var codes = map[string]string{
 	TypeSandboxPreviewRevoked: "SS8101I",
 	TypeSandboxPaused:         "SS8060I",
 	TypeSandboxResumed:        "SS8061I",
+
+	TypeVolumeCreated:  "SL1000I",
+	TypeVolumeResized:  "SL1001I",
+	TypeVolumeDeleted:  "SL1002I",
+	TypeVolumeAttached: "SL1003I",
+	TypeVolumeDetached: "SL1004I",
 
 	TypeTerminalOpened:       "SP9000I",
 	TypeTerminalJoined:       "SP9001I",

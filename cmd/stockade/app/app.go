@@ -39,6 +39,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -179,6 +180,7 @@ type App struct {
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
 	Imports        *oci.Importer // tenant templates from OCI images
+	Volumes        *volumes.Service
 
 	cfg      Config
 	log      *slog.Logger
@@ -329,12 +331,19 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			return err
 		}
 	}
+	// Tenant volumes, hot-attached to the tenant's VMs (volumes.go).
+	vols, err := newVolumes(a, cfg, log)
+	if err != nil {
+		return err
+	}
+	a.Volumes = vols
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
 			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
+			Volumes:      a.Volumes,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
@@ -422,7 +431,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
-		TemplateImports: a.Imports,
+		TemplateImports: a.Imports, Volumes: a.Volumes,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
