@@ -52,6 +52,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Config is the deployment: what `stockade serve` reads from its
@@ -147,6 +148,10 @@ type Options struct {
 	Workflows    *workflow.Store
 	Runs         *runs.Engine
 	Integrations *integrations.Store
+	// Owners, when set, says which replica owns each VM's agent channel:
+	// requests needing a channel another replica owns are forwarded there
+	// (web/forward), signed under a key derived from RootKey.
+	Owners forward.Owners
 	// TemplateImportGateway carries template image pulls (default: an
 	// egress gateway on the configured policies and ranges).
 	TemplateImportGateway oci.Dialer
@@ -450,6 +455,13 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	var fwd *forward.Forwarder
+	if o.Owners != nil {
+		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Key: cfg.RootKey,
+			Clock: o.Clock, Log: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
 	a.Server, err = web.New(web.Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: operators,
 		DevIdP: devHandler, DevIdPPath: web.DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
@@ -457,6 +469,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 			Runs: a.Runs.Store(), Starter: a.Runs, Log: log},
 		MCP: mcpServer,
 		E2B: e2b.New(e2b.Deps{Sandboxes: a.Sandboxes, DB: a.DB, Log: log, Now: o.Clock.Now}), E2BAPIKeyToken: e2b.APIKeyToken, E2BError: e2b.WriteError,
+		Forward: fwd,
 	}, a.Store, h, log, reg)
 	return err
 }
