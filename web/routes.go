@@ -524,6 +524,28 @@ func Routes(h *handlers.Handlers) []Route {
 		// The E2B surface (web/e2b.go: E2BPrefix and envd's root paths) is
 		// outside it as well, and outside our OpenAPI: it follows E2B's own
 		// API (handlers/e2b checks each route's permission as here).
+		// Recipe template builds (handlers/template_builds.go).
+		{Method: post, Path: "/api/v1/templates", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIBuildTemplate,
+			Doc: &Doc{Summary: "Build a tenant template from a recipe (YAML or JSON: base, packages, files, setup commands, env, user, workdir); every field is checked, each package against apt's index, before anything is written", Tag: "templates",
+				Body: &Body{Content: []Content{
+					{Media: api.MediaYAML, Schema: textSchema("the recipe (apiVersion stockade.dev/template/v1)", "")},
+					{Media: echo.MIMEApplicationJSON, Schema: &openapi3.Schema{Type: types(openapi3.TypeObject)}}}},
+				Answers: []Answer{answer(http.StatusAccepted, "The build, running; Location is its log", api.TemplateBuild{}),
+					answer(http.StatusOK, "The same recipe was built before and its version is ready: that build (reused)", api.TemplateBuild{})},
+				Errors: map[int]string{409: "The name is a built-in's or another source's template, or two builds run already",
+					422: "A bad field, an unknown base or package; the problem names every failing field", 429: "The template storage quota"}}},
+		{Method: get, Path: "/api/v1/templates/:name/builds", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuilds,
+			Doc: &Doc{Summary: "A template's recipe builds, newest first", Tag: "templates", Params: api.TemplateBuildParams{},
+				Answers: ok("The list", api.TemplateBuildList{})}},
+		{Method: get, Path: "/api/v1/templates/:name/builds/:id", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuild,
+			Doc: &Doc{Summary: "One build: its state, step and error", Tag: "templates", Params: api.TemplateBuildParams{},
+				Answers: ok("The build", api.TemplateBuild{}), Errors: map[int]string{404: "No such build of the caller's template"}}},
+		{Method: get, Path: "/api/v1/templates/:name/builds/:id/log", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuildLog,
+			Doc: &Doc{Summary: "A build's log as text (at most 1 MiB kept); with follow=1 streamed until the build ends", Tag: "templates", Params: api.TemplateBuildLogQuery{},
+				Answers: []Answer{{Status: http.StatusOK, Desc: "The log; with follow=1 and Accept: text/event-stream, events reset, log (text to append), step and end (TemplateBuild's state, step, error)",
+					Content: []Content{{Media: api.MediaText, Schema: textSchema("the build log", api.MediaText)},
+						{Media: api.MediaEventStream, Schema: textSchema("Server-Sent Events", api.MediaEventStream)}}}},
+				Errors: map[int]string{404: "No such build of the caller's template"}}},
 		{Method: get, Path: "/api/v1/workflows", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflows,
 			Doc: &Doc{Summary: "List the tenant's workflows (the newest version of each)", Tag: "workflows", Answers: ok("The list", api.WorkflowList{})}},
 		{Method: get, Path: "/api/v1/workflows/:name", Perm: tenants.PermWorkflowsRead, API: true, Handler: h.APIWorkflow,

@@ -144,6 +144,12 @@ const (
 	// the kind of a refusal; never arguments or file contents). What the
 	// tool did is audited as well, as its REST twin's (sandbox.exec, ...).
 	TypeMCPToolCall = "mcp.tool_call"
+
+	// Recipe template builds (details: template, build_id, recipe_digest;
+	// failed adds error).
+	TypeTemplateBuildStarted   = "template.build.started"
+	TypeTemplateBuildSucceeded = "template.build.succeeded"
+	TypeTemplateBuildFailed    = "template.build.failed"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -248,8 +254,12 @@ var codes = map[string]string{
 
 	TypeTemplateCreated: "SL1800I",
 	TypeTemplateDeleted: "SL1801I",
-	TypeTemplateImported:     "SL1820I",
-	TypeTemplateImportFailed: "SL1821W",
+
+	TypeTemplateBuildStarted:   "SL1810I",
+	TypeTemplateBuildSucceeded: "SL1811I",
+	TypeTemplateBuildFailed:    "SL1812E",
+	TypeTemplateImported:       "SL1820I",
+	TypeTemplateImportFailed:   "SL1821W",
 }
 
 // Code returns the stable code of an event type.

@@ -30,6 +30,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b"
 	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/handlers/mcp"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
@@ -311,12 +312,24 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.ownVMs = true
 	}
+	if a.Templates == nil {
+		var err error
+		if a.Templates, err = templates.New(templates.Config{DB: a.DB, DataDir: cfg.DataDir, Clock: clock, Logger: log,
+			Builtins: func() []image.Template {
+				if a.Sandboxes == nil {
+					return nil
+				}
+				return a.Sandboxes.Templates()
+			}}); err != nil {
+			return err
+		}
+	}
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
-			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations,
+			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
