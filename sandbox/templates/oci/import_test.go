@@ -48,7 +48,11 @@ type importEnv struct {
 // allowHosts (127.0.0.1 reachable, as STOCKADE_EGRESS_ALLOW_CIDRS would).
 func newImportEnv(t *testing.T, registries []string, allowHosts ...string) *importEnv {
 	t.Helper()
-	db := dbtest.SQLite(t)
+	return newImportEnvOn(t, dbtest.SQLite(t), registries, allowHosts...)
+}
+
+func newImportEnvOn(t *testing.T, db *gorm.DB, registries []string, allowHosts ...string) *importEnv {
+	t.Helper()
 	st := tenants.NewStore(db, nil)
 	tn, err := st.CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "acme", "")
 	if err != nil {
@@ -118,8 +122,14 @@ func (e *importEnv) upload(t *testing.T, archive []byte, tpl string) (templates.
 	return e.im.Import(t.Context(), e.tenant, oci.Request{Name: tpl, Actor: dev, Upload: up})
 }
 
+// TestImportUpload on SQLite and PostgreSQL.
 func TestImportUpload(t *testing.T) {
-	e := newImportEnv(t, nil)
+	for _, db := range dbtest.Databases(t) {
+		t.Run(db.Name, func(t *testing.T) { testImportUpload(t, newImportEnvOn(t, db.DB, nil)) })
+	}
+}
+
+func testImportUpload(t *testing.T, e *importEnv) {
 	v, err := e.upload(t, DockerTar(t, goodImage(t)), "mine")
 	if err != nil {
 		t.Fatalf("Got(Import) = %v; want nil", err)
