@@ -285,6 +285,19 @@ func TestImportPullRefused(t *testing.T) {
 			if tn, vn := e.rows(t); tn != 0 || vn != 0 {
 				t.Errorf("Got(rows) = %d, %d; want none", tn, vn)
 			}
+			if tc.detail == "denied" {
+				// Refused by the tenant's policy: logged and audited as its
+				// sandboxes' refusals are.
+				evs, err := e.egress.Events(t.Context(), e.tenant, egress.Filter{Decision: egress.DecisionDeny})
+				if err != nil || len(evs) == 0 || evs[0].SandboxID != "template-import:pulled" || evs[0].VMID != egress.HostVM {
+					t.Errorf("Got(denied egress events) = %+v, %v; want the pull's refusal", evs, err)
+				}
+				var n int64
+				e.db.Model(&audit.Event{}).Where("type = ?", audit.TypeEgressDenied).Count(&n)
+				if n == 0 {
+					t.Errorf("Got(egress.denied events) = 0; want the refusal audited")
+				}
+			}
 		})
 	}
 }
