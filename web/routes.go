@@ -555,7 +555,7 @@ func Routes(h *handlers.Handlers) []Route {
 				Errors: map[int]string{409: "The name is a built-in's or another source's template, or two builds run already",
 					422: "A bad field, an unknown base or package; the problem names every failing field", 429: "The template storage quota"}}},
 		{Method: get, Path: "/api/v1/templates/:name/builds", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuilds,
-			Doc: &Doc{Summary: "A template's recipe builds, newest first", Tag: "templates", Params: api.TemplateBuildParams{},
+			Doc: &Doc{Summary: "A template's recipe builds, newest first", Tag: "templates", Params: api.TemplateBuildsParams{},
 				Answers: ok("The list", api.TemplateBuildList{})}},
 		{Method: get, Path: "/api/v1/templates/:name/builds/:id", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuild,
 			Doc: &Doc{Summary: "One build: its state, step and error", Tag: "templates", Params: api.TemplateBuildParams{},
