@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/integrations"
@@ -102,6 +103,7 @@ type Handlers struct {
 	// builds runs recipe template builds; nil: the routes say unavailable.
 	builds  *recipe.Builder
 	imports *oci.Importer
+	volumes *volumes.Service
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -149,6 +151,8 @@ type Deps struct {
 	TemplateBuilds *recipe.Builder
 	// TemplateImports imports tenant templates from OCI images.
 	TemplateImports *oci.Importer
+	// Volumes keeps the tenants' persistent volumes.
+	Volumes *volumes.Service
 }
 
 // check names every missing dependency.
@@ -160,6 +164,7 @@ func (d Deps) check() error {
 		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
 		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
 		"TemplateImports": d.TemplateImports != nil,
+		"Volumes":         d.Volumes != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -192,7 +197,7 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, builds: d.TemplateBuilds, imports: d.TemplateImports, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, builds: d.TemplateBuilds, imports: d.TemplateImports, volumes: d.Volumes, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

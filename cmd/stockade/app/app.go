@@ -39,6 +39,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
@@ -51,6 +52,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Config is the deployment: what `stockade serve` reads from its
@@ -146,6 +148,10 @@ type Options struct {
 	Workflows    *workflow.Store
 	Runs         *runs.Engine
 	Integrations *integrations.Store
+	// Owners, when set, says which replica owns each VM's agent channel:
+	// requests needing a channel another replica owns are forwarded there
+	// (web/forward), signed under a key derived from RootKey.
+	Owners forward.Owners
 	// TemplateImportGateway carries template image pulls (default: an
 	// egress gateway on the configured policies and ranges).
 	TemplateImportGateway oci.Dialer
@@ -174,6 +180,7 @@ type App struct {
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
 	Imports        *oci.Importer // tenant templates from OCI images
+	Volumes        *volumes.Service
 
 	cfg      Config
 	log      *slog.Logger
@@ -324,12 +331,19 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			return err
 		}
 	}
+	// Tenant volumes, hot-attached to the tenant's VMs (volumes.go).
+	vols, err := newVolumes(a, cfg, log)
+	if err != nil {
+		return err
+	}
+	a.Volumes = vols
 	if a.Sandboxes == nil {
 		// Each tenant's policy bounds its sandboxes at create; a frozen
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
 			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
+			Volumes:      a.Volumes,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
@@ -417,7 +431,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
-		TemplateImports: a.Imports,
+		TemplateImports: a.Imports, Volumes: a.Volumes,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
@@ -441,6 +455,13 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	var fwd *forward.Forwarder
+	if o.Owners != nil {
+		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Key: cfg.RootKey,
+			Clock: o.Clock, Log: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
 	a.Server, err = web.New(web.Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: operators,
 		DevIdP: devHandler, DevIdPPath: web.DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
@@ -448,6 +469,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 			Runs: a.Runs.Store(), Starter: a.Runs, Log: log},
 		MCP: mcpServer,
 		E2B: e2b.New(e2b.Deps{Sandboxes: a.Sandboxes, DB: a.DB, Log: log, Now: o.Clock.Now}), E2BAPIKeyToken: e2b.APIKeyToken, E2BError: e2b.WriteError,
+		Forward: fwd,
 	}, a.Store, h, log, reg)
 	return err
 }
