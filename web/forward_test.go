@@ -40,7 +40,7 @@ func newReplicas(t *testing.T) *replicaPair {
 
 // newReplicasWith is newReplicas on db with b built from bOpts (its
 // services: the channels it owns).
-func newReplicasWith(t *testing.T, db *gorm.DB, bOpts webtest.Options) *replicaPair {
+func newReplicasWith(t testing.TB, db *gorm.DB, bOpts webtest.Options) *replicaPair {
 	t.Helper()
 	dir := forwardtest.NewDirectory()
 	bOpts.DB, bOpts.Owners = db, dir.Replica("b")

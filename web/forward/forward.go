@@ -69,10 +69,18 @@ type Sandboxes interface {
 	Sandbox(ctx context.Context, tenantID, id string) (sandbox.Sandbox, error)
 }
 
+// Previews resolves a preview link's token (sandbox.Service).
+type Previews interface {
+	ResolvePreview(ctx context.Context, token string) (sandbox.PreviewLink, error)
+}
+
 // Config configures a Forwarder. Owners, Sandboxes and Key are required.
 type Config struct {
 	Owners    Owners
 	Sandboxes Sandboxes
+	// Previews, when set, lets the preview link door (/preview/:token/*)
+	// be forwarded too.
+	Previews Previews
 	// Key is the installation-wide secret; the signing key is derived from
 	// it, so it is never used as is.
 	Key []byte
@@ -91,6 +99,7 @@ type Config struct {
 type Forwarder struct {
 	owners    Owners
 	sandboxes Sandboxes
+	previews  Previews
 	key       []byte
 	clock     clockwork.Clock
 	maxSkew   time.Duration
@@ -131,7 +140,7 @@ func New(cfg Config) (*Forwarder, error) {
 	}
 	m := hmac.New(sha256.New, cfg.Key)
 	m.Write([]byte(keyContext))
-	f := &Forwarder{owners: cfg.Owners, sandboxes: cfg.Sandboxes, key: m.Sum(nil), clock: cfg.Clock,
+	f := &Forwarder{owners: cfg.Owners, sandboxes: cfg.Sandboxes, previews: cfg.Previews, key: m.Sum(nil), clock: cfg.Clock,
 		maxSkew: cfg.MaxSkew, transport: cfg.Transport, log: cfg.Log,
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockade_forwards_total",
 			Help: "Requests forwarded to the replica owning the VM's agent channel, by route template and result (ok: answered; unreachable: the owner did not answer; no_owner: no lease, 503)."},
@@ -162,6 +171,20 @@ func (f *Forwarder) Target(ctx context.Context, tenantID, sandboxID string) (own
 		return f.Self(), true, nil
 	}
 	return f.OwnerOfVM(ctx, sb.VMID)
+}
+
+// Preview is the tenant, sandbox and principal ("preview:<link id>") of a
+// live preview link's token; ok false when there is none (or no Previews):
+// the door answers that itself.
+func (f *Forwarder) Preview(ctx context.Context, token string) (tenantID, sandboxID, principal string, ok bool) {
+	if f.previews == nil || token == "" {
+		return "", "", "", false
+	}
+	l, err := f.previews.ResolvePreview(ctx, token)
+	if err != nil {
+		return "", "", "", false
+	}
+	return l.TenantID, l.SandboxID, "preview:" + l.ID, true
 }
 
 // OwnerOfVM is the owner of vmID's channel and whether it is this replica.
