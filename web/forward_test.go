@@ -140,10 +140,15 @@ func TestForwardInProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := now()
-			status, body, _ := tc.client.Request(t, http.MethodPost, "/api/v1/sandboxes/"+tc.sandbox+"/exec", "application/json",
+			status, body, hdr := tc.client.Request(t, http.MethodPost, "/api/v1/sandboxes/"+tc.sandbox+"/exec", "application/json",
 				strings.NewReader(exec), tc.hdr...)
 			if tc.status != 0 && status != tc.status {
 				t.Errorf("Got(status) = %d %s; want %d", status, body, tc.status)
+			}
+			for _, h := range []string{"Content-Security-Policy", "X-Request-Id", "Cache-Control"} {
+				if n := len(hdr.Values(h)); n != 1 {
+					t.Errorf("Got(%s headers) = %d %q; want one (the owner's, not doubled by the forwarding replica)", h, n, hdr.Values(h))
+				}
 			}
 			after := now()
 			wantDelta := 0.0

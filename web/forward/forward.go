@@ -307,9 +307,19 @@ func (f *Forwarder) Proxy(w http.ResponseWriter, r *http.Request, owner Replica,
 	}
 	remote := r.RemoteAddr
 	failed := false
+	// The owner's answer comes with the headers its own middleware sets
+	// (security headers, the sandbox port's policy, cookies): drop ours so
+	// none is doubled, and keep them for an answer of our own. The request
+	// id goes along, so both replicas log the request under one id.
+	ours := w.Header().Clone()
+	rid := ours.Get("X-Request-Id")
+	clear(w.Header())
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			if rid != "" {
+				pr.Out.Header.Set("X-Request-Id", rid)
+			}
 			// The owner sees the Host the client asked for: its Origin checks
 			// and the URLs it writes are the public ones.
 			pr.Out.Host = pr.In.Host
@@ -321,6 +331,9 @@ func (f *Forwarder) Proxy(w http.ResponseWriter, r *http.Request, owner Replica,
 		ErrorLog:      slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			failed = true
+			for k, v := range ours {
+				w.Header()[k] = v
+			}
 			f.log.WarnContext(r.Context(), "forward: owner unreachable", "replica", owner.ID, "route", route, "err", err)
 			if r.Context().Err() != nil {
 				return // the client went away
