@@ -39,13 +39,13 @@ func newReplicas(t *testing.T) *replicaPair {
 }
 
 // newReplicasWith is newReplicas on db with b built from bOpts (its
-// services: the channels it owns).
+// services: the channels it owns); a skips the OpenAPI check when b does.
 func newReplicasWith(t testing.TB, db *gorm.DB, bOpts webtest.Options) *replicaPair {
 	t.Helper()
 	dir := forwardtest.NewDirectory()
 	bOpts.DB, bOpts.Owners = db, dir.Replica("b")
 	r := &replicaPair{dir: dir,
-		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a")}),
+		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a"), NoOpenAPICheck: bOpts.NoOpenAPICheck}),
 		b: webtest.New(t, bOpts)}
 	dir.SetURL("a", r.a.URL)
 	dir.SetURL("b", r.b.URL)
