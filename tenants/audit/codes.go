@@ -158,6 +158,16 @@ const (
 	TypeVolumeDeleted  = "volume.deleted"
 	TypeVolumeAttached = "volume.attached"
 	TypeVolumeDetached = "volume.detached"
+	// Libvirt hosts (platform-level: tenant ""), and a tenant's host
+	// constraint (its own tenant).
+	TypeHostAdded         = "host.added"
+	TypeHostCordoned      = "host.cordoned"
+	TypeHostUncordoned    = "host.uncordoned"
+	TypeHostDrained       = "host.drained"
+	TypeHostDown          = "host.down"
+	TypeHostUp            = "host.up"
+	TypeHostRemoved       = "host.removed"
+	TypeHostConstraintSet = "host.constraint_set"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -274,6 +284,14 @@ var codes = map[string]string{
 	TypeTemplateBuildFailed:    "SL1812E",
 	TypeTemplateImported:       "SL1820I",
 	TypeTemplateImportFailed:   "SL1821W",
+	TypeHostAdded:              "SH1800I",
+	TypeHostCordoned:           "SH1801I",
+	TypeHostUncordoned:         "SH1802I",
+	TypeHostDrained:            "SH1803I",
+	TypeHostDown:               "SH1804W",
+	TypeHostUp:                 "SH1805I",
+	TypeHostRemoved:            "SH1806I",
+	TypeHostConstraintSet:      "SH1807I",
 }
 
 // Code returns the stable code of an event type.
