@@ -31,7 +31,8 @@ func hostsDB(t *testing.T) *gorm.DB {
 }
 
 // TestSeveralHosts (real VMs on two libvirt hosts: the system libvirtd and a
-// private one on qemu+tcp): a tenant's sandboxes spread across both hosts; a
+// private one on qemu+tcp; one boot at a time, no warm VMs, as TCG boots on a
+// loaded machine are slow): a tenant's sandboxes spread across both hosts; a
 // cordoned host gets no new VM; the second host's libvirtd and QEMUs killed:
 // it is recorded down within 10 s of the kill, its sandboxes failed with
 // "host <uri> down", new sandboxes land on the other host; it comes back up
@@ -48,9 +49,9 @@ func TestSeveralHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pools, svc := sandboxtest.Start(t, db, vmpool.Config{URIs: []string{a, b}, DataDir: dataDir, Logger: testLogger(),
-		ConnectTimeout: 60 * time.Second, DomainType: "qemu", MonitorInterval: time.Second},
+		ConnectTimeout: 60 * time.Second, DomainType: "qemu", MonitorInterval: time.Second, BootConcurrency: 1},
 		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox", MaxPerVM: 1})
-	if _, err := pools.SetPool(ctx, sys, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 4, WarmVMs: 2, RecycleAfterHours: 24}); err != nil {
+	if _, err := pools.SetPool(ctx, sys, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 4, WarmVMs: 0, RecycleAfterHours: 24}); err != nil {
 		t.Fatal(err)
 	}
 	hostOf := func(sb sandbox.Sandbox) string {
@@ -137,6 +138,10 @@ func TestSeveralHosts(t *testing.T) {
 	}
 	if st, err := svc.Get(ctx, tn.ID, hostOnA(t, pools, tn.ID, s1, s2, a).ID); err != nil || st.State != sandbox.StateRunning {
 		t.Errorf("Got(sandbox on A after B died) = %s, %v; want running", st.State, err)
+	}
+	// s3's VM on A is free again: no boot needed for the next one.
+	if _, err := svc.Destroy(ctx, sys, tn.ID, s3.ID); err != nil {
+		t.Fatal(err)
 	}
 	s4 := create("fourth, B down")
 	if h := hostOf(s4); h != a {
