@@ -55,6 +55,7 @@ func (s *Service) dropRuntime(id string) {
 	if rt != nil {
 		rt.closeClient()
 	}
+	s.releaseLease(id)
 	s.removeScratch(id)
 }
 

@@ -40,8 +40,9 @@ func SystemActor() audit.Actor {
 // and change takes the tenant: another tenant's VM is errdefs.ErrNotFound.
 // Changes write their audit event in the same transaction.
 type Store struct {
-	db    *gorm.DB
-	clock dbtime.Clock
+	db     *gorm.DB
+	clock  dbtime.Clock
+	leases Leases // claims new VMs in their create transaction (lease.go)
 }
 
 // NewStore returns a Store on db (opened and migrated by tenants.Open and
@@ -234,6 +235,11 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 		if err := tx.Create(&vm).Error; err != nil {
 			return err
 		}
+		if s.leases != nil {
+			if err := s.leases.ClaimNew(tx, vm.ID); err != nil {
+				return err
+			}
+		}
 		details := map[string]any{"vcpus": vm.VCPUs, "memory_mib": vm.MemoryMiB, "host": vm.HostURI, "image_version": vm.ImageVersion}
 		if n.Replaces != "" {
 			details["replaces"] = n.Replaces
@@ -242,6 +248,9 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 	})
 	if err != nil {
 		return VM{}, fmt.Errorf("create vm in tenant %s: %w", tenantID, err)
+	}
+	if s.leases != nil {
+		s.leases.Claimed(vm.ID)
 	}
 	return vm, nil
 }
