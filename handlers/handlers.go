@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/runs"
@@ -97,6 +98,7 @@ type Handlers struct {
 	workflows    *workflow.Store
 	runs         *runs.Engine
 	integrations *integrations.Store
+	replication  func(ctx context.Context) (*api.Replication, error)
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -139,6 +141,9 @@ type Deps struct {
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
 	// deliveries.
 	Integrations *integrations.Store
+	// Replication reports leadership and lease health for /readyz; nil
+	// with one server (SQLite).
+	Replication func(ctx context.Context) (*api.Replication, error)
 }
 
 // check names every missing dependency.
@@ -181,7 +186,7 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, replication: d.Replication, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -3,7 +3,6 @@ package vmpool_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -40,20 +39,6 @@ func newReplica(tb testing.TB, db *gorm.DB, dataDir, name string, bootConcurrenc
 	return replica{svc: svc, reg: reg}
 }
 
-// needPostgres is the multi-replica database's DSN: several replicas need
-// PostgreSQL. Missing, the test fails under CI=true and is skipped otherwise.
-func needPostgres(tb testing.TB) string {
-	tb.Helper()
-	dsn := os.Getenv(dbtest.EnvPostgres)
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s is not set: the replica tests need PostgreSQL", dbtest.EnvPostgres)
-		}
-		tb.Skipf("%s is not set: the replica tests need PostgreSQL (STOCKADE_TEST_POSTGRES=$(scripts/postgres.sh))", dbtest.EnvPostgres)
-	}
-	return dsn
-}
-
 // waitFor polls cond every 100 ms until it holds, failing after timeout
 // (generous: a bound on a hang, not a speed check).
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
@@ -76,7 +61,7 @@ func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 // a word, its leases expire and the second adopts its VMs without rebooting
 // them (the same guest, a new agent session).
 func TestReplicasNeverTouchEachOthersVMs(t *testing.T) {
-	dsn := needPostgres(t)
+	dsn := dbtest.PostgresDSN(t)
 	dataDir, _ := needVMs(t)
 	db := dbtest.Postgres(t, dsn)
 	ts := tenants.NewStore(db, nil)
