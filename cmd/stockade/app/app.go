@@ -316,7 +316,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
 			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations,
-			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
+			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace, Replicated: a.multiReplica()}); err != nil {
 			return err
 		}
 		a.ownSandboxes = true
