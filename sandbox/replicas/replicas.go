@@ -247,6 +247,9 @@ func (r *Registry) Abandon() {
 	})
 }
 
+// ID is this replica's id.
+func (r *Registry) ID() string { return r.cfg.ID }
+
 // Self is this process's replica.
 func (r *Registry) Self() Replica {
 	r.mu.Lock()

@@ -15,6 +15,8 @@ import (
 // Only a VM's owner opens its channel, adopts it, marks it lost or
 // destroys it at reconcile; a VM another live replica owns is left alone.
 type Leases interface {
+	// ID is this replica's id, the owner its leases name.
+	ID() string
 	// ClaimNew records, in the VM's create transaction, that this replica
 	// owns the new VM (the replica that boots a VM owns it); Claimed notes
 	// it once the transaction committed.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/replicas"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -60,4 +62,36 @@ func TestVMQuotaAcrossReplicas(t *testing.T) {
 	if ok != 4 || len(active) != 4 {
 		t.Errorf("Got(created by two replicas, active) = %d, %d; want 4, 4 (the quota)", ok, len(active))
 	}
+}
+
+// TestAcquireOnlyOwnedVMs: with replicas, a replica hands out only idle
+// VMs whose channel it owns; another replica's idle VM is not its to give.
+func TestAcquireOnlyOwnedVMs(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *storeEnv) {
+		tn := e.tenant(t, "acquire-owned")
+		regs := make([]*replicas.Registry, 2)
+		stores := make([]*Store, 2)
+		for i := range regs {
+			r, err := replicas.New(e.db, replicas.Config{InternalURL: "http://r.internal:1", Key: make([]byte, 32)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			regs[i] = r
+			stores[i] = NewStore(e.db, time.Now)
+			stores[i].leases = r
+		}
+		vm, err := stores[0].CreateVM(bg, admin, tn, NewVM{HostURI: "test:///host"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := stores[0].markRunning(bg, vm.ID, ready{AgentVersion: "a", KernelVersion: "k", DomainUUID: "u"}); err != nil || !ok {
+			t.Fatalf("markRunning = %v, %v", ok, err)
+		}
+		if got, err := stores[1].acquire(bg, tn); !errors.Is(err, ErrNoIdleVM) {
+			t.Errorf("Got(acquire by the other replica) = %s, %v; want ErrNoIdleVM", got.ID, err)
+		}
+		if got, err := stores[0].acquire(bg, tn); err != nil || got.ID != vm.ID {
+			t.Errorf("Got(acquire by the owner) = %s, %v; want %s", got.ID, err, vm.ID)
+		}
+	})
 }

@@ -466,8 +466,11 @@ func (s *Store) transition(tx *gorm.DB, id string, from []State, to State, phase
 func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var vm VM
-		err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
-			Order("started_at, id").Take(&vm).Error
+		q := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning)
+		if s.leases != nil { // replicas: only a VM whose channel this one owns
+			q = q.Where("id IN (SELECT vm_id FROM vm_leases WHERE owner = ? AND expires_at > ?)", s.leases.ID(), s.clock.Now().UTC())
+		}
+		err := q.Order("started_at, id").Take(&vm).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return VM{}, ErrNoIdleVM
 		}
