@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -56,6 +57,9 @@ type Config struct {
 	DataDir string
 	Logger  *slog.Logger
 	Clock   clockwork.Clock // the loops' tickers and the stamps; default the real clock
+	// TenantTemplates resolves tenants' own templates (sandbox/templates);
+	// nil: built-ins only.
+	TenantTemplates TenantTemplates
 	// DefaultTemplate is used when a spec names none; default "debian",
 	// or the first template built when that one is not.
 	DefaultTemplate string
@@ -125,6 +129,17 @@ type Config struct {
 	// Outbox gets sandbox.created and sandbox.destroyed for the tenant's
 	// outgoing webhooks, in the transactions of those changes. Nil: none.
 	Outbox Outbox
+	// Volumes attaches the tenant volumes a spec asks for
+	// (*volumes.Service). Nil: a spec with volumes is refused.
+	Volumes Volumes
+}
+
+// Volumes is what the service needs of the volume service
+// (*volumes.Service).
+type Volumes interface {
+	Plan(ctx context.Context, tenantID string, reqs []volumes.Request) (volumes.Plan, error)
+	Attach(ctx context.Context, actor audit.Actor, tenantID, sandboxID, vmID string, reqs []volumes.Request, g volumes.Guest) ([]agentproto.VolumeBind, error)
+	Release(ctx context.Context, tenantID, sandboxID string, guest func(vmID string) (volumes.Guest, error))
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -234,6 +249,7 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 	s.stop = shutdown.New()
 	s.procs = newProcesses()
 	s.OnEnd(s.processesEnded)
+	s.OnEnd(s.volumesEnded)
 	if s.templates, s.templatesErr = loadTemplates(cfg.DataDir); s.templatesErr != nil {
 		s.log.Error("sandboxes cannot be created", "err", s.templatesErr)
 	}
@@ -369,7 +385,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	pool, pol := b.pool, b.pol
-	lim, err := spec.resolve(b.cfg, s.templates, pool)
+	tv, tpls, err := s.tenantTemplate(ctx, tenantID, &spec) // tenant_templates.go
+	if err != nil {
+		return Sandbox{}, err
+	}
+	lim, err := spec.resolve(b.cfg, tpls, pool)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -377,6 +397,10 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		if err := lim.checkPolicy(pol); err != nil {
 			return Sandbox{}, err
 		}
+	}
+	plan, err := s.planVolumes(ctx, tenantID, spec.Volumes)
+	if err != nil {
+		return Sandbox{}, err
 	}
 	id, err := newID()
 	if err != nil {
@@ -402,6 +426,10 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
 		PolicyVersion: pol.Version, IdempotencyKey: spec.IdempotencyKey,
 	}
+	agentTemplate, hotplugged := sb.Template, false
+	if tv != nil {
+		sb.TemplateWorkdir, sb.TemplateUser, agentTemplate = tv.Defaults.Workdir, tv.Defaults.User, tv.InVMName
+	}
 	// Tracked before it is written: the background loop never takes a
 	// create of this process for an abandoned one.
 	s.track(id)
@@ -422,17 +450,26 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	cctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.CreateTimeout)
 	defer cancel()
 
-	vm, client, err := s.place(cctx, actor, sb)
+	vm, client, err := s.place(cctx, actor, sb, plan)
 	if err != nil {
 		return s.createFailed(sb, "placement: "+err.Error(), err)
 	}
 	sb.VMID = vm.ID
+	if tv != nil {
+		if hotplugged, err = s.attachTemplate(cctx, tenantID, vm.ID, tv); err != nil {
+			return s.createFailed(sb, "attach its template: "+err.Error(), fmt.Errorf("%w: attach template %s: %w", vmpool.ErrUnavailable, tv.Name, err))
+		}
+	}
+	binds, err := s.attachVolumes(cctx, actor, sb, spec.Volumes, client)
+	if err != nil {
+		return s.createFailed(sb, "volumes: "+err.Error(), err)
+	}
 	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
-		ID: sb.ID, Template: sb.Template, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
+		ID: sb.ID, Template: agentTemplate, TemplateHotplugged: hotplugged, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
 		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB, PidsMax: pol.Doc.Resources.MaxPids, // 0 (no policy): the agent's default
 			// On the VM's scratch disk, not in memory: the policy's sizes (0: the agent's default).
 			DiskMiB: pol.Doc.Resources.MaxDiskMiB, WorkspaceMiB: pol.Doc.Filesystem.WorkspaceMiB},
-		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
+		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds, Volumes: binds,
 	})
 	if err != nil {
 		if s.stop.Err() != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe/recipetest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -64,6 +65,7 @@ type fixtures struct {
 	tenant tenants.Tenant
 	n      int
 	wf     string // a workflow of the tenant, reused (a tenant has at most 100)
+	vol    string // a volume of the tenant, reused (the volume quota)
 	vmHost bool   // the host row VM fixtures name exists
 }
 
@@ -148,11 +150,16 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 		o.params[":name"] = f.secret(t)
 	case strings.Contains(path, "/workflows/:name"):
 		o.params[":name"] = f.workflow(t)
+	case strings.Contains(path, "/volumes/:name"):
+		o.params[":name"] = f.volume(t)
 	case strings.Contains(path, "/sandboxes/:id/previews/:preview_id"):
 		o.params[":id"], o.params[":preview_id"] = f.previewLink(t)
 	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
 		id, _ := f.object(t, "/sandboxes/:id")
 		o.params[":id"], o.params[":port"] = id, "8000"
+	case strings.Contains(path, "/templates/:name/builds"):
+		b := recipetest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("built%d", f.next()), "builder@"+f.tenant.Slug+".test")
+		o.params[":name"], o.params[":id"] = b.TemplateName, b.ID
 	case strings.Contains(path, ":id"):
 		id, ok := f.object(t, path)
 		if !ok {
@@ -268,6 +275,23 @@ func (f *fixtures) workflow(t *testing.T) string {
 	return name
 }
 
+// volume returns a volume of f.tenant, made anew when the last one was
+// deleted.
+func (f *fixtures) volume(t *testing.T) string {
+	t.Helper()
+	if f.vol != "" {
+		if _, err := f.env.App.Volumes.Get(context.Background(), f.tenant.ID, f.vol); err == nil {
+			return f.vol
+		}
+	}
+	name := "object-" + uniqueName()
+	if _, err := f.env.App.Volumes.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID, name, 1); err != nil {
+		t.Fatalf("create volume %s: %v", name, err)
+	}
+	f.vol = name
+	return name
+}
+
 // vm records a booting VM of f.tenant's pool (no libvirt behind it).
 func (f *fixtures) vm(t *testing.T) string {
 	t.Helper()
@@ -278,7 +302,7 @@ func (f *fixtures) vm(t *testing.T) string {
 			t.Fatalf("record host: %v", err)
 		}
 		if _, err := f.env.Store.SetQuota(ctx, sys, f.tenant.ID, tenants.Quota{MaxVMs: 100, MaxVCPUs: 100, MaxMemoryMiB: 100 * 1024,
-			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000}); err != nil {
+			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000, MaxVolumeGiB: 100}); err != nil {
 			t.Fatalf("set quota: %v", err)
 		}
 		if _, err := vms.SetPool(ctx, sys, f.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 256, MaxVMs: 100}); err != nil {
@@ -348,6 +372,14 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /api/v1/templates":
+		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
+	case "POST /templates/build":
+		return url.Values{"recipe": {fmt.Sprintf("apiVersion: stockade.dev/template/v1\nname: form-recipe-%d\nbase: debian\n", n)}}, nil
+	case "POST /api/v1/volumes":
+		return nil, map[string]any{"name": fmt.Sprintf("api-volume-%d", n), "size_gib": 1}
+	case "PATCH /api/v1/volumes/:name":
+		return nil, map[string]any{"size_gib": 2}
 	case "POST /vms/pool":
 		// Within the default quota, no warm VM: nothing boots.
 		return url.Values{"vcpus": {"1"}, "memory_mib": {"1024"}, "max_vms": {"1"}, "warm_vms": {"0"}, "recycle_after_hours": {"24"}}, nil
@@ -476,6 +508,8 @@ func harnessStatus(r web.Route) (int, string) {
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
+	case "POST /api/v1/templates", "POST /templates/build":
+		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

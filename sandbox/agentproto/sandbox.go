@@ -14,7 +14,10 @@ type SandboxSpec struct {
 	ID string `json:"id"`
 	// Template is the name of a template disk attached to the VM.
 	Template string `json:"template"`
-	Limits   Limits `json:"limits"`
+	// TemplateHotplugged: the host attached the template's disk just now
+	// (a tenant template): the agent looks for it for up to 20 s.
+	TemplateHotplugged bool   `json:"template_hotplugged,omitempty"`
+	Limits             Limits `json:"limits"`
 	// Env is added to every command's environment, KEY=VALUE.
 	Env []string `json:"env,omitempty"`
 	// Hostname inside the sandbox; empty means "sandbox".
@@ -31,6 +34,9 @@ type SandboxSpec struct {
 	// /etc/stockade/ca.pem and points SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
 	// REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE at it. Empty means none.
 	CAPEM string `json:"ca_pem,omitempty"`
+	// Volumes are bound into the sandbox; each must be mounted in the VM
+	// already (OpVolumeMount).
+	Volumes []VolumeBind `json:"volumes,omitempty"`
 }
 
 // Limits are a sandbox's cgroup v2 and disk limits. Zero means the agent's

@@ -42,7 +42,8 @@ func (r *Registry) Health(ctx context.Context) (Health, error) {
 	return h, nil
 }
 
-// Collector exposes the replica's leases on /metrics. leading reports
+// Collector exposes the replica's leases on /metrics (forwards are
+// web/forward's stockade_forwards_total). leading reports
 // whether this replica holds the leader lease and its epoch.
 type Collector struct {
 	reg     *Registry
@@ -67,13 +68,12 @@ func NewCollector(r *Registry, leading func() (bool, int64)) *Collector {
 		adopted:   d("stockade_vm_lease_adoptions_total", "VM leases this replica took at adoption (absent or expired)."),
 		failovers: d("stockade_vm_lease_failovers_total", "VM leases this replica took from another replica whose lease expired."),
 		lost:      d("stockade_vm_lease_lost_total", "VM leases this replica held and had to let go of."),
-		forwards:  d("stockade_forwards_total", "Requests this replica forwarded to the owner of a VM's channel."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.replicas, c.leases, c.held, c.leader, c.epoch, c.adopted, c.failovers, c.lost, c.forwards} {
+	for _, d := range []*prometheus.Desc{c.replicas, c.leases, c.held, c.leader, c.epoch, c.adopted, c.failovers, c.lost} {
 		ch <- d
 	}
 }
@@ -91,7 +91,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	n(c.adopted, st.Adopted)
 	n(c.failovers, st.Failovers)
 	n(c.lost, st.Lost)
-	n(c.forwards, st.Forwards)
 	if c.leading != nil {
 		lead, epoch := c.leading()
 		v := 0.0

@@ -12,6 +12,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Replicas: on PostgreSQL any number of `stockade serve` processes share
@@ -157,4 +158,25 @@ func (a *App) registerReplicaMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	return reg.Register(replicas.NewCollector(a.Replicas, func() (bool, int64) { return a.Leader.Leading(), a.Leader.Epoch() }))
+}
+
+// forwardOwners are the VM channel owners requests are forwarded to
+// (web/forward), from this replica's registry; nil with one server.
+func (a *App) forwardOwners() forward.Owners {
+	if a.Replicas == nil {
+		return nil
+	}
+	return registryOwners{a.Replicas}
+}
+
+type registryOwners struct{ r *replicas.Registry }
+
+func (o registryOwners) Self() forward.Replica {
+	s := o.r.Self()
+	return forward.Replica{ID: s.ID, InternalURL: s.InternalURL}
+}
+
+func (o registryOwners) OwnerOf(ctx context.Context, vmID string) (forward.Replica, error) {
+	r, err := o.r.OwnerOf(ctx, vmID)
+	return forward.Replica{ID: r.ID, InternalURL: r.InternalURL}, err
 }
