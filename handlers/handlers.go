@@ -20,6 +20,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -97,6 +98,7 @@ type Handlers struct {
 	workflows    *workflow.Store
 	runs         *runs.Engine
 	integrations *integrations.Store
+	templates    *templates.Service
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -139,6 +141,8 @@ type Deps struct {
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
 	// deliveries.
 	Integrations *integrations.Store
+	// Templates keeps the tenants' own sandbox templates.
+	Templates *templates.Service
 }
 
 // check names every missing dependency.
@@ -149,6 +153,7 @@ func (d Deps) check() error {
 		"VMs": d.VMs != nil, "Sandboxes": d.Sandboxes != nil, "Terminals": d.Terminals != nil, "Secrets": d.Secrets != nil,
 		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
 		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
+		"Templates": d.Templates != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -181,7 +186,7 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, templates: d.Templates, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

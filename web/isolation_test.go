@@ -102,8 +102,9 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 		if err != nil {
 			t.Fatalf("send test event in %s: %v", slug, err)
 		}
+		tplName := (&fixtures{env: env, tenant: tn}).template(t)
 		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID, secretName, run,
-			wfRun, hook.ID, hookTest.ID, hookTest.EventID}
+			wfRun, hook.ID, hookTest.ID, hookTest.EventID, tplName}
 		return it
 	}
 	a := setup("alpha-co", "Alpha Company")
@@ -405,6 +406,9 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return rows("policies", "tenant_id = ?", tenantID)
 	case strings.Contains(path, "/secrets/"):
 		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
+	case strings.Contains(path, "/templates/"):
+		return struct{ Templates, Versions []map[string]any }{rows("templates", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
+			rows("template_versions", "tenant_id = ? AND name = ?", tenantID, params[":name"])}
 	case strings.Contains(path, "/workflows/"):
 		return struct{ Workflow, Runs []map[string]any }{rows("workflows", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
 			rows("workflow_runs", "tenant_id = ? AND workflow = ?", tenantID, params[":name"])}

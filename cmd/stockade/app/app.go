@@ -402,7 +402,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}, handlers.Deps{
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
-		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations, Templates: a.Templates,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
