@@ -35,9 +35,9 @@ func templateCmd(ctx context.Context, args []string, getenv func(string) string,
 			fmt.Fprintln(stdout, name)
 		}
 		return nil
-	// Template subcommands of other files: one case each.
-	// case "build": (template_build.go)
-	// case "import": (template_import.go)
+		// Template subcommands of other files: one case each.
+		// case "build": (template_build.go)
+		// case "import": (template_import.go)
 	}
 	fmt.Fprintf(stderr, "stockade template: unknown command %q\n\n%s", args[0], usage)
 	return exitError(2)
