@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -154,6 +155,17 @@ func (h *Handlers) TemplatesPage(c echo.Context) error {
 // Templates page: POST /templates/:name/delete.
 func (h *Handlers) DeleteTemplatePage(c echo.Context) error {
 	cl := CallerOf(c)
+	e, err := h.templates.Get(c.Request().Context(), cl.Tenant.ID, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	summary := []string{fmt.Sprintf("Its %d version(s) and their images go; sandboxes can no longer start from %s.", len(e.Versions), e.Name)}
+	if e.InUse > 0 {
+		summary = append(summary, fmt.Sprintf("%d sandbox(es) still run it: the delete is refused until they end.", e.InUse))
+	}
+	if asked, err := h.askFirst(c, views.ConfirmView{Title: "Delete template " + e.Name, Summary: summary, Cancel: "/templates"}); asked {
+		return err
+	}
 	if err := h.deleteTemplate(c.Request().Context(), cl, c); err != nil {
 		return err
 	}
