@@ -21,6 +21,7 @@ all: build
 deps:
 	@scripts/deps.sh
 	@$(GO) mod download
+	@scripts/npm-registry.sh >/dev/null
 
 generate:
 	$(GO) tool templ generate -path views
@@ -44,13 +45,14 @@ postgres:
 
 services: libvirtd postgres
 
-# The guest image (kernel, initramfs with the agent, sandbox templates).
-# Rebuilt only when its inputs changed.
+# The guest image (kernel, initramfs with the agent, sandbox templates:
+# busybox, debian, node, build). Rebuilt only when its inputs changed.
 image: build libvirtd
 	bin/stockade image build --data-dir $(DATA)
 
+# The templates the tests use (node and build: sandbox/runs' article test).
 image-test: build
-	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox,debian
+	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox,debian,node,build
 
 run: deps build libvirtd image
 	@bin/stockade tenant create demo --name "Demo" --admin $(DEV_EMAIL) --exists-ok --data-dir $(DATA) >/dev/null
@@ -62,8 +64,11 @@ run: deps build libvirtd image
 	@echo
 	STOCKADE_ADMIN_EMAILS=$${STOCKADE_ADMIN_EMAILS:-$(DEV_EMAIL)} STOCKADE_DATA_DIR=$${STOCKADE_DATA_DIR:-$(DATA)} exec bin/stockade serve
 
+# A second libvirt host for the multi-host tests (qemu+tcp on 127.0.0.1,
+# its own mount namespace); without it they start their own.
 test: deps check-generated build services image-test
 	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
+	STOCKADE_TEST_LIBVIRT_URI2=$$(scripts/libvirtd-private.sh start /var/tmp/stockade-lvd2 16519) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 	@$(MAKE) --no-print-directory lint
 

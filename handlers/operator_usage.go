@@ -488,7 +488,7 @@ func (h *Handlers) namePriceSetters(ctx context.Context, v views.PricesView) (vi
 
 func tenantQuotaJSON(q tenants.Quota) api.TenantQuota {
 	out := api.TenantQuota{TenantID: q.TenantID, MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
-		MaxSandboxes: q.MaxSandboxes, MaxCPUHoursMonthly: q.MaxCPUHoursMonthly, MaxTemplateMiB: q.MaxTemplateMiB, UpdatedBy: q.UpdatedBy}
+		MaxSandboxes: q.MaxSandboxes, MaxCPUHoursMonthly: q.MaxCPUHoursMonthly, MaxTemplateMiB: q.MaxTemplateMiB, MaxVolumeGiB: q.MaxVolumeGiB, UpdatedBy: q.UpdatedBy}
 	if !q.UpdatedAt.IsZero() {
 		out.UpdatedAt = q.UpdatedAt.UTC().Format(timeJSON)
 	}
@@ -543,6 +543,9 @@ func (h *Handlers) APISetTenantQuota(c echo.Context) error {
 			return err
 		}
 		q.MaxTemplateMiB = old.MaxTemplateMiB
+	}
+	if q.MaxVolumeGiB, err = h.keptVolumeQuota(ctx, tn.ID, in.MaxVolumeGiB); err != nil {
+		return err
 	}
 	saved, err := h.store.SetQuota(ctx, CallerOf(c).Actor(c), tn.ID, q)
 	if err != nil {
@@ -606,6 +609,9 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 		*f.dst = n
 	}
 	if err == nil {
+		q.MaxVolumeGiB, err = h.keptVolumeQuota(ctx, tn.ID, nil)
+	}
+	if err == nil {
 		_, err = h.store.SetQuota(ctx, CallerOf(c).Actor(c), tn.ID, q)
 	}
 	if err != nil {
@@ -627,4 +633,15 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	}
 	h.flash(c, "success", "Quota of "+tn.Slug+" saved.")
 	return redirect(c, "/operator/tenants#quota-"+tn.Slug)
+}
+
+// keptVolumeQuota is the volume quota a quota update sets: in when given,
+// else the tenant's current one (the quota form and older API callers do
+// not name it).
+func (h *Handlers) keptVolumeQuota(ctx context.Context, tenantID string, in *int) (int, error) {
+	if in != nil {
+		return *in, nil
+	}
+	q, err := h.store.Quota(ctx, tenantID)
+	return q.MaxVolumeGiB, err
 }

@@ -83,6 +83,7 @@ func (h *Handlers) APICreateSandbox(c echo.Context) error {
 	sb, err := svc.Create(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, sandbox.Spec{
 		Template: in.Template, VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, TimeoutSeconds: in.TimeoutSeconds,
 		IdleTimeoutSeconds: in.IdleTimeoutSeconds, Env: in.Env, Metadata: in.Metadata, IdempotencyKey: IdempotencyKeyOf(c),
+		Volumes: volumeRequests(in.Volumes),
 	})
 	if err != nil {
 		return err

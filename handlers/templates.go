@@ -19,19 +19,19 @@ import (
 // and deleting its own. Building (recipe) and importing (oci) have their
 // own handlers (template_builds.go, template_import.go).
 
-func templateVersionJSON(v templates.Version) api.TemplateVersion {
+func templateVersionEntryJSON(v templates.Version) api.TemplateVersionEntry {
 	env := v.Defaults.Env
 	if env == nil {
 		env = map[string]string{}
 	}
-	return api.TemplateVersion{ID: v.ID, Seq: v.Seq, State: string(v.State), Reason: v.Reason, Source: v.Source, SourceRef: v.SourceRef,
+	return api.TemplateVersionEntry{ID: v.ID, Seq: v.Seq, State: string(v.State), Reason: v.Reason, Source: v.Source, SourceRef: v.SourceRef,
 		Digest: v.Digest, SizeBytes: v.SizeBytes, Defaults: api.TemplateDefaults{Env: env, User: v.Defaults.User, Workdir: v.Defaults.Workdir},
 		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC().Format(timeJSON), ReadyAt: timePtr(v.ReadyAt)}
 }
 
 func templateJSON(e templates.Entry) api.Template {
 	out := api.Template{Name: e.Name, Source: e.Source, Builtin: e.Builtin, Digest: e.Current.Digest, SizeBytes: e.Current.SizeBytes,
-		CreatedBy: e.CreatedBy, InUse: e.InUse, Versions: []api.TemplateVersion{}}
+		CreatedBy: e.CreatedBy, InUse: e.InUse, Versions: []api.TemplateVersionEntry{}}
 	switch {
 	case e.Builtin:
 		out.Version = e.Current.SourceRef
@@ -42,7 +42,7 @@ func templateJSON(e templates.Entry) api.Template {
 		out.CreatedAt = timePtr(&e.CreatedAt)
 	}
 	for _, v := range e.Versions {
-		out.Versions = append(out.Versions, templateVersionJSON(v))
+		out.Versions = append(out.Versions, templateVersionEntryJSON(v))
 	}
 	return out
 }
@@ -106,6 +106,7 @@ func templateActions(c echo.Context) []views.NavItem {
 	var out []views.NavItem
 	for _, a := range []views.NavItem{
 		// Template page links: one line each.
+		{Label: "Import an image", Href: TemplateImportPage},
 	} {
 		if mayOpen(c, a.Href) {
 			out = append(out, a)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
@@ -24,11 +25,14 @@ const maxPlaceAttempts = 4
 // that already holds sandboxes and has room, else an idle (warm) one, else
 // one booted for it within the pool and quota. It returns the VM, handed out
 // to sandboxes (acquired), and its agent session.
-func (s *Service) place(ctx context.Context, actor audit.Actor, sb Sandbox) (vmpool.VM, *agentproto.Client, error) {
+func (s *Service) place(ctx context.Context, actor audit.Actor, sb Sandbox, plan volumes.Plan) (vmpool.VM, *agentproto.Client, error) {
 	for attempt := 0; attempt < maxPlaceAttempts; attempt++ {
-		vm, c, err := s.placeNow(ctx, sb)
+		vm, c, err := s.placeNow(ctx, sb, plan)
 		if !errors.Is(err, errNoRoom) {
 			return vm, c, err
+		}
+		if plan.Pin != "" {
+			return vmpool.VM{}, nil, fmt.Errorf("%w: a volume it asks for is attached read-write to vm %s, which has no room for it", errdefs.ErrConflict, plan.Pin)
 		}
 		if err := s.growPool(ctx, actor, sb); err != nil {
 			return vmpool.VM{}, nil, err
@@ -46,7 +50,7 @@ func (s *Service) fits(vm vmpool.VM, load vmLoad, sb Sandbox) bool {
 // placeNow places sb on a VM that runs already, or answers errNoRoom. The
 // tenant lock makes the choice and its record one step against other
 // placements and releases.
-func (s *Service) placeNow(ctx context.Context, sb Sandbox) (vmpool.VM, *agentproto.Client, error) {
+func (s *Service) placeNow(ctx context.Context, sb Sandbox, plan volumes.Plan) (vmpool.VM, *agentproto.Client, error) {
 	mu := s.tenantLock(sb.TenantID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -68,6 +72,12 @@ func (s *Service) placeNow(ctx context.Context, sb Sandbox) (vmpool.VM, *agentpr
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool { return load[cands[i].ID].Sandboxes > load[cands[j].ID].Sandboxes })
+	// Volumes: only the VM a volume is attached read-write to, else the
+	// ones holding its disks first.
+	cands = volumes.Order(plan, cands, func(vm vmpool.VM) string { return vm.ID })
+	if plan.Pin != "" && len(cands) == 0 {
+		return vmpool.VM{}, nil, errNoRoom
+	}
 	for _, vm := range cands {
 		c, err := s.vms.Agent(ctx, sb.TenantID, vm.ID)
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/shutdown"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -124,6 +125,17 @@ type Config struct {
 	// Outbox gets sandbox.created and sandbox.destroyed for the tenant's
 	// outgoing webhooks, in the transactions of those changes. Nil: none.
 	Outbox Outbox
+	// Volumes attaches the tenant volumes a spec asks for
+	// (*volumes.Service). Nil: a spec with volumes is refused.
+	Volumes Volumes
+}
+
+// Volumes is what the service needs of the volume service
+// (*volumes.Service).
+type Volumes interface {
+	Plan(ctx context.Context, tenantID string, reqs []volumes.Request) (volumes.Plan, error)
+	Attach(ctx context.Context, actor audit.Actor, tenantID, sandboxID, vmID string, reqs []volumes.Request, g volumes.Guest) ([]agentproto.VolumeBind, error)
+	Release(ctx context.Context, tenantID, sandboxID string, guest func(vmID string) (volumes.Guest, error))
 }
 
 func (c *Config) checkAndSetDefaults() {
@@ -233,6 +245,7 @@ func NewService(store *Store, use *usage.Store, vms VMs, cfg Config) (*Service, 
 	s.stop = shutdown.New()
 	s.procs = newProcesses()
 	s.OnEnd(s.processesEnded)
+	s.OnEnd(s.volumesEnded)
 	if s.templates, s.templatesErr = loadTemplates(cfg.DataDir); s.templatesErr != nil {
 		s.log.Error("sandboxes cannot be created", "err", s.templatesErr)
 	}
@@ -381,6 +394,10 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 			return Sandbox{}, err
 		}
 	}
+	plan, err := s.planVolumes(ctx, tenantID, spec.Volumes)
+	if err != nil {
+		return Sandbox{}, err
+	}
 	id, err := newID()
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
@@ -429,7 +446,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	cctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.CreateTimeout)
 	defer cancel()
 
-	vm, client, err := s.place(cctx, actor, sb)
+	vm, client, err := s.place(cctx, actor, sb, plan)
 	if err != nil {
 		return s.createFailed(sb, "placement: "+err.Error(), err)
 	}
@@ -439,12 +456,16 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 			return s.createFailed(sb, "attach its template: "+err.Error(), fmt.Errorf("%w: attach template %s: %w", vmpool.ErrUnavailable, tv.Name, err))
 		}
 	}
+	binds, err := s.attachVolumes(cctx, actor, sb, spec.Volumes, client)
+	if err != nil {
+		return s.createFailed(sb, "volumes: "+err.Error(), err)
+	}
 	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
 		ID: sb.ID, Template: agentTemplate, TemplateHotplugged: hotplugged, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
 		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB, PidsMax: pol.Doc.Resources.MaxPids, // 0 (no policy): the agent's default
 			// On the VM's scratch disk, not in memory: the policy's sizes (0: the agent's default).
 			DiskMiB: pol.Doc.Resources.MaxDiskMiB, WorkspaceMiB: pol.Doc.Filesystem.WorkspaceMiB},
-		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds,
+		LifetimeSeconds: sb.TimeoutSeconds, IdleSeconds: sb.IdleTimeoutSeconds, Volumes: binds,
 	})
 	if err != nil {
 		if s.stop.Err() != nil {

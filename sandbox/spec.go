@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -38,6 +39,9 @@ type Spec struct {
 	// tenant policy grants: it is for code nobody vouches for (a workflow
 	// run from a fork's pull request).
 	NoSecrets bool
+	// Volumes are the tenant's volumes mounted into the sandbox
+	// (sandbox/volumes; Config.Volumes).
+	Volumes []volumes.Request
 }
 
 // Bounds of a Spec.

@@ -102,9 +102,14 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 		if err != nil {
 			t.Fatalf("send test event in %s: %v", slug, err)
 		}
+		// And a volume, for the volume lists.
+		vol, err := env.App.Volumes.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, tn.ID, "volume-of-"+slug, 1)
+		if err != nil {
+			t.Fatalf("create volume in %s: %v", slug, err)
+		}
 		tplName := (&fixtures{env: env, tenant: tn}).template(t)
 		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID, secretName, run,
-			wfRun, hook.ID, hookTest.ID, hookTest.EventID, tplName}
+			wfRun, hook.ID, hookTest.ID, hookTest.EventID, vol.ID, tplName}
 		return it
 	}
 	a := setup("alpha-co", "Alpha Company")
@@ -406,9 +411,11 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return rows("policies", "tenant_id = ?", tenantID)
 	case strings.Contains(path, "/secrets/"):
 		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
-	case strings.Contains(path, "/templates/"):
+	case strings.Contains(path, "/templates/") && !strings.Contains(path, "/builds"):
 		return struct{ Templates, Versions []map[string]any }{rows("templates", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
 			rows("template_versions", "tenant_id = ? AND name = ?", tenantID, params[":name"])}
+	case strings.Contains(path, "/volumes/"):
+		return rows("volumes", "tenant_id = ? AND name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/workflows/"):
 		return struct{ Workflow, Runs []map[string]any }{rows("workflows", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
 			rows("workflow_runs", "tenant_id = ? AND workflow = ?", tenantID, params[":name"])}

@@ -65,6 +65,7 @@ type fixtures struct {
 	tenant tenants.Tenant
 	n      int
 	wf     string // a workflow of the tenant, reused (a tenant has at most 100)
+	vol    string // a volume of the tenant, reused (the volume quota)
 	vmHost bool   // the host row VM fixtures name exists
 }
 
@@ -149,8 +150,10 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 		o.params[":name"] = f.secret(t)
 	case strings.Contains(path, "/workflows/:name"):
 		o.params[":name"] = f.workflow(t)
-	case strings.Contains(path, "/templates/:name"):
+	case strings.Contains(path, "/templates/:name") && !strings.Contains(path, "/builds"):
 		o.params[":name"] = f.template(t)
+	case strings.Contains(path, "/volumes/:name"):
+		o.params[":name"] = f.volume(t)
 	case strings.Contains(path, "/sandboxes/:id/previews/:preview_id"):
 		o.params[":id"], o.params[":preview_id"] = f.previewLink(t)
 	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
@@ -294,6 +297,23 @@ func (f *fixtures) workflow(t *testing.T) string {
 	return name
 }
 
+// volume returns a volume of f.tenant, made anew when the last one was
+// deleted.
+func (f *fixtures) volume(t *testing.T) string {
+	t.Helper()
+	if f.vol != "" {
+		if _, err := f.env.App.Volumes.Get(context.Background(), f.tenant.ID, f.vol); err == nil {
+			return f.vol
+		}
+	}
+	name := "object-" + uniqueName()
+	if _, err := f.env.App.Volumes.Create(context.Background(), audit.Actor{Kind: audit.ActorSystem, Name: "test"}, f.tenant.ID, name, 1); err != nil {
+		t.Fatalf("create volume %s: %v", name, err)
+	}
+	f.vol = name
+	return name
+}
+
 // vm records a booting VM of f.tenant's pool (no libvirt behind it).
 func (f *fixtures) vm(t *testing.T) string {
 	t.Helper()
@@ -304,7 +324,7 @@ func (f *fixtures) vm(t *testing.T) string {
 			t.Fatalf("record host: %v", err)
 		}
 		if _, err := f.env.Store.SetQuota(ctx, sys, f.tenant.ID, tenants.Quota{MaxVMs: 100, MaxVCPUs: 100, MaxMemoryMiB: 100 * 1024,
-			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000, MaxTemplateMiB: 10240}); err != nil {
+			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000, MaxTemplateMiB: 10240, MaxVolumeGiB: 100}); err != nil {
 			t.Fatalf("set quota: %v", err)
 		}
 		if _, err := vms.SetPool(ctx, sys, f.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 256, MaxVMs: 100}); err != nil {
@@ -374,6 +394,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /api/v1/volumes":
+		return nil, map[string]any{"name": fmt.Sprintf("api-volume-%d", n), "size_gib": 1}
+	case "PATCH /api/v1/volumes/:name":
+		return nil, map[string]any{"size_gib": 2}
 	case "POST /vms/pool":
 		// Within the default quota, no warm VM: nothing boots.
 		return url.Values{"vcpus": {"1"}, "memory_mib": {"1024"}, "max_vms": {"1"}, "warm_vms": {"0"}, "recycle_after_hours": {"24"}}, nil

@@ -32,6 +32,7 @@ type TenantQuota struct {
 	MaxSandboxes       int    `json:"max_sandboxes"`
 	MaxCPUHoursMonthly int    `json:"max_cpu_hours_monthly" doc:"per UTC calendar month, measured"`
 	MaxTemplateMiB     int    `json:"max_template_mib" doc:"storage of the tenant's own templates"`
+	MaxVolumeGiB       int    `json:"max_volume_gib" doc:"the sizes of the tenant's volumes, in all"`
 	UpdatedAt          string `json:"updated_at,omitempty" format:"date-time"`
 	UpdatedBy          string `json:"updated_by,omitempty"`
 }
@@ -45,6 +46,7 @@ type SetTenantQuota struct {
 	MaxSandboxes       *int `json:"max_sandboxes" doc:"sandboxes running at once, 0-10000"`
 	MaxCPUHoursMonthly *int `json:"max_cpu_hours_monthly" doc:"CPU-hours measured per UTC calendar month, 0-10000000"`
 	MaxTemplateMiB     *int `json:"max_template_mib,omitempty" doc:"storage of the tenant's own templates in MiB, 0-67108864; omitted: unchanged"`
+	MaxVolumeGiB       *int `json:"max_volume_gib,omitempty" doc:"GiB of volumes in all, 0-1048576; omitted: unchanged"`
 }
 
 // PriceVersion is a version of a price book.

@@ -73,6 +73,7 @@ type CreateSandbox struct {
 	IdleTimeoutSeconds int               `json:"idle_timeout_seconds,omitempty" doc:"stopped (reason idle) after this long without a command or file; 0 none"`
 	Env                map[string]string `json:"env,omitempty" doc:"added to every command; values are kept in the VM only"`
 	Metadata           map[string]string `json:"metadata,omitempty" doc:"up to 32 labels of your own"`
+	Volumes            []VolumeMount     `json:"volumes,omitempty" doc:"the tenant's volumes to mount (at most 8): read-write for one sandbox at a time, read-only for many"`
 }
 
 // ExecRequest is the body of POST /api/v1/sandboxes/{id}/exec.

@@ -12,8 +12,8 @@ type TemplateDefaults struct {
 	Workdir string            `json:"workdir" doc:"the commands' default directory"`
 }
 
-// TemplateVersion is one build or import of a tenant template.
-type TemplateVersion struct {
+// TemplateVersionEntry is one version of a tenant template as listings show it.
+type TemplateVersionEntry struct {
 	ID        string           `json:"id" doc:"what sandboxes record as template_version"`
 	Seq       int              `json:"seq" doc:"1 for the first version"`
 	State     string           `json:"state" enum:"building,ready,failed"`
@@ -41,7 +41,7 @@ type Template struct {
 	CreatedAt *string           `json:"created_at" format:"date-time"`
 	CreatedBy string            `json:"created_by"`
 	InUse     int               `json:"in_use" doc:"sandboxes that have not ended running one of its versions"`
-	Versions  []TemplateVersion `json:"versions" nonnull:"true" doc:"newest first (tenant templates; failed ones too)"`
+	Versions  []TemplateVersionEntry `json:"versions" nonnull:"true" doc:"newest first (tenant templates; failed ones too)"`
 }
 
 // TemplateList is every template the tenant can see and its storage.

@@ -418,6 +418,10 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	vols, err := m.volumeMounts(sb.spec.Volumes)
+	if err != nil {
+		return err
+	}
 	cfg := ociConfig(bundleSpec{
 		Hostname:       sb.spec.Hostname,
 		InitPath:       m.cfg.InitPath,
@@ -426,6 +430,7 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 		CgroupPath:     "/" + cgroupParent + "/" + sb.id,
 		TemplateDevice: tpl.dev,
 	})
+	cfg.Mounts = append(cfg.Mounts, vols...)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("bundle: %w", err)

@@ -82,7 +82,7 @@ func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpTemplateRelease}
+		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -340,6 +340,8 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.handleSandbox(ctx, ss, st, req)
 	case agentproto.OpSandboxPause, agentproto.OpSandboxResume:
 		s.servePause(ctx, st, req)
+	case agentproto.OpVolumeMount, agentproto.OpVolumeUnmount:
+		s.serveVolume(st, req)
 	case agentproto.OpEgress:
 		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})

@@ -123,6 +123,12 @@ const (
 	OpFsChmod   Op = "fs.chmod"
 	OpFsWatch   Op = "fs.watch"
 	OpFsArchive Op = "fs.archive"
+	// OpVolumeMount mounts the volume disk whose serial is Request.Volume.ID
+	// at the VM's volume folder (read-only and noload when asked);
+	// OpVolumeUnmount unmounts it (conflict while a sandbox binds it). Both
+	// answer an empty Response (volume.go).
+	OpVolumeMount   Op = "volume.mount"
+	OpVolumeUnmount Op = "volume.unmount"
 )
 
 // Request is the first message on every stream.
@@ -143,6 +149,7 @@ type Request struct {
 	Lifetime   *LifetimeRequest   `json:"lifetime,omitempty"`
 	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
 	Template   string             `json:"template,omitempty"` // OpTemplateRelease
+	Volume     *VolumeRequest     `json:"volume,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the

@@ -34,6 +34,9 @@ type SandboxSpec struct {
 	// /etc/stockade/ca.pem and points SSL_CERT_FILE, NODE_EXTRA_CA_CERTS,
 	// REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE at it. Empty means none.
 	CAPEM string `json:"ca_pem,omitempty"`
+	// Volumes are bound into the sandbox; each must be mounted in the VM
+	// already (OpVolumeMount).
+	Volumes []VolumeBind `json:"volumes,omitempty"`
 }
 
 // Limits are a sandbox's cgroup v2 and disk limits. Zero means the agent's
