@@ -22,6 +22,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/templates"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe/recipetest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -159,6 +160,9 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
 		id, _ := f.object(t, "/sandboxes/:id")
 		o.params[":id"], o.params[":port"] = id, "8000"
+	case strings.Contains(path, "/templates/:name/builds"):
+		b := recipetest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("built%d", f.next()), "builder@"+f.tenant.Slug+".test")
+		o.params[":name"], o.params[":id"] = b.TemplateName, b.ID
 	case strings.Contains(path, ":id"):
 		id, ok := f.object(t, path)
 		if !ok {
@@ -394,6 +398,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /api/v1/templates":
+		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
+	case "POST /templates/build":
+		return url.Values{"recipe": {fmt.Sprintf("apiVersion: stockade.dev/template/v1\nname: form-recipe-%d\nbase: debian\n", n)}}, nil
 	case "POST /api/v1/volumes":
 		return nil, map[string]any{"name": fmt.Sprintf("api-volume-%d", n), "size_gib": 1}
 	case "PATCH /api/v1/volumes/:name":
@@ -522,10 +530,14 @@ func harnessStatus(r web.Route) (int, string) {
 	case "GET " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
 		"PATCH " + web.PortProxyPath, "DELETE " + web.PortProxyPath, "OPTIONS " + web.PortProxyPath:
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools (TestPortsVM tunnels on a real VM)"
+	case "POST /api/v1/templates/import", "POST /templates/import":
+		return http.StatusUnprocessableEntity, "found; the harness sends no image (an image is required): sandbox/templates/oci and web/template_import_test.go import real ones"
 	case "GET /sandboxes/:id/ports/open":
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
+	case "POST /api/v1/templates", "POST /templates/build":
+		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

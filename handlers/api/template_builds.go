@@ -25,7 +25,7 @@ type TemplateBuildList struct {
 	Builds []TemplateBuild `json:"builds" nonnull:"true" doc:"newest first, at most 100"`
 }
 
-// TemplateBuildsParams names the template whose builds are listed.
+// TemplateBuildsParams names the template whose builds to list.
 type TemplateBuildsParams struct {
 	Name string `path:"name" doc:"the template's name"`
 }
