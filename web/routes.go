@@ -638,6 +638,7 @@ func Routes(h *handlers.Handlers) []Route {
 				Answers: []Answer{answer(http.StatusCreated, "The new run", api.Run{})}}},
 	}
 	routes = append(routes, portRoutes(h)...)
+	routes = append(routes, templateRoutes(h)...)
 	return routes
 }
 

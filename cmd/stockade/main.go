@@ -62,6 +62,7 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
   stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates
+  stockade template ls | show NAME | rm NAME...                  sandbox templates: the built-ins and the tenant's own
   stockade workflow ls | show NAME | apply FILE | rm NAME        workflows (YAML; apply checks it first)
   stockade workflow run NAME [--ref REF] [--sha SHA] [--wait]     start a run by hand; --wait follows its log
   stockade run ls [--workflow W] [--state S] | show ID | logs [-f] ID | cancel ID... | rerun ID...
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return usageCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "host", "hosts":
 		return hostCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "template", "templates":
+		return templateCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "workflow", "workflows":
 		return workflowCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "runs":

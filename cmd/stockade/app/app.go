@@ -447,7 +447,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}, handlers.Deps{
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
-		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations, Templates: a.Templates,
 		Replication:     a.replicationStatus(),
 		TemplateImports: a.Imports, Volumes: a.Volumes, TemplateBuilds: a.TemplateBuilds,
 		Ready: func(ctx context.Context) error {
