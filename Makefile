@@ -62,8 +62,11 @@ run: deps build libvirtd image
 	@echo
 	STOCKADE_ADMIN_EMAILS=$${STOCKADE_ADMIN_EMAILS:-$(DEV_EMAIL)} STOCKADE_DATA_DIR=$${STOCKADE_DATA_DIR:-$(DATA)} exec bin/stockade serve
 
+# A second libvirt host for the multi-host tests (qemu+tcp on 127.0.0.1,
+# its own mount namespace); without it they start their own.
 test: deps check-generated build services image-test
 	STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
+	STOCKADE_TEST_LIBVIRT_URI2=$$(scripts/libvirtd-private.sh start /var/tmp/stockade-lvd2 16519) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 	@$(MAKE) --no-print-directory lint
 

@@ -22,6 +22,10 @@ const (
 	// QuotaMaxCPUHoursMonthly bounds the CPU time a tenant's sandboxes may
 	// use in a calendar month (UTC), as their cgroups measure it.
 	QuotaMaxCPUHoursMonthly = "max_cpu_hours_monthly"
+	// QuotaMaxTemplateMiB bounds the storage of the tenant's own sandbox
+	// templates (every live version's image, and each build's estimate
+	// while it runs: sandbox/templates).
+	QuotaMaxTemplateMiB = "max_template_mib"
 	// QuotaMaxVolumeGiB bounds the sizes of a tenant's volumes, in all.
 	QuotaMaxVolumeGiB = "max_volume_gib"
 )
@@ -37,6 +41,7 @@ type Quota struct {
 	// MaxCPUHoursMonthly: once the month's measured CPU-hours reach it, no
 	// new sandbox starts until the next month (running ones go on).
 	MaxCPUHoursMonthly int       `gorm:"column:max_cpu_hours_monthly"`
+	MaxTemplateMiB     int       `gorm:"column:max_template_mib"`
 	MaxVolumeGiB       int       `gorm:"column:max_volume_gib"` // volumes' sizes in all
 	UpdatedAt          time.Time `gorm:"column:updated_at;autoUpdateTime:false"`
 	UpdatedBy          string    `gorm:"column:updated_by"`
@@ -54,7 +59,7 @@ func (q *Quota) AfterFind(*gorm.DB) error {
 // DefaultQuota is what a tenant gets until an operator says otherwise:
 // enough for a small team on one modest host.
 func DefaultQuota() Quota {
-	return Quota{MaxVMs: 4, MaxVCPUs: 8, MaxMemoryMiB: 8192, MaxSandboxes: 16, MaxCPUHoursMonthly: 1000, MaxVolumeGiB: 20}
+	return Quota{MaxVMs: 4, MaxVCPUs: 8, MaxMemoryMiB: 8192, MaxSandboxes: 16, MaxCPUHoursMonthly: 1000, MaxTemplateMiB: 10240, MaxVolumeGiB: 20}
 }
 
 // Upper bounds an operator may set, so a typo cannot hand out a data centre.
@@ -64,7 +69,8 @@ const (
 	maxQuotaMemoryMiB = 4 << 20 // 4 TiB
 	maxQuotaSandboxes = 10000
 	maxQuotaCPUHours  = 10_000_000
-	maxQuotaVolumeGiB = 1 << 20 // 1 PiB
+	maxQuotaTemplates = 64 << 20 // 64 TiB
+	maxQuotaVolumeGiB = 1 << 20  // 1 PiB
 )
 
 // Usage is what a tenant holds, or would hold after a request.
@@ -114,6 +120,7 @@ func (q Quota) validate() error {
 		{QuotaMaxMemoryMiB, q.MaxMemoryMiB, maxQuotaMemoryMiB},
 		{QuotaMaxSandboxes, q.MaxSandboxes, maxQuotaSandboxes},
 		{QuotaMaxCPUHoursMonthly, q.MaxCPUHoursMonthly, maxQuotaCPUHours},
+		{QuotaMaxTemplateMiB, q.MaxTemplateMiB, maxQuotaTemplates},
 		{QuotaMaxVolumeGiB, q.MaxVolumeGiB, maxQuotaVolumeGiB},
 	} {
 		if c.value < 0 || c.value > c.max {
@@ -183,7 +190,8 @@ func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string
 			return err
 		}
 		out = Quota{TenantID: tenantID, MaxVMs: in.MaxVMs, MaxVCPUs: in.MaxVCPUs, MaxMemoryMiB: in.MaxMemoryMiB,
-			MaxSandboxes: in.MaxSandboxes, MaxCPUHoursMonthly: in.MaxCPUHoursMonthly, MaxVolumeGiB: in.MaxVolumeGiB, UpdatedAt: s.now(), UpdatedBy: actor.ID}
+			MaxSandboxes: in.MaxSandboxes, MaxCPUHoursMonthly: in.MaxCPUHoursMonthly, MaxTemplateMiB: in.MaxTemplateMiB, MaxVolumeGiB: in.MaxVolumeGiB,
+			UpdatedAt: s.now(), UpdatedBy: actor.ID}
 		if err := tx.Save(&out).Error; err != nil {
 			return err
 		}
@@ -199,5 +207,6 @@ func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string
 
 func quotaDetails(q Quota) map[string]any {
 	return map[string]any{QuotaMaxVMs: q.MaxVMs, QuotaMaxVCPUs: q.MaxVCPUs,
-		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes, QuotaMaxCPUHoursMonthly: q.MaxCPUHoursMonthly, QuotaMaxVolumeGiB: q.MaxVolumeGiB}
+		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes, QuotaMaxCPUHoursMonthly: q.MaxCPUHoursMonthly,
+		QuotaMaxTemplateMiB: q.MaxTemplateMiB, QuotaMaxVolumeGiB: q.MaxVolumeGiB}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"libvirt.org/go/libvirt"
@@ -41,7 +42,9 @@ func NeedSystem(tb testing.TB) {
 
 // DestroyInstallation destroys every domain of the installation on the
 // libvirtd at uri and returns their names; other installations' domains on
-// a shared libvirtd are left alone.
+// a shared libvirtd are left alone. Their scratch disks in the shared test
+// data dir go too: a test's installation never comes back to sweep them
+// (each leaked 64 GiB sparse file held ~50 MB; a day of test runs left 19 GB).
 func DestroyInstallation(ctx context.Context, uri, installationID string) ([]string, error) {
 	h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: uri, InstallationID: installationID})
 	if err != nil {
@@ -60,5 +63,19 @@ func DestroyInstallation(ctx context.Context, uri, installationID string) ([]str
 			errs = append(errs, fmt.Errorf("destroy %s: %w", d.Name, err))
 		}
 	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(filepath.Join(TestDataDir(), "scratch", installationID)); err != nil {
+			errs = append(errs, fmt.Errorf("remove scratch disks: %w", err))
+		}
+	}
 	return names, errors.Join(errs...)
+}
+
+// TestDataDir is where VM tests keep the guest image they share:
+// STOCKADE_TEST_DATA_DIR, default /var/tmp/stockade-test-data.
+func TestDataDir() string {
+	if d := os.Getenv("STOCKADE_TEST_DATA_DIR"); d != "" {
+		return d
+	}
+	return "/var/tmp/stockade-test-data"
 }

@@ -11,17 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/hypervisor/image"
 )
 
 // DataDir is the guest image folder VM tests share (as `make test` and the
 // VM pool tests do): STOCKADE_TEST_DATA_DIR, default /var/tmp/stockade-test-data.
-func DataDir() string {
-	if d := os.Getenv("STOCKADE_TEST_DATA_DIR"); d != "" {
-		return d
-	}
-	return "/var/tmp/stockade-test-data"
-}
+func DataDir() string { return hypervisortest.TestDataDir() }
 
 // GuestImage returns the image in dir, building it first (the busybox
 // template plus any named in also, with a freshly built agent) when it is

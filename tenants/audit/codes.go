@@ -63,6 +63,12 @@ const (
 	// Preview links of a sandbox port (details: link id, port, expiry; never the token).
 	TypeSandboxPreviewCreated = "sandbox.preview_created"
 	TypeSandboxPreviewRevoked = "sandbox.preview_revoked"
+
+	// Tenant templates (sandbox/templates): a version became ready
+	// (details: name, version, seq, source, digest, size), a template was
+	// deleted with its versions.
+	TypeTemplateCreated = "template.created"
+	TypeTemplateDeleted = "template.deleted"
 	// Pause and resume (sandbox/pause.go); details name the actor's reason
 	// when the system re-applied a recorded state.
 	TypeSandboxPaused  = "sandbox.paused"
@@ -249,6 +255,9 @@ var codes = map[string]string{
 	TypeWebhookTested:  "SI1603I",
 
 	TypeMCPToolCall: "SG1700I",
+
+	TypeTemplateCreated: "SL1800I",
+	TypeTemplateDeleted: "SL1801I",
 }
 
 // Code returns the stable code of an event type.
