@@ -31,7 +31,7 @@ func makeImage(ctx context.Context, path string, sizeGiB int) error {
 	}
 	if err == nil {
 		// lazy_itable_init: the image stays sparse; the guest finishes it.
-		err = run(ctx, "mkfs.ext4", "-q", "-F", "-L", "stockade-volume", "-m", "0",
+		err = run(ctx, "mkfs.ext4", "-q", "-F", "-L", "tenant-volume", "-m", "0",
 			"-E", "root_owner="+sandboxOwner+",lazy_itable_init=1,lazy_journal_init=1", path)
 	}
 	if err != nil {
