@@ -21,6 +21,7 @@ all: build
 deps:
 	@scripts/deps.sh
 	@$(GO) mod download
+	@scripts/npm-registry.sh >/dev/null
 
 generate:
 	$(GO) tool templ generate -path views
@@ -44,13 +45,14 @@ postgres:
 
 services: libvirtd postgres
 
-# The guest image (kernel, initramfs with the agent, sandbox templates).
-# Rebuilt only when its inputs changed.
+# The guest image (kernel, initramfs with the agent, sandbox templates:
+# busybox, debian, node, build). Rebuilt only when its inputs changed.
 image: build libvirtd
 	bin/stockade image build --data-dir $(DATA)
 
+# The templates the tests use (node and build: sandbox/runs' article test).
 image-test: build
-	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox,debian
+	bin/stockade image build --data-dir $(STOCKADE_TEST_DATA_DIR) --templates busybox,debian,node,build
 
 run: deps build libvirtd image
 	@bin/stockade tenant create demo --name "Demo" --admin $(DEV_EMAIL) --exists-ok --data-dir $(DATA) >/dev/null

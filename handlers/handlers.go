@@ -20,6 +20,8 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates/oci"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/sandbox/volumes"
@@ -98,7 +100,10 @@ type Handlers struct {
 	workflows    *workflow.Store
 	runs         *runs.Engine
 	integrations *integrations.Store
-	volumes      *volumes.Service
+	// builds runs recipe template builds; nil: the routes say unavailable.
+	builds  *recipe.Builder
+	imports *oci.Importer
+	volumes *volumes.Service
 	// authFailures rate-limits the audit events of failed sign-ins and
 	// tokens: anyone can cause them.
 	authFailures *audit.Limiter
@@ -141,6 +146,11 @@ type Deps struct {
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
 	// deliveries.
 	Integrations *integrations.Store
+	// TemplateBuilds builds tenant templates from recipes (optional: without
+	// it the build routes answer 503).
+	TemplateBuilds *recipe.Builder
+	// TemplateImports imports tenant templates from OCI images.
+	TemplateImports *oci.Importer
 	// Volumes keeps the tenants' persistent volumes.
 	Volumes *volumes.Service
 }
@@ -153,7 +163,8 @@ func (d Deps) check() error {
 		"VMs": d.VMs != nil, "Sandboxes": d.Sandboxes != nil, "Terminals": d.Terminals != nil, "Secrets": d.Secrets != nil,
 		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
 		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
-		"Volumes": d.Volumes != nil,
+		"TemplateImports": d.TemplateImports != nil,
+		"Volumes":         d.Volumes != nil,
 	} {
 		if !ok {
 			missing = append(missing, name)
@@ -186,7 +197,7 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, volumes: d.Volumes, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, builds: d.TemplateBuilds, imports: d.TemplateImports, volumes: d.Volumes, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

@@ -7,7 +7,8 @@
 -- record and for the sandboxes that ran it). in_vm_name is the name the
 -- guest agent mounts the version by ("t" + a short id: two versions can
 -- sit in one VM). A sandbox from a tenant template stores the version's id
--- in sandboxes.template_version. tenant_quotas gains the template storage
+-- in sandboxes.template_version, and its defaults' workdir and user in
+-- sandboxes.template_workdir/template_user. tenant_quotas gains the template storage
 -- quota (MiB). Portable SQL (SQLite and PostgreSQL); ids made in Go.
 
 -- +goose Up
@@ -47,8 +48,12 @@ CREATE UNIQUE INDEX template_versions_seq ON template_versions (template_id, seq
 CREATE INDEX template_versions_tenant ON template_versions (tenant_id, name, state);
 
 ALTER TABLE tenant_quotas ADD COLUMN max_template_mib INTEGER NOT NULL DEFAULT 10240;
+ALTER TABLE sandboxes ADD COLUMN template_workdir TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN template_user TEXT NOT NULL DEFAULT '';
 
 -- +goose Down
+ALTER TABLE sandboxes DROP COLUMN template_user;
+ALTER TABLE sandboxes DROP COLUMN template_workdir;
 ALTER TABLE tenant_quotas DROP COLUMN max_template_mib;
 DROP TABLE template_versions;
 DROP TABLE templates;

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func (s *Service) Exec(ctx context.Context, actor audit.Actor, tenantID, id stri
 		// session (a dropped channel) re-attaches it, and a restarted
 		// server tells the commands that survived from the lost ones.
 		e, err := c.StartResumableExec(ctx, agentproto.ExecRequest{
-			ID: rec.ID, Sandbox: sb.ID, Argv: req.Cmd, Env: envList(req.Env), Dir: req.Cwd, TimeoutSeconds: req.TimeoutSeconds,
+			ID: rec.ID, Sandbox: sb.ID, Argv: req.Cmd, Env: envList(req.Env), Dir: cmp.Or(req.Cwd, sb.TemplateWorkdir), TimeoutSeconds: req.TimeoutSeconds,
 			Stdin: len(req.Stdin) > 0,
 		}, tee{stdout, outCap}, tee{stderr, errCap}, s.nextAgent(sb, c))
 		if err != nil {

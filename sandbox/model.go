@@ -45,13 +45,18 @@ const (
 
 // Sandbox is one sandbox as stored.
 type Sandbox struct {
-	ID                 string     `gorm:"column:id;primaryKey"`
-	TenantID           string     `gorm:"column:tenant_id"`
-	VMID               string     `gorm:"column:vm_id"`
-	State              State      `gorm:"column:state"`
-	StateReason        string     `gorm:"column:state_reason"`
-	Template           string     `gorm:"column:template"`
-	TemplateVersion    string     `gorm:"column:template_version"`
+	ID              string `gorm:"column:id;primaryKey"`
+	TenantID        string `gorm:"column:tenant_id"`
+	VMID            string `gorm:"column:vm_id"`
+	State           State  `gorm:"column:state"`
+	StateReason     string `gorm:"column:state_reason"`
+	Template        string `gorm:"column:template"`
+	TemplateVersion string `gorm:"column:template_version"`
+	// TemplateWorkdir and TemplateUser are a tenant template's defaults
+	// (sandbox/templates): the commands' default directory, and the user
+	// its image named (recorded; commands run as the sandbox user).
+	TemplateWorkdir    string     `gorm:"column:template_workdir"`
+	TemplateUser       string     `gorm:"column:template_user"`
 	VCPUs              int        `gorm:"column:vcpus"`
 	MemoryMiB          int        `gorm:"column:memory_mib"`
 	TimeoutSeconds     int        `gorm:"column:timeout_seconds"`

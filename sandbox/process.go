@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -389,7 +390,7 @@ func (s *Service) StartProcess(ctx context.Context, actor audit.Actor, tenantID,
 	pctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
 	e, err := c.StartResumableExec(pctx, agentproto.ExecRequest{
-		ID: processExecPrefix + id, Keep: true, Sandbox: sb.ID, Argv: req.Cmd, Env: envList(req.Env), Dir: req.Cwd,
+		ID: processExecPrefix + id, Keep: true, Sandbox: sb.ID, Argv: req.Cmd, Env: envList(req.Env), Dir: cmp.Or(req.Cwd, sb.TemplateWorkdir),
 		Stdin: req.Stdin || req.TTY, TTY: req.TTY, Size: size, TimeoutSeconds: req.TimeoutSeconds,
 	}, processWriter{p, "stdout"}, processWriter{p, "stderr"}, s.nextAgent(sb, c))
 	if !stop() || err != nil {

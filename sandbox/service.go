@@ -57,6 +57,9 @@ type Config struct {
 	DataDir string
 	Logger  *slog.Logger
 	Clock   clockwork.Clock // the loops' tickers and the stamps; default the real clock
+	// TenantTemplates resolves tenants' own templates (sandbox/templates);
+	// nil: built-ins only.
+	TenantTemplates TenantTemplates
 	// DefaultTemplate is used when a spec names none; default "debian",
 	// or the first template built when that one is not.
 	DefaultTemplate string
@@ -378,7 +381,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	pool, pol := b.pool, b.pol
-	lim, err := spec.resolve(b.cfg, s.templates, pool)
+	tv, tpls, err := s.tenantTemplate(ctx, tenantID, &spec) // tenant_templates.go
+	if err != nil {
+		return Sandbox{}, err
+	}
+	lim, err := spec.resolve(b.cfg, tpls, pool)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -415,6 +422,10 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		EnvKeysJSON: string(envKeys), MetadataJSON: string(metaJSON), CreatedBy: actor.ID, CreatedByName: actorName(actor),
 		PolicyVersion: pol.Version, IdempotencyKey: spec.IdempotencyKey,
 	}
+	agentTemplate, hotplugged := sb.Template, false
+	if tv != nil {
+		sb.TemplateWorkdir, sb.TemplateUser, agentTemplate = tv.Defaults.Workdir, tv.Defaults.User, tv.InVMName
+	}
 	// Tracked before it is written: the background loop never takes a
 	// create of this process for an abandoned one.
 	s.track(id)
@@ -440,12 +451,17 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return s.createFailed(sb, "placement: "+err.Error(), err)
 	}
 	sb.VMID = vm.ID
+	if tv != nil {
+		if hotplugged, err = s.attachTemplate(cctx, tenantID, vm.ID, tv); err != nil {
+			return s.createFailed(sb, "attach its template: "+err.Error(), fmt.Errorf("%w: attach template %s: %w", vmpool.ErrUnavailable, tv.Name, err))
+		}
+	}
 	binds, err := s.attachVolumes(cctx, actor, sb, spec.Volumes, client)
 	if err != nil {
 		return s.createFailed(sb, "volumes: "+err.Error(), err)
 	}
 	info, err := client.CreateSandbox(cctx, agentproto.SandboxSpec{
-		ID: sb.ID, Template: sb.Template, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
+		ID: sb.ID, Template: agentTemplate, TemplateHotplugged: hotplugged, Env: append(envList(lim.Env), credEnv...), Hostname: "sandbox", CAPEM: caPEM,
 		Limits: agentproto.Limits{VCPUs: float64(sb.VCPUs), MemoryMiB: sb.MemoryMiB, PidsMax: pol.Doc.Resources.MaxPids, // 0 (no policy): the agent's default
 			// On the VM's scratch disk, not in memory: the policy's sizes (0: the agent's default).
 			DiskMiB: pol.Doc.Resources.MaxDiskMiB, WorkspaceMiB: pol.Doc.Filesystem.WorkspaceMiB},

@@ -207,6 +207,6 @@ func (s *Store) SetQuota(ctx context.Context, actor audit.Actor, tenantID string
 
 func quotaDetails(q Quota) map[string]any {
 	return map[string]any{QuotaMaxVMs: q.MaxVMs, QuotaMaxVCPUs: q.MaxVCPUs,
-		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes, QuotaMaxCPUHoursMonthly: q.MaxCPUHoursMonthly,
-		QuotaMaxTemplateMiB: q.MaxTemplateMiB, QuotaMaxVolumeGiB: q.MaxVolumeGiB}
+		QuotaMaxMemoryMiB: q.MaxMemoryMiB, QuotaMaxSandboxes: q.MaxSandboxes, QuotaMaxCPUHoursMonthly: q.MaxCPUHoursMonthly, QuotaMaxTemplateMiB: q.MaxTemplateMiB,
+		QuotaMaxVolumeGiB: q.MaxVolumeGiB}
 }

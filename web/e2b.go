@@ -32,6 +32,9 @@ type E2BServer interface {
 	ServeAPI(w http.ResponseWriter, r *http.Request, cl *handlers.Caller, actor audit.Actor)
 	ServeEnvd(w http.ResponseWriter, r *http.Request)
 	EnvdPaths() []string
+	// EnvdSandbox is the tenant and sandbox an envd request's access token
+	// is bound to (ok false when it is not valid for the sandbox named).
+	EnvdSandbox(r *http.Request) (tenantID, sandboxID string, ok bool)
 }
 
 // e2bError writes E2B's {code,message} error body.
@@ -50,6 +53,9 @@ func (s *Server) mountE2B(m E2BServer, apiKeyToken func(string) string, writeErr
 			return nil
 		}
 		cl := handlers.CallerOf(c)
+		if s.forwardE2BAPI(c, cl, writeErr) {
+			return nil
+		}
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = strings.TrimPrefix(r.URL.Path, E2BPrefix)
 		r2.URL.RawPath = ""
@@ -57,7 +63,12 @@ func (s *Server) mountE2B(m E2BServer, apiKeyToken func(string) string, writeErr
 		return nil
 	}
 	s.echo.Any(E2BPrefix+"/*", api)
-	envd := echo.WrapHandler(http.HandlerFunc(m.ServeEnvd))
+	envd := func(c echo.Context) error {
+		if !s.forwardEnvd(c, m.EnvdSandbox, writeErr) {
+			m.ServeEnvd(c.Response(), c.Request())
+		}
+		return nil
+	}
 	for _, p := range m.EnvdPaths() {
 		if strings.HasSuffix(p, "/") {
 			s.echo.Any(p+"*", envd)

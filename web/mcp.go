@@ -41,6 +41,9 @@ func (s *Server) mountMCP(m MCPServer) {
 			return err
 		}
 		cl := handlers.CallerOf(c)
+		if handled, err := s.forwardMCP(c, cl); handled || err != nil {
+			return err
+		}
 		m.Serve(c.Response(), c.Request(), cl, cl.Actor(c))
 		return nil
 	})

@@ -30,7 +30,7 @@ func portRoutes(h *handlers.Handlers) []Route {
 		403: "The caller's role lacks sandboxes.write, or a WebSocket handshake from a page of another site"}
 	var routes []Route
 	for _, m := range portMethods {
-		routes = append(routes, Route{Method: m, Path: PortProxyPath, Perm: W, API: true, Handler: h.APIPort,
+		routes = append(routes, Route{Method: m, Path: PortProxyPath, Perm: W, API: true, Handler: h.APIPort, Channel: "id",
 			Doc: &Doc{Summary: "Proxy a request (HTTP or a WebSocket upgrade) to a port a process listens on inside the sandbox", Tag: "ports",
 				Params: api.PortParams{}, Errors: proxyErrors,
 				Answers: []Answer{{Status: http.StatusOK, Desc: "Whatever the sandbox's server answers (any status; 101 for a WebSocket); " +
@@ -38,13 +38,13 @@ func portRoutes(h *handlers.Handlers) []Route {
 	}
 	return append(routes,
 		// The Ports card of the sandbox page.
-		Route{Method: http.MethodGet, Path: "/sandboxes/:id/ports/open", Perm: W, Handler: h.OpenPort},
-		Route{Method: http.MethodPost, Path: "/sandboxes/:id/previews", Perm: W, Handler: h.CreatePreviewPage},
+		Route{Method: http.MethodGet, Path: "/sandboxes/:id/ports/open", Perm: W, Handler: h.OpenPort, Channel: "id"},
+		Route{Method: http.MethodPost, Path: "/sandboxes/:id/previews", Perm: W, Handler: h.CreatePreviewPage, Channel: "id"},
 		Route{Method: http.MethodPost, Path: "/sandboxes/:id/previews/:preview_id/revoke", Perm: W, Handler: h.RevokePreviewPage},
-		Route{Method: http.MethodGet, Path: "/api/v1/sandboxes/:id/ports/:port", Perm: W, API: true, Handler: h.APIPortURL,
+		Route{Method: http.MethodGet, Path: "/api/v1/sandboxes/:id/ports/:port", Perm: W, API: true, Handler: h.APIPortURL, Channel: "id",
 			Doc: &Doc{Summary: "Where a sandbox port is reached through this server", Tag: "ports", Params: api.PortParams{},
 				Answers: ok("The URL", api.PortURL{}), Errors: map[int]string{422: "The port is not 1 to 65535 (errors[].field: port)"}}},
-		Route{Method: http.MethodPost, Path: "/api/v1/sandboxes/:id/previews", Perm: W, API: true, Handler: h.APICreatePreviewLink,
+		Route{Method: http.MethodPost, Path: "/api/v1/sandboxes/:id/previews", Perm: W, API: true, Handler: h.APICreatePreviewLink, Channel: "id",
 			Doc: &Doc{Summary: "Create a preview link: an expiring URL that opens a sandbox port without a session", Tag: "ports",
 				Body:    jsonIn(api.CreatePreviewLink{}),
 				Answers: []Answer{answer(http.StatusCreated, "The link; url (with its token) is shown this once", api.PreviewLink{})},

@@ -24,6 +24,7 @@ import (
 	"github.com/stockade-dev/stockade/handlers"
 	"github.com/stockade-dev/stockade/static"
 	"github.com/stockade-dev/stockade/tenants"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Config is the server's configuration.
@@ -57,6 +58,9 @@ type Config struct {
 	E2B            E2BServer
 	E2BAPIKeyToken func(string) string
 	E2BError       func(w http.ResponseWriter, status int, msg string)
+	// Forward, when set, sends requests of routes with a Channel to the
+	// replica owning their sandbox's VM agent channel (web/forward.go).
+	Forward *forward.Forwarder
 }
 
 // Server is the configured Echo instance.
@@ -115,8 +119,10 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: cfg.BodyLimit, Skipper: func(c echo.Context) bool {
 		// File uploads bound their bodies themselves, at their own limit.
 		m := c.Request().Method
-		return (m == http.MethodPut || m == http.MethodPost) && (c.Path() == FileUploadPath || c.Path() == E2BFilesPath)
+		return (m == http.MethodPut || m == http.MethodPost) && (c.Path() == FileUploadPath || c.Path() == E2BFilesPath ||
+			c.Path() == handlers.TemplateImportPath || c.Path() == handlers.TemplateImportPage)
 	}}))
+	e.Use(s.templateUploadLimit)
 
 	// Static files and the dev identity provider need no session.
 	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", staticHandler())))
@@ -125,11 +131,12 @@ func New(cfg Config, store *tenants.Store, h *handlers.Handlers, log *slog.Logge
 	}
 	e.GET("/metrics", echo.WrapHandler(metricsGuard(cfg.MetricsToken, LoopbackURL(cfg.PublicURL), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))))
 
+	e.Pre(takeForwardSignature)
 	s.mountPreviews(h)
-	app := e.Group("", s.authenticate, s.csrf)
+	app := e.Group("", s.authenticate, s.verifyForward, s.csrf)
 	s.routes = Routes(h)
 	for _, r := range s.routes {
-		app.Add(r.Method, r.Path, r.Handler, s.authorize(r))
+		app.Add(r.Method, r.Path, r.Handler, s.authorize(r), s.forwardChannel(r))
 	}
 	s.mountGitHub(cfg.GitHub)
 	s.mountMCP(cfg.MCP)

@@ -81,6 +81,9 @@ type config struct {
 	IncidentRunbookURL string
 	// MaxFileBytes bounds one file read or written through the files API.
 	MaxFileBytes int64
+	// TemplateRegistries and TemplateMaxUpload: OCI template imports.
+	TemplateRegistries string
+	TemplateMaxUpload  int64
 }
 
 // maxFileBytesBound is the most STOCKADE_MAX_FILE_BYTES may be: the guest
@@ -132,6 +135,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.IncidentContacts, "incident-contacts", getenv("STOCKADE_INCIDENT_CONTACTS"), "comma list of emails that respond to a tenant's incident when its policy names none (STOCKADE_INCIDENT_CONTACTS)")
 	fs.StringVar(&c.IncidentRunbookURL, "incident-runbook-url", getenv("STOCKADE_INCIDENT_RUNBOOK_URL"), "the platform's runbook for a compromised agent, for tenants whose policy links none (STOCKADE_INCIDENT_RUNBOOK_URL)")
 	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", int64(c.envInt(getenv, "max-file-bytes", "STOCKADE_MAX_FILE_BYTES", 64<<20)), "largest file read or written through the files API, in bytes; a tenant policy's filesystem.max_file_bytes may lower it (STOCKADE_MAX_FILE_BYTES)")
+	fs.StringVar(&c.TemplateRegistries, "template-registries", getenv("STOCKADE_TEMPLATE_REGISTRIES"), "comma list of registry hosts tenants may pull template images from, through their egress policy (STOCKADE_TEMPLATE_REGISTRIES; default none)")
+	fs.Int64Var(&c.TemplateMaxUpload, "template-max-upload-bytes", int64(c.envInt(getenv, "template-max-upload-bytes", "STOCKADE_TEMPLATE_MAX_UPLOAD_BYTES", 2<<30)), "largest image upload or pull for a template, in bytes (STOCKADE_TEMPLATE_MAX_UPLOAD_BYTES)")
 	fs.StringVar(&c.SecretKey, "secret-key", getenv("STOCKADE_SECRET_KEY"), "key file for encrypting secrets at rest (STOCKADE_SECRET_KEY; default DATA_DIR/secret.key, created)")
 }
 

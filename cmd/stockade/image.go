@@ -15,14 +15,14 @@ import (
 
 func imageCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(stderr, "usage: stockade image build [--templates busybox,debian] [--agent PATH]")
+		fmt.Fprintln(stderr, "usage: stockade image build [--templates busybox,debian,node,build] [--agent PATH]")
 		return exitError(2)
 	}
 	var cfg config
 	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.flags(fs, getenv)
-	templates := fs.String("templates", "busybox,debian", "sandbox templates to build")
+	templates := fs.String("templates", strings.Join(image.BuiltinTemplates(), ","), "sandbox templates to build")
 	agent := fs.String("agent", "", "static stockade-agent binary (default: next to this executable, then ./bin)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitError(2)

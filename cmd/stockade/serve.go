@@ -89,6 +89,7 @@ func (c *config) app() (app.Config, error) {
 		OperatorEmails: c.operatorList(), Version: version,
 		LibvirtURIs: splitList(c.LibvirtURIs), DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,
 		EgressAllowCIDRs: splitList(c.EgressAllowCIDRs), EgressRetentionDays: c.EgressRetentionDays,
+		TemplateRegistries: splitList(c.TemplateRegistries), TemplateMaxUploadBytes: c.TemplateMaxUpload,
 		RecordInput: c.RecordInput, RecordingRetentionDays: c.RetentionDays,
 		MaxRecordingBytes: mib(c.RecordingMaxMiB), MaxTenantRecordingBytes: mib(c.RecordingTenantMaxMiB),
 		ComplianceInterval: c.ComplianceInterval, ProbeInterval: c.ProbeInterval,

@@ -63,6 +63,14 @@ func (s *Server) authenticate(r *http.Request) (binding, int, string) {
 		actor: audit.Actor{Kind: tok.ActorKind, ID: tok.ActorID, Name: tok.ActorName + " via E2B", RemoteAddr: ra}}, 0, ""
 }
 
+// EnvdSandbox is the tenant and sandbox r's access token is bound to, when
+// it is valid for the sandbox r names and that sandbox runs (web forwards
+// the request to the replica owning the sandbox's channel).
+func (s *Server) EnvdSandbox(r *http.Request) (tenantID, sandboxID string, ok bool) {
+	b, status, _ := s.authenticate(r)
+	return b.tenantID, b.sandboxID, status == 0
+}
+
 // envdAuth puts the request's binding on its context or answers the
 // failure (Connect's JSON error on RPC paths, E2B's {code,message} on
 // /files).

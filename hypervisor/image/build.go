@@ -65,10 +65,10 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Templates == nil {
-		o.Templates = []string{TemplateBusybox, TemplateDebian}
+		o.Templates = BuiltinTemplates()
 	}
 	for _, t := range o.Templates {
-		if t != TemplateBusybox && t != TemplateDebian {
+		if !slices.Contains(BuiltinTemplates(), t) {
 			return Manifest{}, fmt.Errorf("image build: template %q: %w", t, ErrUnknownTemplate)
 		}
 	}
@@ -103,6 +103,11 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 
 	b := &builder{o: o, root: root, cache: cache, log: o.Logger,
 		p: &progress{w: o.Progress, n: 6 + len(o.Templates)}}
+	defer func() {
+		if b.base != "" {
+			os.RemoveAll(b.base)
+		}
+	}()
 	return b.run(ctx)
 }
 
@@ -111,6 +116,9 @@ type builder struct {
 	root, cache string
 	log         *slog.Logger
 	p           *progress
+	// base is the debootstrapped debian tree the Debian-based templates
+	// copy, made by the first that needs it (debianBase).
+	base string
 }
 
 // dataDir is the (absolute) data dir the images folder is in.
@@ -185,7 +193,7 @@ func (b *builder) run(ctx context.Context) (Manifest, error) {
 
 	// 6.. templates
 	templates := map[string]templateRecord{}
-	for _, name := range []string{TemplateBusybox, TemplateDebian} {
+	for _, name := range BuiltinTemplates() {
 		wanted := slices.Contains(b.o.Templates, name)
 		if wanted {
 			b.p.begin("template %s", name)
@@ -396,7 +404,7 @@ func (b *builder) templateInputs(ctx context.Context, name string, busybox debPa
 	case TemplateBusybox:
 		in["busybox"] = busybox.String() + " sha256:" + busybox.SHA256
 		in["layout"] = busyboxLayout
-	case TemplateDebian:
+	case TemplateDebian, TemplateNode, TemplateBuild:
 		suite := hostSuite()
 		mirror, err := aptMirror(suite)
 		if err != nil {
@@ -411,6 +419,9 @@ func (b *builder) templateInputs(ctx context.Context, name string, busybox debPa
 		in["include"] = joinLines(debianIncludes())
 		in["debootstrap"] = string(out)
 		in["index_date"] = aptIndexDate(mirror, suite)
+		if pkgs := derivedPackages(name); pkgs != nil {
+			in["packages"] = joinLines(pkgs)
+		}
 	}
 	return in, nil
 }
@@ -452,9 +463,8 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	switch name {
 	case TemplateBusybox:
 		err = populateBusybox(ctx, tree, filepath.Join(busyboxDir, "bin/busybox"))
-	case TemplateDebian:
-		logPath := filepath.Join(b.cache, "debootstrap-"+version+".log")
-		err = populateDebian(ctx, tree, inputs["suite"], inputs["mirror"], logPath)
+	default:
+		err = b.fromDebian(ctx, tree, inputs, derivedPackages(name), filepath.Join(b.cache, "apt-"+name+"-"+version+".log"))
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("template %s: %w", name, err)

@@ -208,3 +208,28 @@ func bytesSHA256(b []byte) string {
 
 // isNotExist is fs.ErrNotExist through wrapping.
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
+
+// FetchPackages downloads apt's candidate of each of names (checked against
+// the index's SHA-256) into cacheDir/debs and unpacks each once (dpkg -x)
+// under cacheDir/extract, returning those folders in order. Tenant recipes
+// use it; their packages never reach a guest's apt.
+func FetchPackages(ctx context.Context, cacheDir string, names []string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	pkgs, err := aptShow(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	dirs := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		deb, err := fetchDeb(ctx, filepath.Join(cacheDir, "debs"), p)
+		if err != nil {
+			return nil, err
+		}
+		if dirs[i], err = extractDeb(ctx, filepath.Join(cacheDir, "extract"), p, deb); err != nil {
+			return nil, err
+		}
+	}
+	return dirs, nil
+}

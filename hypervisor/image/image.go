@@ -41,7 +41,17 @@ const Cmdline = "console=ttyS0 quiet panic=-1 mitigations=off tsc=reliable no_ti
 const (
 	TemplateBusybox = "busybox"
 	TemplateDebian  = "debian"
+	// TemplateNode is debian plus Debian's nodejs and npm.
+	TemplateNode = "node"
+	// TemplateBuild is debian plus make, gcc, g++ and pkg-config.
+	TemplateBuild = "build"
 )
+
+// BuiltinTemplates are the templates Build knows, in build order (node and
+// build copy debian's tree).
+func BuiltinTemplates() []string {
+	return []string{TemplateBusybox, TemplateDebian, TemplateNode, TemplateBuild}
+}
 
 // FormatExt4 is the template format: `mkfs.ext4 -d` builds it in seconds from
 // a folder and the guest reads it without decompressing on an emulated CPU.
@@ -65,7 +75,7 @@ type Options struct {
 	AgentBinary string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
-	// Templates to build; nil means busybox and debian.
+	// Templates to build; nil means all of BuiltinTemplates.
 	Templates []string
 	Logger    *slog.Logger
 }

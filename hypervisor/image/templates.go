@@ -138,15 +138,15 @@ func sandboxDirs(dir string) error {
 	return nil
 }
 
-// populateDebian runs debootstrap into dir, adds the sandbox user and drops
-// apt's caches. log receives debootstrap's chatter.
-func populateDebian(ctx context.Context, dir, suite, mirror, logPath string) error {
+// debootstrapDebian runs debootstrap into dir (its downloads kept in
+// cacheDir) and adds the sandbox user. log receives debootstrap's chatter.
+func debootstrapDebian(ctx context.Context, dir, suite, mirror, cacheDir, logPath string) error {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return fmt.Errorf("debian template: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase",
+	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--cache-dir="+cacheDir,
 		"--include="+strings.Join(debianIncludes(), ","), "--components=main", suite, dir, mirror)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Run(); err != nil {
@@ -157,6 +157,11 @@ func populateDebian(ctx context.Context, dir, suite, mirror, logPath string) err
 		"--user-group", "--shell", "/bin/bash", sandboxUser); err != nil {
 		return fmt.Errorf("debian template: add user: %w", err)
 	}
+	return nil
+}
+
+// cleanApt drops apt's caches, indexes and logs from a Debian tree.
+func cleanApt(dir string) error {
 	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*", "var/log/*.log", "var/log/apt/*"} {
 		matches, _ := filepath.Glob(filepath.Join(dir, g))
 		for _, m := range matches {
@@ -167,7 +172,7 @@ func populateDebian(ctx context.Context, dir, suite, mirror, logPath string) err
 			}
 		}
 	}
-	return sandboxDirs(dir)
+	return nil
 }
 
 // mkfsExt4 makes an ext4 image of dir at dst, sized to its contents. No

@@ -83,7 +83,7 @@ func (m *Manager) Baseline(ctx context.Context, req agentproto.BaselineRequest) 
 
 // baselineRun times `crun run` of the template, spawn to first output line.
 func (m *Manager) baselineRun(ctx context.Context, name string, noASLR bool) (time.Duration, error) {
-	tpl, err := m.template(ctx, name)
+	tpl, err := m.template(ctx, name, false)
 	if err != nil {
 		return 0, err
 	}

@@ -177,13 +177,20 @@ func (m *Manager) disksReady(ctx context.Context) error {
 // template finds the template called name, mounting newly seen disks. Disks
 // appear shortly after their driver loads: a missing one is looked for
 // until a few seconds after the first scan.
-func (m *Manager) template(ctx context.Context, name string) (template, error) {
+func (m *Manager) template(ctx context.Context, name string, hotplugged bool) (template, error) {
 	select {
 	case <-m.scanned:
 	case <-ctx.Done():
 		return template{}, fmt.Errorf("wait for template disks: %w", ctx.Err())
 	}
 	deadline := m.scannedAt.Add(3 * time.Second)
+	if hotplugged {
+		// Hot-plugged just before this create (a tenant template): the
+		// guest may take a while to probe it under TCG.
+		if later := time.Now().Add(20 * time.Second); later.After(deadline) {
+			deadline = later
+		}
+	}
 	for {
 		if tpl, ok := m.templates.get(name); ok {
 			return tpl, nil
@@ -399,7 +406,7 @@ func (m *Manager) Create(ctx context.Context, spec agentproto.SandboxSpec) (agen
 }
 
 func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
-	tpl, err := m.template(ctx, sb.spec.Template)
+	tpl, err := m.template(ctx, sb.spec.Template, sb.spec.TemplateHotplugged)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpVolumeMount, agentproto.OpVolumeUnmount}
+		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -330,7 +330,8 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.shutdown(st)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
-		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial:
+		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
+		agentproto.OpTemplateRelease:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -374,6 +375,12 @@ func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, re
 			return
 		}
 		s.reply(st, agentproto.Response{Sandbox: &info})
+	case agentproto.OpTemplateRelease:
+		if err := m.ReleaseTemplate(req.Template); err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{})
 	case agentproto.OpSandboxList:
 		list := m.List()
 		s.reply(st, agentproto.Response{Sandboxes: &list})

@@ -90,6 +90,7 @@ func (t *templates) scan() error {
 	if err != nil {
 		return fmt.Errorf("scan templates: %w", err)
 	}
+	t.forgetGone()
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
@@ -203,4 +204,52 @@ func deviceNumber(path string) (devNum, error) {
 		return devNum{}, fmt.Errorf("parse %s: %w", path, err)
 	}
 	return d, nil
+}
+
+// release unmounts the template called name and forgets its disk, so that
+// the host can unplug it; a disk plugged later in the same slot is looked
+// at afresh. The caller checks that no sandbox uses it.
+func (t *templates) release(name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tpl, ok := t.byName[name]
+	if !ok {
+		return fmt.Errorf("template %q: %w", name, agentproto.ErrNotFound)
+	}
+	if err := unix.Unmount(tpl.dir, 0); err != nil {
+		return fmt.Errorf("release template %s: %w", name, err)
+	}
+	os.Remove(tpl.dir)
+	delete(t.byName, name)
+	delete(t.seen, filepath.Base(tpl.Device))
+	t.log.Info("template released", "template", name, "device", tpl.Device)
+	return nil
+}
+
+// forgetGone drops the devices no longer in sysBlock from seen (a disk
+// unplugged without a release), so that a new disk in that slot is looked
+// at. Called with t.mu held.
+func (t *templates) forgetGone() {
+	for name := range t.seen {
+		if _, err := os.Stat(filepath.Join(t.sysBlock, name)); err != nil {
+			delete(t.seen, name)
+		}
+	}
+}
+
+// ReleaseTemplate unmounts the template disk called name so that the host
+// can hot-unplug it (agentproto.OpTemplateRelease): ErrConflict while a
+// sandbox of this VM runs from it.
+func (m *Manager) ReleaseTemplate(name string) error {
+	if !validTemplateName.MatchString(name) {
+		return fmt.Errorf("template %q: %w", name, agentproto.ErrBadRequest)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, sb := range m.sandboxes {
+		if sb.spec.Template == name {
+			return fmt.Errorf("release template %s: %w: sandbox %s uses it", name, agentproto.ErrConflict, sb.id)
+		}
+	}
+	return m.templates.release(name)
 }

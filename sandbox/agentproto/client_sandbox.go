@@ -578,3 +578,16 @@ func (c *Client) SetSandboxLifetime(ctx context.Context, id string, seconds int)
 	}
 	return nil
 }
+
+// ReleaseTemplate asks the agent to unmount the template disk called name
+// (OpTemplateRelease) before the host unplugs it: ErrConflict while a
+// sandbox runs from it, ErrNotFound when no disk holds it.
+func (c *Client) ReleaseTemplate(ctx context.Context, name string) error {
+	if err := c.supports(OpTemplateRelease); err != nil {
+		return err
+	}
+	if _, err := c.call(ctx, Request{V: Version, Op: OpTemplateRelease, Template: name}); err != nil {
+		return fmt.Errorf("release template %s: %w", name, err)
+	}
+	return nil
+}

@@ -96,6 +96,11 @@ const (
 	// namespace: Request.PortDial; Response (an error when nothing listens
 	// there); then ChannelData frames both ways as on OpEgress (PortConn).
 	OpPortDial Op = "port.dial"
+	// OpTemplateRelease unmounts the template disk Request.Template names
+	// and forgets it, so the host can hot-unplug it (sandbox/templates);
+	// ErrConflict while a sandbox runs from it, ErrNotFound when no disk
+	// holds it. Response with nothing set.
+	OpTemplateRelease Op = "template.release"
 	// OpBaseline times raw crun inside the guest, for benchmarks that compare
 	// sandboxes against it in the same VM: Request.Baseline; Response.Baseline.
 	OpBaseline Op = "baseline"
@@ -143,6 +148,7 @@ type Request struct {
 	Fs         *FsRequest         `json:"fs,omitempty"`
 	Lifetime   *LifetimeRequest   `json:"lifetime,omitempty"`
 	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
+	Template   string             `json:"template,omitempty"` // OpTemplateRelease
 	Volume     *VolumeRequest     `json:"volume,omitempty"`
 }
 

@@ -14,7 +14,10 @@ type SandboxSpec struct {
 	ID string `json:"id"`
 	// Template is the name of a template disk attached to the VM.
 	Template string `json:"template"`
-	Limits   Limits `json:"limits"`
+	// TemplateHotplugged: the host attached the template's disk just now
+	// (a tenant template): the agent looks for it for up to 20 s.
+	TemplateHotplugged bool   `json:"template_hotplugged,omitempty"`
+	Limits             Limits `json:"limits"`
 	// Env is added to every command's environment, KEY=VALUE.
 	Env []string `json:"env,omitempty"`
 	// Hostname inside the sandbox; empty means "sandbox".

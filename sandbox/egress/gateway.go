@@ -217,7 +217,9 @@ type conn struct {
 	// unknown: the guest named a sandbox that is not an active one of the
 	// tenant on this VM.
 	unknown bool
-	inj     *injector // intercepted: swaps and scrubs
+	// host: a connection of the control plane's own (DialAs).
+	host bool
+	inj  *injector // intercepted: swaps and scrubs
 }
 
 // limitKey is what the rate limits of s count under: its sandbox, or for
@@ -232,14 +234,20 @@ func (s *conn) limitKey() string {
 // ServeConn serves one connection of a sandbox: reads the proxy request,
 // decides, and pipes or refuses. It closes c.
 func (g *Gateway) ServeConn(ctx context.Context, tenantID, vmID, sandboxID string, c net.Conn) {
+	g.serve(ctx, tenantID, vmID, sandboxID, c, false)
+}
+
+// serve is ServeConn; own marks a connection of the control plane's own
+// (DialAs): no guest claim to check, and not metered to a sandbox.
+func (g *Gateway) serve(ctx context.Context, tenantID, vmID, sandboxID string, c net.Conn, own bool) {
 	// The session's end ends every connection on it.
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	s := &conn{g: g, start: g.cfg.Clock.Now(),
+	s := &conn{g: g, start: g.cfg.Clock.Now(), host: own,
 		ev: Event{TenantID: tenantID, VMID: vmID, SandboxID: sandboxID}}
 	s.ev.StartedAt = s.start
 
-	if g.cfg.Sandboxes != nil {
+	if g.cfg.Sandboxes != nil && !own {
 		if err := g.cfg.Sandboxes.CheckEgress(ctx, tenantID, vmID, sandboxID); err != nil {
 			// Nothing is kept under the guest's id: no live counter, no
 			// metering, and its rate limits are the VM's.
@@ -432,7 +440,7 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 // its placeholders unswapped, nor be tunnelled past the swap.
 func (s *conn) broker(ctx context.Context, host string) (intercepted, failed bool) {
 	sw := s.g.cfg.Swapper
-	if sw == nil {
+	if sw == nil || s.host {
 		return false, false
 	}
 	creds, ok, err := sw.Credentials(ctx, s.ev.TenantID, s.ev.SandboxID, host)
@@ -561,7 +569,7 @@ func (s *conn) record(ctx context.Context) {
 	if s.ev.Decision == "" {
 		s.ev.Decision = DecisionDeny
 	}
-	s.ev.unmetered = s.unknown
+	s.ev.unmetered = s.unknown || s.host
 	s.ev.bound()
 	// A refusal by rule (403) or of a misdirected tunnel (421) is
 	// security-relevant: audited, rate-limited.
@@ -572,7 +580,7 @@ func (s *conn) record(ctx context.Context) {
 	if !admitted {
 		s.g.log.Debug("egress (over the event rate limit)", "tenant", s.ev.TenantID, "sandbox", s.ev.SandboxID, "method", s.ev.Method,
 			"host", s.ev.Host, "port", s.ev.Port, "decision", s.ev.Decision, "bytes_up", s.ev.BytesUp, "bytes_down", s.ev.BytesDown)
-		if s.g.cfg.Store == nil || s.unknown {
+		if s.g.cfg.Store == nil || s.unknown || s.host {
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -1056,6 +1056,11 @@ func cases(f *fixtures) []storeCase {
 	})
 	missing("vmpool.Store.VM", func() error { _, err := f.vms.VM(ctx, bID(), a.vmID); return err })
 	list("vmpool.Store.VMs", func() (any, error) { return f.vms.VMs(ctx, bID()) })
+	list("vmpool.Store.HostConstraint", func() (any, error) { return f.vms.HostConstraint(ctx, bID()) })
+	add("vmpool.Store.SetHostConstraint", func(t *testing.T) {
+		_, err := f.vms.SetHostConstraint(ctx, b.actor, bID(), vmpool.Labels{"dedicated": "bravo"})
+		noErr(t, "SetHostConstraint", err)
+	})
 
 	// compliance.Service
 	list("compliance.Service.Items", func() (any, error) { return f.compliance.Items(ctx, bID()) })

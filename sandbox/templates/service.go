@@ -53,11 +53,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DB == nil || cfg.DataDir == "" {
 		return nil, errors.New("templates: DB and DataDir are required")
 	}
+	// Readable by QEMU's user, like the built-ins' images; staging stays private.
 	dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "tenant-templates"))
 	if err != nil {
 		return nil, fmt.Errorf("templates: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("templates: %w", err)
 	}
 	s := &Service{db: cfg.DB, dir: dir, builtins: cfg.Builtins, clock: cfg.Clock, log: cfg.Logger}
@@ -156,10 +157,10 @@ func newID() (string, error) {
 	return id.String(), nil
 }
 
-// inVMName is the guest's name of a version: "t" and the last 12 hex
+// InVMName is the guest's name of a version: "t" and the last 12 hex
 // digits of its id (UUIDv7's random part), unique per VM in practice and
 // checked against the VM's other disks when attached.
-func inVMName(versionID string) string {
+func InVMName(versionID string) string {
 	h := strings.ReplaceAll(versionID, "-", "")
 	return "t" + h[len(h)-12:]
 }
@@ -220,7 +221,7 @@ func (s *Service) Begin(ctx context.Context, tenantID string, b Begin) (Version,
 		return Version{}, fmt.Errorf("begin template %s: %w", b.Name, err)
 	}
 	now := s.now()
-	v := Version{ID: vid, TenantID: tenantID, Name: b.Name, InVMName: inVMName(vid), Source: b.Source,
+	v := Version{ID: vid, TenantID: tenantID, Name: b.Name, InVMName: InVMName(vid), Source: b.Source,
 		SourceRef: clipStr(b.SourceRef, 1000), EstimateBytes: b.Estimate, State: StateBuilding, DefaultsJSON: string(defs),
 		Defaults: b.Defaults, CreatedBy: b.CreatedBy, CreatedAt: now}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -361,7 +362,7 @@ func (s *Service) finish(ctx context.Context, v Version, tree string, d Defaults
 	if err != nil {
 		return Version{}, err
 	}
-	if err := os.MkdirAll(tdir, 0o700); err != nil {
+	if err := os.MkdirAll(tdir, 0o755); err != nil {
 		return Version{}, err
 	}
 	staging, err := s.stagingDir(v.TenantID, v.ID)
@@ -384,6 +385,10 @@ func (s *Service) finish(ctx context.Context, v Version, tree string, d Defaults
 	v.DefaultsJSON, v.Defaults = string(defs), d
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := s.checkQuota(tx, v.TenantID, packed.Size, v.EstimateBytes); err != nil {
+			return err
+		}
+		// QEMU (its own user on most hosts) opens it read-only.
+		if err := os.Chmod(tmp, 0o644); err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, final); err != nil {

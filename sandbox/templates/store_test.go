@@ -20,7 +20,7 @@ import (
 
 var testActor = audit.Actor{Kind: audit.ActorUser, ID: "u-1", Name: "dev@example.test"}
 
-func newTenant(t *testing.T, db *gorm.DB, slug string) string {
+func newTenant(t testing.TB, db *gorm.DB, slug string) string {
 	t.Helper()
 	tn, err := tenants.NewStore(db, nil).CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, slug, "")
 	if err != nil {

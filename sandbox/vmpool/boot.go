@@ -26,6 +26,8 @@ type runtime struct {
 	destroying bool                    // Destroy or recycle owns the VM's end
 	stopActor  *audit.Actor            // who asked for a graceful stop
 	nextRedial time.Time
+	// disks serializes hot-plug changes to the VM (attach.go).
+	disks sync.Mutex
 }
 
 // runtimeFor returns the VM's runtime, making it when there is none.

@@ -161,6 +161,13 @@ type Host struct {
 	FirstSeenAt   time.Time  `gorm:"column:first_seen_at"`
 	LastSeenAt    *time.Time `gorm:"column:last_seen_at"`
 	UpdatedAt     time.Time  `gorm:"column:updated_at;autoUpdateTime:false"`
+	// What operators set (hosts.go): State, its reason, Labels; DownAt is
+	// when the host was found not answering (nil while it answers).
+	State       HostState  `gorm:"column:state"`
+	StateReason string     `gorm:"column:state_reason"`
+	Labels      Labels     `gorm:"column:labels"`
+	DownAt      *time.Time `gorm:"column:down_at"`
+	AddedBy     string     `gorm:"column:added_by"`
 }
 
 // TableName is the GORM table of Host.
@@ -172,6 +179,10 @@ func (h *Host) AfterFind(*gorm.DB) error {
 	if h.LastSeenAt != nil {
 		u := h.LastSeenAt.UTC()
 		h.LastSeenAt = &u
+	}
+	if h.DownAt != nil {
+		u := h.DownAt.UTC()
+		h.DownAt = &u
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if err != nil {
 		return VM{}, err
 	}
-	h, err := s.pickHost(pool.MemoryMiB)
+	live, err := s.liveCandidates(pool.MemoryMiB)
 	if err != nil {
 		return VM{}, fmt.Errorf("create vm: %w", err)
 	}
@@ -68,7 +68,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 	if err != nil {
 		return VM{}, fmt.Errorf("create vm: %w", err)
 	}
-	vm, err := s.store.CreateVM(ctx, actor, tenantID, NewVM{HostURI: h.uri, ImageVersion: guest.Version})
+	vm, err := s.store.CreateVM(ctx, actor, tenantID, NewVM{Live: live, ImageVersion: guest.Version})
 	if err != nil {
 		return VM{}, err
 	}
@@ -224,7 +224,7 @@ func (s *Service) Recycle(ctx context.Context, actor audit.Actor, tenantID, id s
 	if err != nil {
 		return VM{}, VM{}, err
 	}
-	h, err := s.pickHost(pool.MemoryMiB)
+	live, err := s.liveCandidates(pool.MemoryMiB)
 	if err != nil {
 		return VM{}, VM{}, fmt.Errorf("recycle vm %s: %w", id, err)
 	}
@@ -234,7 +234,7 @@ func (s *Service) Recycle(ctx context.Context, actor audit.Actor, tenantID, id s
 	}
 	rt := s.runtimeFor(old)
 	rt.setDestroying(true)
-	replacement, err = s.store.CreateVM(ctx, actor, tenantID, NewVM{HostURI: h.uri, ImageVersion: guest.Version, Replaces: id})
+	replacement, err = s.store.CreateVM(ctx, actor, tenantID, NewVM{Live: live, ImageVersion: guest.Version, Replaces: id})
 	if err != nil {
 		rt.setDestroying(false)
 		return VM{}, VM{}, err

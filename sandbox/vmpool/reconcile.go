@@ -386,7 +386,7 @@ func (s *Service) monitorLoop() {
 		if refresh {
 			lastRefresh = s.cfg.Clock.Now()
 		}
-		for _, h := range s.hosts {
+		for _, h := range s.hostList() {
 			hv, err := h.live()
 			if err != nil {
 				continue

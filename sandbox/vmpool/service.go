@@ -199,7 +199,8 @@ type Service struct {
 	stop *shutdown.Signal
 	wg   sync.WaitGroup
 
-	hosts     []*hostConn
+	hostsMu   sync.Mutex
+	hosts     []*hostConn // read through hostList; AddHost appends
 	bootSlots chan struct{}
 	kickc     chan string // tenants to reconcile now
 
@@ -279,11 +280,14 @@ func (s *Service) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 
-	firsts := make([]chan struct{}, len(s.hosts))
-	for i, h := range s.hosts {
+	if err := s.loadHosts(ctx); err != nil {
+		return fmt.Errorf("start vm pool: %w", err)
+	}
+	hosts := s.hostList()
+	firsts := make([]chan struct{}, len(hosts))
+	for i, h := range hosts {
 		firsts[i] = make(chan struct{})
-		s.wg.Add(1)
-		go s.superviseHost(h, firsts[i])
+		s.runHost(h, firsts[i])
 	}
 	for _, f := range firsts {
 		select {
@@ -317,7 +321,7 @@ func (s *Service) Close() error {
 		for _, rt := range rts {
 			rt.closeClient()
 		}
-		for _, h := range s.hosts {
+		for _, h := range s.hostList() {
 			if hv := h.take(); hv != nil {
 				if err := hv.Close(); err != nil {
 					s.log.Warn("close libvirt host", "uri", h.uri, "err", err)
@@ -332,7 +336,7 @@ func (s *Service) Close() error {
 // wrapping ErrUnavailable that says why for each host.
 func (s *Service) Available() error {
 	var why []string
-	for _, h := range s.hosts {
+	for _, h := range s.hostList() {
 		if _, err := h.live(); err == nil {
 			return nil
 		}
@@ -368,6 +372,9 @@ type hostConn struct {
 	reserved  int // MiB of boots in flight, not yet in capacity
 	cpu       map[string]cpuSample
 	lastSeen  time.Time
+	answered  time.Time // last call libvirt answered (hosts_service.go)
+	down      bool      // recorded down: its VMs were lost
+	removed   bool      // RemoveHost: supervision ends
 }
 
 type cpuSample struct {
@@ -407,7 +414,7 @@ func (h *hostConn) setUp(hv Hypervisor) {
 }
 
 func (s *Service) hostByURI(uri string) *hostConn {
-	for _, h := range s.hosts {
+	for _, h := range s.hostList() {
 		if h.uri == uri {
 			return h
 		}
@@ -423,38 +430,6 @@ func (s *Service) liveHost(uri string) (*hostConn, Hypervisor, error) {
 	}
 	hv, err := h.live()
 	return h, hv, err
-}
-
-// pickHost places a VM of memMiB: the reachable host with the most free
-// memory after the boots already in flight on it.
-func (s *Service) pickHost(memMiB int) (*hostConn, error) {
-	var (
-		best     *hostConn
-		bestFree int64
-		why      []string
-	)
-	for _, h := range s.hosts {
-		if _, err := h.live(); err != nil {
-			h.mu.Lock()
-			why = append(why, fmt.Sprintf("libvirt at %s: %s", h.uri, h.reason))
-			h.mu.Unlock()
-			continue
-		}
-		h.mu.Lock()
-		free := int64(h.capacity.MemoryFreeKiB/1024) - int64(h.reserved)
-		h.mu.Unlock()
-		if free < int64(memMiB) {
-			why = append(why, fmt.Sprintf("libvirt at %s: %d MiB free, %d MiB needed", h.uri, max(free, 0), memMiB))
-			continue
-		}
-		if best == nil || free > bestFree {
-			best, bestFree = h, free
-		}
-	}
-	if best == nil {
-		return nil, fmt.Errorf("%w: no host can take the vm: %s", ErrUnavailable, strings.Join(why, "; "))
-	}
-	return best, nil
 }
 
 func (h *hostConn) reserve(mib int) {
@@ -481,6 +456,12 @@ func (s *Service) superviseHost(h *hostConn, first chan struct{}) {
 		hv, err := s.cfg.Connect(ctx, h.uri, s.installID, s.log)
 		cancel()
 		if s.stop.Err() != nil {
+			if hv != nil {
+				hv.Close()
+			}
+			return
+		}
+		if h.isRemoved() {
 			if hv != nil {
 				hv.Close()
 			}
@@ -597,7 +578,7 @@ func (s *Service) Hosts(ctx context.Context) ([]HostStatus, error) {
 		}
 		out = append(out, st)
 	}
-	for _, h := range s.hosts {
+	for _, h := range s.hostList() {
 		st := HostStatus{Host: byURI[h.uri], Configured: true}
 		st.URI = h.uri
 		h.mu.Lock()
@@ -612,7 +593,9 @@ func (s *Service) Hosts(ctx context.Context) ([]HostStatus, error) {
 	}
 	slices.Sort(rest)
 	for _, u := range rest {
-		add(HostStatus{Host: byURI[u], Reason: "no longer configured"})
+		if byURI[u].State != HostRemoved {
+			add(HostStatus{Host: byURI[u], Reason: "no longer configured"})
+		}
 	}
 	return out, nil
 }

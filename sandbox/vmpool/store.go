@@ -163,7 +163,10 @@ func poolDetails(p PoolSettings) map[string]any {
 
 // NewVM says where a VM is to boot.
 type NewVM struct {
-	HostURI      string
+	HostURI string
+	// Live, when HostURI is "", are the hosts this process reaches: the
+	// host is picked among them in the transaction (placeTx).
+	Live         []string
 	ImageVersion string
 	// Replaces, when set, is a running VM of the same tenant that this one
 	// recycles: it is moved to stopping in the same transaction and no longer
@@ -216,6 +219,11 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 		}
 		if err := q.Check(u); err != nil {
 			return err
+		}
+		if n.HostURI == "" {
+			if n.HostURI, err = placeTx(tx, tenantID, pool.MemoryMiB, n.Live); err != nil {
+				return err
+			}
 		}
 		now := s.clock.Now()
 		if n.Replaces != "" {
@@ -458,6 +466,7 @@ func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var vm VM
 		err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
+			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").Where("state = ?", HostDraining)).
 			Order("started_at, id").Take(&vm).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return VM{}, ErrNoIdleVM
@@ -529,6 +538,9 @@ func (s *Store) upsertHost(ctx context.Context, h Host) error {
 	h.UpdatedAt = now
 	if h.FirstSeenAt.IsZero() {
 		h.FirstSeenAt = now
+	}
+	if h.State == "" {
+		h.State = HostActive // a new row only: state is not among the updates
 	}
 	cols := []string{"health", "health_reason", "updated_at"}
 	if h.Health == HealthOK {

@@ -69,6 +69,11 @@ const (
 	// deleted with its versions.
 	TypeTemplateCreated = "template.created"
 	TypeTemplateDeleted = "template.deleted"
+	// An OCI image imported as a template version (sandbox/templates/oci;
+	// details: name, version, source, source_ref, digest, size), or refused
+	// (details: name, source, reason; never a credential).
+	TypeTemplateImported     = "template.imported"
+	TypeTemplateImportFailed = "template.import_failed"
 	// Pause and resume (sandbox/pause.go); details name the actor's reason
 	// when the system re-applied a recorded state.
 	TypeSandboxPaused  = "sandbox.paused"
@@ -140,6 +145,11 @@ const (
 	// tool did is audited as well, as its REST twin's (sandbox.exec, ...).
 	TypeMCPToolCall = "mcp.tool_call"
 
+	// Recipe template builds (details: template, build_id, recipe_digest;
+	// failed adds error).
+	TypeTemplateBuildStarted   = "template.build.started"
+	TypeTemplateBuildSucceeded = "template.build.succeeded"
+	TypeTemplateBuildFailed    = "template.build.failed"
 	// Volumes (sandbox/volumes): created, resized, deleted (details: name,
 	// size_gib), attached to or detached from a VM (details: name, vm,
 	// read_only).
@@ -148,6 +158,16 @@ const (
 	TypeVolumeDeleted  = "volume.deleted"
 	TypeVolumeAttached = "volume.attached"
 	TypeVolumeDetached = "volume.detached"
+	// Libvirt hosts (platform-level: tenant ""), and a tenant's host
+	// constraint (its own tenant).
+	TypeHostAdded         = "host.added"
+	TypeHostCordoned      = "host.cordoned"
+	TypeHostUncordoned    = "host.uncordoned"
+	TypeHostDrained       = "host.drained"
+	TypeHostDown          = "host.down"
+	TypeHostUp            = "host.up"
+	TypeHostRemoved       = "host.removed"
+	TypeHostConstraintSet = "host.constraint_set"
 )
 
 // codes maps each event type to its stable code, teleport style:
@@ -258,6 +278,20 @@ var codes = map[string]string{
 
 	TypeTemplateCreated: "SL1800I",
 	TypeTemplateDeleted: "SL1801I",
+
+	TypeTemplateBuildStarted:   "SL1810I",
+	TypeTemplateBuildSucceeded: "SL1811I",
+	TypeTemplateBuildFailed:    "SL1812E",
+	TypeTemplateImported:       "SL1820I",
+	TypeTemplateImportFailed:   "SL1821W",
+	TypeHostAdded:              "SH1800I",
+	TypeHostCordoned:           "SH1801I",
+	TypeHostUncordoned:         "SH1802I",
+	TypeHostDrained:            "SH1803I",
+	TypeHostDown:               "SH1804W",
+	TypeHostUp:                 "SH1805I",
+	TypeHostRemoved:            "SH1806I",
+	TypeHostConstraintSet:      "SH1807I",
 }
 
 // Code returns the stable code of an event type.

@@ -148,7 +148,7 @@ func Tables() []string {
 		"usage_meters", "usage_ledger", "usage_samples", "price_books",
 		"compliance_results", "compliance_changes", "probe_runs",
 		"workflows", "workflow_settings", "github_deliveries", "workflow_runs", "workflow_run_steps", "notify_deliveries",
-		"webhook_endpoints", "integration_outbox", "webhook_deliveries", "templates", "template_versions"}
+		"webhook_endpoints", "integration_outbox", "webhook_deliveries", "templates", "template_versions", "template_builds"}
 }
 
 // Equal reports whether two Count results match, and describes the first

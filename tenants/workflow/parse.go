@@ -251,7 +251,7 @@ func patternDetail(loc []string, got string) string {
 	case parent == "comment_authors":
 		return fmt.Sprintf("%q is neither an author association (OWNER, MEMBER, COLLABORATOR, ...) nor a GitHub login", g)
 	case last == "template":
-		return fmt.Sprintf("%q is not a template name", g)
+		return fmt.Sprintf("%q is not a template name: lowercase letters, digits, '_', '-' and '.' (a built-in such as node, or one of the tenant's templates)", g)
 	}
 	return fmt.Sprintf("%q has the wrong form", g)
 }

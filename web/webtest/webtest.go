@@ -37,6 +37,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/secrets"
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Options tune the environment. The app is built by the composition root
@@ -91,6 +92,9 @@ type Options struct {
 	// Integrations keeps webhook endpoints; nil: a store on DB with the
 	// production rules (https, public hosts only).
 	Integrations *integrations.Store
+	// Owners makes the app a replica that forwards channel requests to
+	// their owner (web/forward); nil: one replica, no forwarding.
+	Owners forward.Owners
 }
 
 // Env is a running app.
@@ -128,7 +132,7 @@ func New(t testing.TB, o Options) *Env {
 	}, app.Options{
 		Log: slog.New(slog.DiscardHandler), Clock: o.Clock, DevIdPMutateClaims: o.MutateClaims, DB: db,
 		VMs: o.VMs, Sandboxes: o.Sandboxes, Terminals: o.Terminals, Secrets: o.Secrets, Policies: o.Policies, Egress: o.Egress,
-		Usage: o.Usage, Compliance: o.Compliance, Workflows: o.Workflows, Runs: o.Runs, Integrations: o.Integrations,
+		Usage: o.Usage, Compliance: o.Compliance, Workflows: o.Workflows, Runs: o.Runs, Integrations: o.Integrations, Owners: o.Owners,
 	})
 	if err != nil {
 		cancel()

@@ -30,10 +30,13 @@ import (
 	"github.com/stockade-dev/stockade/handlers/e2b"
 	"github.com/stockade-dev/stockade/handlers/github"
 	"github.com/stockade-dev/stockade/handlers/mcp"
+	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
+	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/sandbox/volumes"
@@ -49,6 +52,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/usage"
 	"github.com/stockade-dev/stockade/tenants/workflow"
 	"github.com/stockade-dev/stockade/web"
+	"github.com/stockade-dev/stockade/web/forward"
 )
 
 // Config is the deployment: what `stockade serve` reads from its
@@ -82,6 +86,12 @@ type Config struct {
 	// are kept (0: 90).
 	EgressAllowCIDRs    []string
 	EgressRetentionDays int
+
+	// TemplateRegistries are the registries tenants may pull template
+	// images from (STOCKADE_TEMPLATE_REGISTRIES); TemplateMaxUploadBytes
+	// bounds an image upload (0: 2 GiB).
+	TemplateRegistries     []string
+	TemplateMaxUploadBytes int64
 
 	// Terminal recordings: keystrokes too, retention, and caps in bytes
 	// per session and per tenant (negative: none; 0: the defaults).
@@ -138,6 +148,13 @@ type Options struct {
 	Workflows    *workflow.Store
 	Runs         *runs.Engine
 	Integrations *integrations.Store
+	// Owners, when set, says which replica owns each VM's agent channel:
+	// requests needing a channel another replica owns are forwarded there
+	// (web/forward), signed under a key derived from RootKey.
+	Owners forward.Owners
+	// TemplateImportGateway carries template image pulls (default: an
+	// egress gateway on the configured policies and ranges).
+	TemplateImportGateway oci.Dialer
 }
 
 // App is the assembled server. Its fields are what New built or was
@@ -158,9 +175,11 @@ type App struct {
 	Integrations   *integrations.Store
 	VMs            *vmpool.Service
 	Sandboxes      *sandbox.Service
+	Templates      *templates.Service // tenants' own templates
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
+	Imports        *oci.Importer // tenant templates from OCI images
 	Volumes        *volumes.Service
 
 	cfg      Config
@@ -300,6 +319,18 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.ownVMs = true
 	}
+	if a.Templates == nil {
+		var err error
+		if a.Templates, err = templates.New(templates.Config{DB: a.DB, DataDir: cfg.DataDir, Clock: clock, Logger: log,
+			Builtins: func() []image.Template {
+				if a.Sandboxes == nil {
+					return nil
+				}
+				return a.Sandboxes.Templates()
+			}}); err != nil {
+			return err
+		}
+	}
 	// Tenant volumes, hot-attached to the tenant's VMs (volumes.go).
 	vols, err := newVolumes(a, cfg, log)
 	if err != nil {
@@ -311,7 +342,8 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// tenant gets none.
 		var err error
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
-			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, Volumes: a.Volumes,
+			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
+			Volumes:      a.Volumes,
 			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
 			return err
 		}
@@ -387,6 +419,9 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	for _, e := range sortedLower(cfg.OperatorEmails) {
 		operators[e] = true
 	}
+	if a.Imports, err = a.templateImports(cfg, o); err != nil {
+		return err
+	}
 	h, err := handlers.New(handlers.Config{
 		ProviderName: id.providerName, DevIdP: id.dev != nil, SecureCookies: secure,
 		OperatorEmails: operators, AssetVersion: assets, FlashKey: web.Derive(cfg.RootKey, "flash"),
@@ -395,7 +430,8 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}, handlers.Deps{
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
-		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations, Volumes: a.Volumes,
+		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		TemplateImports: a.Imports, Volumes: a.Volumes,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
@@ -419,6 +455,13 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	if err != nil {
 		return err
 	}
+	var fwd *forward.Forwarder
+	if o.Owners != nil {
+		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Key: cfg.RootKey,
+			Clock: o.Clock, Log: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
 	a.Server, err = web.New(web.Config{
 		PublicURL: cfg.PublicURL, SecureCookies: secure, OperatorEmails: operators,
 		DevIdP: devHandler, DevIdPPath: web.DevIdPPath, MetricsToken: cfg.MetricsToken, BodyTimeout: cfg.BodyTimeout,
@@ -426,6 +469,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 			Runs: a.Runs.Store(), Starter: a.Runs, Log: log},
 		MCP: mcpServer,
 		E2B: e2b.New(e2b.Deps{Sandboxes: a.Sandboxes, DB: a.DB, Log: log, Now: o.Clock.Now}), E2BAPIKeyToken: e2b.APIKeyToken, E2BError: e2b.WriteError,
+		Forward: fwd,
 	}, a.Store, h, log, reg)
 	return err
 }
