@@ -18,7 +18,9 @@ const sandboxOwner = "1000:1000"
 // makeImage makes a sparse ext4 image of sizeGiB at path. Nothing is left
 // behind on failure.
 func makeImage(ctx context.Context, path string, sizeGiB int) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	// QEMU runs as its own user: the folders must be searchable (libvirt
+	// hands it the image itself while it is attached).
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("make volume image: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
