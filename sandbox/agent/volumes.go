@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,11 +47,37 @@ func (m *Manager) findVolumeDisk(id string) (string, error) {
 	return "", fmt.Errorf("volume %s: no disk has this serial: %w", id, agentproto.ErrNotFound)
 }
 
+// volumeDiskWait bounds the wait for a hot-plugged disk to show.
+const volumeDiskWait = time.Minute
+
+// waitVolumeDisk finds the disk of volume id, looking again until it shows
+// (within volumeDiskWait and ctx).
+func (m *Manager) waitVolumeDisk(ctx context.Context, id string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, volumeDiskWait)
+	defer cancel()
+	for {
+		dev, err := m.findVolumeDisk(id)
+		if err == nil || !errors.Is(err, agentproto.ErrNotFound) {
+			return dev, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // MountVolume mounts the volume disk id in the VM; mounting one that is
 // mounted already in the same mode does nothing.
-func (m *Manager) MountVolume(req agentproto.VolumeRequest) error {
+func (m *Manager) MountVolume(ctx context.Context, req agentproto.VolumeRequest) error {
 	if !agentproto.ValidVolumeID.MatchString(req.ID) {
 		return fmt.Errorf("mount volume %q: %w", req.ID, agentproto.ErrBadRequest)
+	}
+	// A disk hot-plugged a moment ago shows once the guest has probed it.
+	dev, err := m.waitVolumeDisk(ctx, req.ID)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -59,10 +87,6 @@ func (m *Manager) MountVolume(req agentproto.VolumeRequest) error {
 			return nil
 		}
 		return fmt.Errorf("mount volume %s: mounted already in the other mode: %w", req.ID, agentproto.ErrConflict)
-	}
-	dev, err := m.findVolumeDisk(req.ID)
-	if err != nil {
-		return err
 	}
 	flags, data := uintptr(unix.MS_NOSUID|unix.MS_NODEV), ""
 	if req.ReadOnly {
@@ -143,7 +167,7 @@ func (m *Manager) volumeMounts(binds []agentproto.VolumeBind) ([]ociMount, error
 }
 
 // serveVolume answers OpVolumeMount and OpVolumeUnmount.
-func (s *Server) serveVolume(st net.Conn, req agentproto.Request) {
+func (s *Server) serveVolume(ctx context.Context, st net.Conn, req agentproto.Request) {
 	m := s.cfg.Sandboxes
 	var err error
 	switch {
@@ -152,7 +176,7 @@ func (s *Server) serveVolume(st net.Conn, req agentproto.Request) {
 	case req.Volume == nil:
 		err = fmt.Errorf("%s without a volume: %w", req.Op, agentproto.ErrBadRequest)
 	case req.Op == agentproto.OpVolumeMount:
-		err = m.MountVolume(*req.Volume)
+		err = m.MountVolume(ctx, *req.Volume)
 	default:
 		err = m.UnmountVolume(*req.Volume)
 	}

@@ -22,7 +22,9 @@ import (
 
 // lateHotplug is the pools' hot-plug once the pools exist (they are built
 // with the sandbox service, which needs the volume service first).
-type lateHotplug struct{ p atomic.Pointer[vmpool.Service] }
+type lateHotplug struct {
+	p atomic.Pointer[vmpool.Service]
+}
 
 func (l *lateHotplug) AttachDisk(ctx context.Context, tenantID, vmID string, d volumes.Disk) error {
 	return volumes.PoolHotplug(l.p.Load()).AttachDisk(ctx, tenantID, vmID, d)

@@ -64,8 +64,8 @@ type Definition struct {
 	Triggers    []Trigger `json:"triggers"`
 	// Repositories are "owner/name" or "owner/*" patterns a GitHub event
 	// must come from; empty means any repository.
-	Repositories   []string `json:"repositories,omitempty"`
-	Sandbox        Sandbox  `json:"sandbox,omitempty"`
+	Repositories []string `json:"repositories,omitempty"`
+	Sandbox      Sandbox  `json:"sandbox,omitempty"`
 	// Volumes are tenant volumes mounted into the run's sandbox (a
 	// dependency cache, say). A run of an untrusted trigger (a fork's pull
 	// request) gets each one read-only, whatever it asks: it must not
