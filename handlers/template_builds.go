@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
+	"github.com/stockade-dev/stockade/views"
 )
 
 // Recipe template builds (sandbox/templates/recipe): POST a recipe, read
@@ -192,4 +194,71 @@ func (h *Handlers) buildEvents(c echo.Context, rb *recipe.Builder, tenant, name,
 	}
 	_ = send("end", ev(b))
 	return nil
+}
+
+// Pages: "Build from a recipe" and a build's page.
+
+// TemplateBuildPage is the build form's path.
+const TemplateBuildPage = "/templates/build"
+
+func buildPageURL(b recipe.Build) string {
+	return "/templates/" + url.PathEscape(b.TemplateName) + "/builds/" + url.PathEscape(b.ID)
+}
+
+// TemplateBuildForm shows the recipe form, prefilled with an example.
+func (h *Handlers) TemplateBuildForm(c echo.Context) error {
+	if _, err := h.templateBuilder(); err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.TemplateBuildForm(h.page(c, "Build from a recipe", views.NavTemplateImport),
+		views.TemplateBuildFormView{Source: recipe.Example}))
+}
+
+// BuildTemplate starts a build from the form's recipe and shows its page;
+// a refused recipe comes back with every failing field and the text kept.
+func (h *Handlers) BuildTemplate(c echo.Context) error {
+	rb, err := h.templateBuilder()
+	if err != nil {
+		return err
+	}
+	src := c.FormValue("recipe")
+	form := views.TemplateBuildFormView{Source: src}
+	cl := CallerOf(c)
+	b, _, err := rb.Start(c.Request().Context(), cl.Actor(c), cl.Tenant.ID, []byte(src))
+	if err != nil {
+		return reshow(c, err, refusal{
+			Conflict: &errdefs.FieldError{Field: "/name", Rule: "taken", Detail: "a built-in template, or a template imported from an image, has this name; or two builds run already"},
+			Quota:    func(err error) string { return err.Error() },
+		}, &form.Errors, func() (templ.Component, error) {
+			return views.TemplateBuildForm(h.page(c, "Build from a recipe", views.NavTemplateImport), form), nil
+		})
+	}
+	return c.Redirect(http.StatusSeeOther, buildPageURL(b))
+}
+
+// TemplateBuildShow is a build's page: GET /templates/:name/builds/:id.
+func (h *Handlers) TemplateBuildShow(c echo.Context) error {
+	rb, err := h.templateBuilder()
+	if err != nil {
+		return err
+	}
+	ctx, tenant := c.Request().Context(), CallerOf(c).Tenant.ID
+	b, rc, err := rb.Log(ctx, tenant, c.Param("name"), c.Param("id"), 0)
+	if err != nil {
+		return err
+	}
+	logText, err := io.ReadAll(io.LimitReader(rc, recipe.MaxLogBytes+4096))
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("read build log %s: %w", b.ID, err)
+	}
+	v := views.TemplateBuildView{ID: b.ID, Template: b.TemplateName, VersionID: b.VersionID, State: b.State, Step: b.Step,
+		Steps: recipe.Steps, StepName: recipe.StepName(b.Step), Error: b.Error, CreatedBy: b.CreatedBy,
+		StartedAt: b.StartedAt.UTC().Format("2006-01-02 15:04:05 UTC"), Log: strings.ToValidUTF8(string(logText), "\uFFFD"),
+		EventsURL: buildLogURL(b) + "?follow=1", Ended: b.Ended()}
+	if b.EndedAt != nil {
+		v.EndedAt = b.EndedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+	return render(c, http.StatusOK, views.TemplateBuild(h.page(c, "Build of "+b.TemplateName, views.NavTemplateImport), v))
 }

@@ -410,6 +410,8 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return rows("policies", "tenant_id = ?", tenantID)
 	case strings.Contains(path, "/secrets/"):
 		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
+	case strings.Contains(path, "/templates/:name/builds"):
+		return rows("template_builds", "tenant_id = ? AND template_name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/volumes/"):
 		return rows("volumes", "tenant_id = ? AND name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/workflows/"):

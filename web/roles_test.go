@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe/recipetest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/tenants"
@@ -156,6 +157,9 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 	case strings.Contains(path, "/sandboxes/:id/ports/:port"):
 		id, _ := f.object(t, "/sandboxes/:id")
 		o.params[":id"], o.params[":port"] = id, "8000"
+	case strings.Contains(path, "/templates/:name/builds"):
+		b := recipetest.Record(t, f.env.DB, f.tenant.ID, fmt.Sprintf("built%d", f.next()), "builder@"+f.tenant.Slug+".test")
+		o.params[":name"], o.params[":id"] = b.TemplateName, b.ID
 	case strings.Contains(path, ":id"):
 		id, ok := f.object(t, path)
 		if !ok {
@@ -372,6 +376,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return url.Values{"name": {fmt.Sprintf("form-volume-%d", n)}, "size_gib": {"1"}}, nil
 	case "POST /volumes/:name/resize":
 		return url.Values{"size_gib": {"2"}}, nil
+	case "POST /api/v1/templates":
+		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
+	case "POST /templates/build":
+		return url.Values{"recipe": {fmt.Sprintf("apiVersion: stockade.dev/template/v1\nname: form-recipe-%d\nbase: debian\n", n)}}, nil
 	case "POST /api/v1/volumes":
 		return nil, map[string]any{"name": fmt.Sprintf("api-volume-%d", n), "size_gib": 1}
 	case "PATCH /api/v1/volumes/:name":
@@ -504,6 +512,8 @@ func harnessStatus(r web.Route) (int, string) {
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
+	case "POST /api/v1/templates", "POST /templates/build":
+		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":
 		return http.StatusServiceUnavailable, "a VM is started or destroyed through libvirt: this harness starts no VM pools (sandbox/vmpool tests the API on real VMs)"
 	case "POST /api/v1/vms/:id/stop", "POST /api/v1/vms/:id/recycle":

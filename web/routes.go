@@ -549,6 +549,9 @@ func Routes(h *handlers.Handlers) []Route {
 		// outside it as well, and outside our OpenAPI: it follows E2B's own
 		// API (handlers/e2b checks each route's permission as here).
 		// Recipe template builds (handlers/template_builds.go).
+		{Method: get, Path: handlers.TemplateBuildPage, Perm: tenants.PermSandboxesWrite, Handler: h.TemplateBuildForm},
+		{Method: post, Path: handlers.TemplateBuildPage, Perm: tenants.PermSandboxesWrite, Handler: h.BuildTemplate},
+		{Method: get, Path: "/templates/:name/builds/:id", Perm: tenants.PermSandboxesRead, Handler: h.TemplateBuildShow},
 		{Method: post, Path: "/api/v1/templates", Perm: tenants.PermSandboxesWrite, API: true, Handler: h.APIBuildTemplate,
 			Doc: &Doc{Summary: "Build a tenant template from a recipe (YAML or JSON: base, packages, files, setup commands, env, user, workdir); every field is checked, each package against apt's index, before anything is written", Tag: "templates",
 				Body: &Body{Content: []Content{
@@ -559,8 +562,8 @@ func Routes(h *handlers.Handlers) []Route {
 				Errors: map[int]string{409: "The name is a built-in's or another source's template, or two builds run already",
 					422: "A bad field, an unknown base or package; the problem names every failing field", 429: "The template storage quota"}}},
 		{Method: get, Path: "/api/v1/templates/:name/builds", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuilds,
-			Doc: &Doc{Summary: "A template's recipe builds, newest first", Tag: "templates", Params: api.TemplateBuildParams{},
-				Answers: ok("The list", api.TemplateBuildList{})}},
+			Doc: &Doc{Summary: "A template's recipe builds, newest first", Tag: "templates", Params: api.TemplateBuildsParams{},
+				Answers: ok("The list", api.TemplateBuildList{}), Errors: map[int]string{404: "The caller's tenant never built a template of that name"}}},
 		{Method: get, Path: "/api/v1/templates/:name/builds/:id", Perm: tenants.PermSandboxesRead, API: true, Handler: h.APITemplateBuild,
 			Doc: &Doc{Summary: "One build: its state, step and error", Tag: "templates", Params: api.TemplateBuildParams{},
 				Answers: ok("The build", api.TemplateBuild{}), Errors: map[int]string{404: "No such build of the caller's template"}}},

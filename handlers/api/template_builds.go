@@ -25,6 +25,11 @@ type TemplateBuildList struct {
 	Builds []TemplateBuild `json:"builds" nonnull:"true" doc:"newest first, at most 100"`
 }
 
+// TemplateBuildsParams names the template whose builds to list.
+type TemplateBuildsParams struct {
+	Name string `path:"name" doc:"the template's name"`
+}
+
 // TemplateBuildParams names a build of a template.
 type TemplateBuildParams struct {
 	Name string `path:"name" doc:"the template's name"`

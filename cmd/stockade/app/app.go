@@ -37,6 +37,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
+	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/sandbox/volumes"
@@ -176,6 +177,7 @@ type App struct {
 	VMs            *vmpool.Service
 	Sandboxes      *sandbox.Service
 	Templates      *templates.Service // tenants' own templates
+	TemplateBuilds *recipe.Builder    // recipe builds of tenant templates
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
@@ -389,6 +391,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		a.Compliance, a.ownCompliance = svc, svc
 	}
+	if err := a.templateBuilds(cfg); err != nil {
+		return err
+	}
 	// Notifications (Slack, Jira, GitHub, signed webhooks) for runs and the
 	// webhook dispatcher.
 	a.sender = notify.New(a.DB, notify.HostScoped(a.Secrets), notify.Config{Logger: log, Clock: clock.Now, Timers: clock, GitHubAPI: cfg.GitHubAPI})
@@ -431,7 +436,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
 		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
-		TemplateImports: a.Imports, Volumes: a.Volumes,
+		TemplateImports: a.Imports, Volumes: a.Volumes, TemplateBuilds: a.TemplateBuilds,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
 				return errors.New("identity provider not ready")
@@ -512,7 +517,7 @@ func (a *App) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.startTemplateBuilds(ctx)
 }
 
 // Serve serves HTTP on l until ctx ends, then shuts down gracefully. With

@@ -57,16 +57,13 @@ type Runner interface {
 	Run(ctx context.Context, actor audit.Actor, s Setup) error
 }
 
-// BaseImages finds a built-in template's image (image.Manifest has it).
-type BaseImages interface {
-	Template(name string) (image.Template, bool)
-}
-
 // Options configures a Builder.
 type Options struct {
 	Store    *Store
 	Registry Registry
-	Bases    BaseImages
+	// Bases are the built-in templates (the image manifest's), read per
+	// build.
+	Bases func() []image.Template
 	// Runner runs setup commands; nil refuses recipes that have any.
 	Runner Runner
 	// DataDir holds build logs (template-builds/) and the package cache
@@ -115,7 +112,7 @@ func (b *Builder) Start(ctx context.Context, actor audit.Actor, tenant string, s
 	if err != nil {
 		return Build{}, false, err
 	}
-	base, ok := b.o.Bases.Template(r.Base)
+	base, ok := image.Manifest{Templates: b.o.Bases()}.Template(r.Base)
 	if !ok {
 		return Build{}, false, errdefs.Invalid("/base", "unknown", fmt.Sprintf("the built-in template %q is not built on this server", r.Base))
 	}

@@ -34,7 +34,7 @@ type env struct {
 
 // newEnv is a builder on the real registry and db, with the test data
 // dir's built-in images as bases.
-func newEnv(t *testing.T, db *gorm.DB) env {
+func newEnv(t testing.TB, db *gorm.DB) env {
 	t.Helper()
 	needTools(t, "debugfs", "apt-get", "dpkg", "mkfs.ext4")
 	debianImage(t)
@@ -47,7 +47,7 @@ func newEnv(t *testing.T, db *gorm.DB) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(db, nil), Registry: reg, Bases: m, DataDir: dir})
+	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(db, nil), Registry: reg, Bases: func() []image.Template { return m.Templates }, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func newEnv(t *testing.T, db *gorm.DB) env {
 }
 
 // leftovers lists the files under the registry's folder (images, staging).
-func leftovers(t *testing.T, dir string) []string {
+func leftovers(t testing.TB, dir string) []string {
 	t.Helper()
 	var out []string
 	filepath.WalkDir(filepath.Join(dir, "tenant-templates"), func(p string, d os.DirEntry, err error) error {
@@ -146,8 +146,11 @@ func TestBuildRecipe(t *testing.T) {
 			if _, err := e.b.Store().Get(ctx, other.ID, "jq-tools", b.ID); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Get(another tenant's build) = %v; want not found", err)
 			}
-			if bs, err := e.b.Store().List(ctx, other.ID, "jq-tools"); err != nil || len(bs) != 0 {
-				t.Errorf("List(another tenant) = %v, %v; want none", bs, err)
+			if bs, err := e.b.Store().List(ctx, other.ID, "jq-tools"); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("List(another tenant) = %v, %v; want not found", bs, err)
+			}
+			if bs, err := e.b.Store().List(ctx, e.tenant, "jq-tools"); err != nil || len(bs) != 1 || bs[0].ID != b.ID {
+				t.Errorf("List(own) = %v, %v; want the one build", bs, err)
 			}
 			if _, _, err := e.b.Log(ctx, other.ID, "jq-tools", b.ID, 0); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("Log(another tenant's build) = %v; want not found", err)

@@ -162,13 +162,18 @@ func (s *Store) Get(ctx context.Context, tenant, name, id string) (Build, error)
 // maxListed bounds a build listing.
 const maxListed = 100
 
-// List is the tenant's builds of template name, newest first (at most 100).
+// List is the tenant's builds of template name, newest first (at most
+// 100). A name the tenant never built is errdefs.ErrNotFound (another
+// tenant's template included).
 func (s *Store) List(ctx context.Context, tenant, name string) ([]Build, error) {
 	var bs []Build
 	err := s.db.WithContext(ctx).Where("tenant_id = ? AND template_name = ?", tenant, name).
 		Order("started_at DESC, id DESC").Limit(maxListed).Find(&bs).Error
 	if err != nil {
 		return nil, fmt.Errorf("list builds of template %s: %w", name, err)
+	}
+	if len(bs) == 0 {
+		return nil, fmt.Errorf("builds of template %s: %w", name, errdefs.ErrNotFound)
 	}
 	return bs, nil
 }

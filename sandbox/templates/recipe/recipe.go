@@ -313,8 +313,6 @@ files:
   /etc/motd:
     content: "built from a recipe\n"
     mode: "0644"
-setup:
-  - jq --version > /home/sandbox/jq-version.txt
 env:
   EDITOR: nano
 workdir: /workspace

@@ -17,7 +17,7 @@ import (
 
 // debianImage is the built-in debian template of the test data dir (its
 // ext4 file), or the test fails under CI and skips otherwise.
-func debianImage(t *testing.T) string {
+func debianImage(t testing.TB) string {
 	t.Helper()
 	m, err := image.Load(sandboxtest.DataDir())
 	tpl, ok := m.Template(image.TemplateDebian)
@@ -30,7 +30,7 @@ func debianImage(t *testing.T) string {
 	return tpl.Path
 }
 
-func needTools(t *testing.T, tools ...string) {
+func needTools(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
