@@ -92,7 +92,7 @@ func (m *Manager) MountVolume(ctx context.Context, req agentproto.VolumeRequest)
 	if req.ReadOnly {
 		flags, data = flags|unix.MS_RDONLY, "noload"
 	}
-	if err := mount(dev, dir, "ext4", flags, data); err != nil {
+	if err := mountFresh(ctx, dev, dir, flags, data); err != nil {
 		os.Remove(dir)
 		return fmt.Errorf("mount volume %s: %w", req.ID, err)
 	}
@@ -125,6 +125,36 @@ func (m *Manager) UnmountVolume(req agentproto.VolumeRequest) error {
 	os.Remove(dir)
 	m.log.Info("volume unmounted", "volume", req.ID)
 	return nil
+}
+
+// mountFresh mounts the ext4 disk dev at dir. A disk hot-plugged a moment
+// ago can show in sysfs before its device opens (ENODEV, ENXIO, ENOENT):
+// those are tried again, within volumeDiskWait and ctx.
+func mountFresh(ctx context.Context, dev, dir string, flags uintptr, data string) error {
+	ctx, cancel := context.WithTimeout(ctx, volumeDiskWait)
+	defer cancel()
+	for {
+		err := mount(dev, dir, "ext4", flags, data)
+		if err == nil || !(errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (kernel: %s)", err, kernelTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// kernelTail is the end of the kernel's log, for a mount's error.
+func kernelTail() string {
+	buf := make([]byte, 1<<16)
+	n, err := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)
+	if err != nil || n <= 0 {
+		return "unreadable"
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf[:n])), "\n")
+	return strings.Join(lines[max(0, len(lines)-4):], " | ")
 }
 
 // mountedReadOnly reports whether dir is a mount point, and if so whether
