@@ -39,7 +39,7 @@ func (h *Handlers) TemplateUploadTooLarge(size int64) error { return h.imports.T
 func templateVersionJSON(v templates.Version) api.TemplateVersion {
 	return api.TemplateVersion{ID: v.ID, Name: v.Name, Seq: v.Seq, Source: v.Source, SourceRef: v.SourceRef, Digest: v.Digest,
 		SizeBytes: v.SizeBytes, State: string(v.State), Env: v.Defaults.Env, User: v.Defaults.User, Workdir: v.Defaults.Workdir,
-		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt}
+		CreatedBy: v.CreatedBy, CreatedAt: v.CreatedAt.UTC().Format(timeJSON)}
 }
 
 // APIImportTemplate imports a tenant template from an OCI image: a

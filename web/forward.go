@@ -302,3 +302,29 @@ func reformBody(r *http.Request) error {
 	r.Header.Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
 	return nil
 }
+
+// forwardPreview serves the preview link door (/preview/:token/*, which
+// authenticates by its token) at the owner of the link's sandbox's
+// channel: a link resolved here, to a sandbox whose channel another
+// replica owns, is proxied there, signed for the link.
+func (s *Server) forwardPreview(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		f := s.cfg.Forward
+		if f == nil {
+			if _, err := s.forwardSig(c, ""); err != nil {
+				return err
+			}
+			return next(c)
+		}
+		tenantID, sbID, p, ok := f.Preview(c.Request().Context(), c.Param("token"))
+		if fwd, err := s.forwardSig(c, p); err != nil {
+			return err
+		} else if fwd || !ok {
+			return next(c)
+		}
+		if s.forwardTo(c, "/preview/:token/*", tenantID, sbID, p, func(_ int, err error) { s.handleError(err, c) }) {
+			return nil
+		}
+		return next(c)
+	}
+}

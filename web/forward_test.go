@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/replicas"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
@@ -25,25 +27,25 @@ import (
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
-// replicas are two apps on one database, a and b, that know each other
+// replicaPair is two apps on one database, a and b, that know each other
 // through a test directory of channel owners.
-type replicas struct {
+type replicaPair struct {
 	a, b *webtest.Env
 	dir  *forwardtest.Directory
 }
 
-func newReplicas(t *testing.T) *replicas {
+func newReplicas(t *testing.T) *replicaPair {
 	return newReplicasWith(t, dbtest.SQLite(t), webtest.Options{})
 }
 
 // newReplicasWith is newReplicas on db with b built from bOpts (its
-// services: the channels it owns).
-func newReplicasWith(t *testing.T, db *gorm.DB, bOpts webtest.Options) *replicas {
+// services: the channels it owns); a skips the OpenAPI check when b does.
+func newReplicasWith(t testing.TB, db *gorm.DB, bOpts webtest.Options) *replicaPair {
 	t.Helper()
 	dir := forwardtest.NewDirectory()
 	bOpts.DB, bOpts.Owners = db, dir.Replica("b")
-	r := &replicas{dir: dir,
-		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a")}),
+	r := &replicaPair{dir: dir,
+		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a"), NoOpenAPICheck: bOpts.NoOpenAPICheck}),
 		b: webtest.New(t, bOpts)}
 	dir.SetURL("a", r.a.URL)
 	dir.SetURL("b", r.b.URL)
@@ -138,10 +140,15 @@ func TestForwardInProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := now()
-			status, body, _ := tc.client.Request(t, http.MethodPost, "/api/v1/sandboxes/"+tc.sandbox+"/exec", "application/json",
+			status, body, hdr := tc.client.Request(t, http.MethodPost, "/api/v1/sandboxes/"+tc.sandbox+"/exec", "application/json",
 				strings.NewReader(exec), tc.hdr...)
 			if tc.status != 0 && status != tc.status {
 				t.Errorf("Got(status) = %d %s; want %d", status, body, tc.status)
+			}
+			for _, h := range []string{"Content-Security-Policy", "X-Request-Id", "Cache-Control"} {
+				if n := len(hdr.Values(h)); n != 1 {
+					t.Errorf("Got(%s headers) = %d %q; want one (the owner's, not doubled by the forwarding replica)", h, n, hdr.Values(h))
+				}
 			}
 			after := now()
 			wantDelta := 0.0
@@ -302,5 +309,72 @@ func TestForwardTerminal(t *testing.T) {
 	back.WaitOutput(t, "gone-3", wait)
 	if got := metric(t, r.a, "stockade_forwards_total", `route="/api/v1/sandboxes/:id/terminal"`, `result="ok"`); got < 1 {
 		t.Errorf("Got(terminal forwards counted at a) = %v; want the closed watcher's (a WebSocket counts when it ends)", got)
+	}
+}
+
+// lateOwners is Owners bound once the replica's URL is known (a registry
+// needs it; the test server picks it when it starts).
+type lateOwners struct {
+	mu sync.Mutex
+	o  forward.Owners
+}
+
+func (l *lateOwners) set(o forward.Owners) { l.mu.Lock(); l.o = o; l.mu.Unlock() }
+
+func (l *lateOwners) get() forward.Owners { l.mu.Lock(); defer l.mu.Unlock(); return l.o }
+
+func (l *lateOwners) Self() forward.Replica { return l.get().Self() }
+
+func (l *lateOwners) OwnerOf(ctx context.Context, vmID string) (forward.Replica, error) {
+	return l.get().OwnerOf(ctx, vmID)
+}
+
+// TestForwardRegistry is TestForwardInProcess's forwarding with the real
+// replicas registry deciding (the directory's conformance): the channel
+// lease of b's VM sends a's request to b, at the internal URL b
+// registered; once b let go of its lease (it stopped: adoption pending), a
+// answers 503 with Retry-After.
+func TestForwardRegistry(t *testing.T) {
+	db := dbtest.SQLite(t)
+	var la, lb lateOwners
+	a := webtest.New(t, webtest.Options{DB: db, Owners: &la})
+	b := webtest.New(t, webtest.Options{DB: db, Owners: &lb})
+	key := []byte("0123456789abcdef0123456789abcdef")
+	ctx := context.Background()
+	reg := func(id, url string, l *lateOwners) *replicas.Registry {
+		t.Helper()
+		r, err := replicas.New(db, replicas.Config{ID: id, InternalURL: url, Key: key, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close(context.Background()) })
+		l.set(forward.Registry(r))
+		return r
+	}
+	reg("replica-a", a.URL, &la)
+	rb := reg("replica-b", b.URL, &lb)
+	tn := a.Tenant(t, "fwd-reg")
+	sb := placed(t, a, tn.ID, "vm-reg")
+	if err := db.Transaction(func(tx *gorm.DB) error { return rb.ClaimNew(tx, "vm-reg") }); err != nil {
+		t.Fatal(err)
+	}
+	rb.Claimed("vm-reg")
+	dev := a.WithToken(a.Token(t, tn, tenants.RoleDeveloper))
+	exec := func() (int, string, http.Header) {
+		return dev.Request(t, http.MethodPost, "/api/v1/sandboxes/"+sb.ID+"/exec", "application/json", strings.NewReader(`{"cmd":["true"]}`))
+	}
+	before := metric(t, b, "stockade_http_requests_total", execRoute)
+	exec()
+	if got := metric(t, b, "stockade_http_requests_total", execRoute) - before; got != 1 {
+		t.Errorf("Got(exec requests b served) = +%v; want +1: its lease makes it the owner", got)
+	}
+	if err := rb.Release(ctx, "vm-reg"); err != nil {
+		t.Fatal(err)
+	}
+	if status, body, hdr := exec(); status != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Errorf("Got(exec with no lease) = %d, Retry-After %q, %s; want 503 with Retry-After", status, hdr.Get("Retry-After"), body)
 	}
 }

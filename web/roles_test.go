@@ -508,6 +508,8 @@ func harnessStatus(r web.Route) (int, string) {
 	case "GET " + web.PortProxyPath, "POST " + web.PortProxyPath, "PUT " + web.PortProxyPath,
 		"PATCH " + web.PortProxyPath, "DELETE " + web.PortProxyPath, "OPTIONS " + web.PortProxyPath:
 		return http.StatusServiceUnavailable, "found, then the sandbox's VM agent is out of reach: this harness runs no VM pools (TestPortsVM tunnels on a real VM)"
+	case "POST /api/v1/templates/import", "POST /templates/import":
+		return http.StatusUnprocessableEntity, "found; the harness sends no image (an image is required): sandbox/templates/oci and web/template_import_test.go import real ones"
 	case "GET /sandboxes/:id/ports/open":
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":

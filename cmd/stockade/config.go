@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -281,6 +282,12 @@ func (c *config) check() error {
 	}
 	if c.MaxFileBytes < 1 || c.MaxFileBytes > maxFileBytesBound {
 		return fmt.Errorf("STOCKADE_MAX_FILE_BYTES: must be a number of bytes from 1 to %d (256 MiB, the guest agent's bound), such as 67108864 (64 MiB)", maxFileBytesBound)
+	}
+	if c.TemplateMaxUpload < 1 {
+		return errors.New("STOCKADE_TEMPLATE_MAX_UPLOAD_BYTES: must be a positive number of bytes, such as 2147483648 (2 GiB)")
+	}
+	if _, err := oci.ParseRegistries(c.TemplateRegistries); err != nil {
+		return err
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = -1 // on demand only

@@ -66,6 +66,8 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade workflow run NAME [--ref REF] [--sha SHA] [--wait]     start a run by hand; --wait follows its log
   stockade run ls [--workflow W] [--state S] | show ID | logs [-f] ID | cancel ID... | rerun ID...
   stockade template build -f RECIPE.yaml [--follow]             build a template from a recipe; --follow streams its log
+  stockade template import NAME FILE.tar                         import a docker save tarball or OCI layout tar as a template
+  stockade template import NAME --image REF [--credentials SECRET]  pull an image from an allowed registry
   stockade mcp [--json] [--inline-token] [--check]               how to add this server to a coding agent (MCP)
 
 Configuration comes from the environment (see README), flags override it.
@@ -81,6 +83,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 1 && (args[0] == "template" || args[0] == "templates") && args[1] == "build" {
 		return templateBuildCmd(ctx, args[2:], getenv, stdout, stderr)
+	}
+	if len(args) > 1 && (args[0] == "template" || args[0] == "templates") && args[1] == "import" {
+		return templateImportCmd(ctx, args[2:], getenv, stdout, stderr)
 	}
 	switch args[0] {
 	case "serve":

@@ -1,7 +1,5 @@
 package api
 
-import "time"
-
 // ImportTemplate is the JSON body of POST /api/v1/templates/import: an
 // image to pull from a registry the operator allows.
 type ImportTemplate struct {
@@ -29,5 +27,5 @@ type TemplateVersion struct {
 	User      string            `json:"user,omitempty" doc:"the image's user; root maps to the sandbox user"`
 	Workdir   string            `json:"workdir,omitempty"`
 	CreatedBy string            `json:"created_by"`
-	CreatedAt time.Time         `json:"created_at"`
+	CreatedAt string            `json:"created_at" format:"date-time"`
 }

@@ -141,31 +141,38 @@ func git(t *testing.T, dir string, args ...string) string {
 // commit's id.
 func (g *gitServer) repository(t *testing.T, repo, branch string) string {
 	t.Helper()
+	return g.push(t, repo, branch, map[string]string{
+		"calc.py": "def add(a, b):\n    return a + b\n",
+		"test_calc.py": "import unittest\n\nimport calc\n\n\nclass CalcTest(unittest.TestCase):\n" +
+			"    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n",
+	}, map[string]string{"test_more.py": "import unittest\n\nimport calc\n\n\nclass MoreTest(unittest.TestCase):\n" +
+		"    def test_negative(self):\n        self.assertEqual(calc.add(-2, 2), 0)\n"})
+}
+
+// push makes owner/name on the server with the files of main in one
+// commit and those of branch in one more; it returns that commit's id.
+func (g *gitServer) push(t *testing.T, repo, branch string, main, more map[string]string) string {
+	t.Helper()
 	bare := filepath.Join(g.root, repo+".git")
 	git(t, g.root, "init", "-q", "--bare", "--initial-branch=main", bare)
 	// GitHub serves any commit by id; so does this server.
 	git(t, bare, "config", "uploadpack.allowAnySHA1InWant", "true")
 	work := t.TempDir()
 	git(t, work, "init", "-q", "--initial-branch=main")
-	files := map[string]string{
-		"calc.py": "def add(a, b):\n    return a + b\n",
-		"test_calc.py": "import unittest\n\nimport calc\n\n\nclass CalcTest(unittest.TestCase):\n" +
-			"    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n",
-	}
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+	for i, files := range []map[string]string{main, more} {
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		git(t, work, "add", ".")
+		if i == 0 {
+			git(t, work, "commit", "-q", "-m", "first")
+			git(t, work, "checkout", "-q", "-b", branch)
+		} else {
+			git(t, work, "commit", "-q", "-m", "ENG-42: more tests")
 		}
 	}
-	git(t, work, "add", ".")
-	git(t, work, "commit", "-q", "-m", "calc")
-	git(t, work, "checkout", "-q", "-b", branch)
-	if err := os.WriteFile(filepath.Join(work, "test_more.py"), []byte("import unittest\n\nimport calc\n\n\nclass MoreTest(unittest.TestCase):\n"+
-		"    def test_negative(self):\n        self.assertEqual(calc.add(-2, 2), 0)\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, work, "add", ".")
-	git(t, work, "commit", "-q", "-m", "ENG-42: more tests")
 	git(t, work, "push", "-q", bare, "main", branch)
 	return git(t, work, "rev-parse", "HEAD")
 }
@@ -219,6 +226,7 @@ type e2eEnv struct {
 	url     string // the web app
 	gw      *egress.Gateway
 	events  *egress.Store
+	audit   *audit.Log
 	logs    *lockedLog
 	install string
 }
@@ -261,10 +269,19 @@ func (l *lockedLog) String() string {
 
 const hookSecret = "It's a Secret to Everybody"
 
-func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira *apiRecorder) *e2eEnv {
+// e2eExtra is what a test adds to newE2E's environment: the templates its
+// runs use beside debian, and hosts the policy allows beside the git host
+// (each resolved to 127.0.0.1 by the gateway).
+type e2eExtra struct {
+	templates []string
+	hosts     []string
+}
+
+func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira *apiRecorder, x e2eExtra) *e2eEnv {
 	t.Helper()
-	dataDir := sandboxtest.NeedVMs(t, image.TemplateDebian)
+	dataDir := sandboxtest.NeedVMs(t, append([]string{image.TemplateDebian}, x.templates...)...)
 	e := &e2eEnv{db: dbtest.SQLite(t), logs: &lockedLog{}}
+	e.audit = audit.NewLog(e.db, nil)
 	ts := tenants.NewStore(e.db, nil)
 	var err error
 	if e.install, err = ts.InstallationID(bg); err != nil {
@@ -316,13 +333,17 @@ func newE2E(t *testing.T, gitSrv *gitServer, gitHost string, github, slack, jira
 	gitRoots := x509.NewCertPool()
 	gitRoots.AddCert(gitSrv.Certificate())
 	e.events = egress.NewStore(e.db)
+	allow, names := []egress.Rule{{Domain: gitHost}}, hostNames{gitHost: {netip.MustParseAddr("127.0.0.1")}}
+	for _, h := range x.hosts {
+		allow, names[h] = append(allow, egress.Rule{Domain: h}), []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	}
 	e.gw, err = egress.New(egress.Config{
 		Policies: egress.PoliciesFunc(func(context.Context, string) (egress.Rules, int, error) {
-			return egress.Rules{Default: egress.DefaultDeny, Allow: []egress.Rule{{Domain: gitHost}}}, 1, nil
+			return egress.Rules{Default: egress.DefaultDeny, Allow: allow}, 1, nil
 		}),
 		Store: e.events, Sandboxes: egress.StoredSandboxes(e.svc.Store()), Swapper: e.sec, UpstreamRoots: gitRoots, Logger: log,
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:   hostNames{gitHost: {netip.MustParseAddr("127.0.0.1")}},
+		Resolver:   names, Audit: e.audit,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -510,7 +531,7 @@ func TestE2EPullRequestOnVM(t *testing.T) {
 		return 201, `{"id":"10000"}`, ""
 	})
 
-	e := newE2E(t, gitSrv, gitHost, github, slack, jira)
+	e := newE2E(t, gitSrv, gitHost, github, slack, jira, e2eExtra{})
 	if _, err := e.wf.Save(bg, admin, e.tenant.ID, []byte(`name: pr-tests
 triggers: [{event: pull_request}]
 repositories: [`+repo+`]

@@ -258,7 +258,12 @@
       }
       // Ask whether the session still runs before trying again.
       fetch("/api/v1/terminals/" + encodeURIComponent(s.session), { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (r) { return r.ok ? r.json() : { live: false, end_reason: "no longer reachable (" + r.status + ")" }; })
+        .then(function (r) {
+          // A server failing over (its replica gone, the VM's channel being
+          // adopted: 502, 503, 504) has not ended the session: try again.
+          if (r.status >= 500) return { live: true };
+          return r.ok ? r.json() : { live: false, end_reason: "no longer reachable (" + r.status + ")" };
+        })
         .catch(function () { return { live: true }; })
         .then(function (info) {
           if (!info.live) {

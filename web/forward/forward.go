@@ -69,10 +69,18 @@ type Sandboxes interface {
 	Sandbox(ctx context.Context, tenantID, id string) (sandbox.Sandbox, error)
 }
 
+// Previews resolves a preview link's token (sandbox.Service).
+type Previews interface {
+	ResolvePreview(ctx context.Context, token string) (sandbox.PreviewLink, error)
+}
+
 // Config configures a Forwarder. Owners, Sandboxes and Key are required.
 type Config struct {
 	Owners    Owners
 	Sandboxes Sandboxes
+	// Previews, when set, lets the preview link door (/preview/:token/*)
+	// be forwarded too.
+	Previews Previews
 	// Key is the installation-wide secret; the signing key is derived from
 	// it, so it is never used as is.
 	Key []byte
@@ -91,6 +99,7 @@ type Config struct {
 type Forwarder struct {
 	owners    Owners
 	sandboxes Sandboxes
+	previews  Previews
 	key       []byte
 	clock     clockwork.Clock
 	maxSkew   time.Duration
@@ -131,7 +140,7 @@ func New(cfg Config) (*Forwarder, error) {
 	}
 	m := hmac.New(sha256.New, cfg.Key)
 	m.Write([]byte(keyContext))
-	f := &Forwarder{owners: cfg.Owners, sandboxes: cfg.Sandboxes, key: m.Sum(nil), clock: cfg.Clock,
+	f := &Forwarder{owners: cfg.Owners, sandboxes: cfg.Sandboxes, previews: cfg.Previews, key: m.Sum(nil), clock: cfg.Clock,
 		maxSkew: cfg.MaxSkew, transport: cfg.Transport, log: cfg.Log,
 		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockade_forwards_total",
 			Help: "Requests forwarded to the replica owning the VM's agent channel, by route template and result (ok: answered; unreachable: the owner did not answer; no_owner: no lease, 503)."},
@@ -162,6 +171,20 @@ func (f *Forwarder) Target(ctx context.Context, tenantID, sandboxID string) (own
 		return f.Self(), true, nil
 	}
 	return f.OwnerOfVM(ctx, sb.VMID)
+}
+
+// Preview is the tenant, sandbox and principal ("preview:<link id>") of a
+// live preview link's token; ok false when there is none (or no Previews):
+// the door answers that itself.
+func (f *Forwarder) Preview(ctx context.Context, token string) (tenantID, sandboxID, principal string, ok bool) {
+	if f.previews == nil || token == "" {
+		return "", "", "", false
+	}
+	l, err := f.previews.ResolvePreview(ctx, token)
+	if err != nil {
+		return "", "", "", false
+	}
+	return l.TenantID, l.SandboxID, "preview:" + l.ID, true
 }
 
 // OwnerOfVM is the owner of vmID's channel and whether it is this replica.
@@ -284,9 +307,19 @@ func (f *Forwarder) Proxy(w http.ResponseWriter, r *http.Request, owner Replica,
 	}
 	remote := r.RemoteAddr
 	failed := false
+	// The owner's answer comes with the headers its own middleware sets
+	// (security headers, the sandbox port's policy, cookies): drop ours so
+	// none is doubled, and keep them for an answer of our own. The request
+	// id goes along, so both replicas log the request under one id.
+	ours := w.Header().Clone()
+	rid := ours.Get("X-Request-Id")
+	clear(w.Header())
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			if rid != "" {
+				pr.Out.Header.Set("X-Request-Id", rid)
+			}
 			// The owner sees the Host the client asked for: its Origin checks
 			// and the URLs it writes are the public ones.
 			pr.Out.Host = pr.In.Host
@@ -298,6 +331,9 @@ func (f *Forwarder) Proxy(w http.ResponseWriter, r *http.Request, owner Replica,
 		ErrorLog:      slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			failed = true
+			for k, v := range ours {
+				w.Header()[k] = v
+			}
 			f.log.WarnContext(r.Context(), "forward: owner unreachable", "replica", owner.ID, "route", route, "err", err)
 			if r.Context().Err() != nil {
 				return // the client went away

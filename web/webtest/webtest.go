@@ -95,6 +95,8 @@ type Options struct {
 	// Owners makes the app a replica that forwards channel requests to
 	// their owner (web/forward); nil: one replica, no forwarding.
 	Owners forward.Owners
+	// TemplateMaxUploadBytes bounds template image uploads (0: 2 GiB).
+	TemplateMaxUploadBytes int64
 }
 
 // Env is a running app.
@@ -129,6 +131,7 @@ func New(t testing.TB, o Options) *Env {
 	a, err := app.New(ctx, app.Config{
 		PublicURL: publicURL, DataDir: dataDir, RootKey: []byte(rootKey), OperatorEmails: o.Operators, Version: "test",
 		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, BodyTimeout: o.BodyTimeout,
+		TemplateMaxUploadBytes: o.TemplateMaxUploadBytes,
 	}, app.Options{
 		Log: slog.New(slog.DiscardHandler), Clock: o.Clock, DevIdPMutateClaims: o.MutateClaims, DB: db,
 		VMs: o.VMs, Sandboxes: o.Sandboxes, Terminals: o.Terminals, Secrets: o.Secrets, Policies: o.Policies, Egress: o.Egress,

@@ -462,7 +462,7 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}
 	var fwd *forward.Forwarder
 	if o.Owners != nil {
-		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Key: cfg.RootKey,
+		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Previews: a.Sandboxes, Key: cfg.RootKey,
 			Clock: o.Clock, Log: log, Registerer: reg}); err != nil {
 			return err
 		}

@@ -131,6 +131,10 @@ func TestFlattenRefused(t *testing.T) {
 		{"tmp a symlink", [][]Entry{{Symlink("tmp", "/")}}, "reserved_path", "/tmp", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ents, _ := os.ReadDir(outside)
+			for _, e := range ents {
+				os.RemoveAll(filepath.Join(outside, e.Name()))
+			}
 			if err := os.WriteFile(filepath.Join(outside, "victim"), []byte("keep me"), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -139,19 +143,19 @@ func TestFlattenRefused(t *testing.T) {
 				layers = append(layers, Layer(t, es...))
 			}
 			_, err := flatten(t, DockerTar(t, Image(t, nil, "", "", layers...)), lim)
+			ents, _ = os.ReadDir(outside)
+			if len(ents) != 1 {
+				t.Errorf("Got(outside) = %d entries; want only victim (nothing written outside)", len(ents))
+			}
+			if b, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(b) != "keep me" {
+				t.Errorf("Got(outside/victim) = %q, %v; want it untouched", b, err)
+			}
 			var fe *errdefs.FieldError
 			if !errors.As(err, &fe) || fe.Field != "image" || fe.Rule != tc.rule || !strings.Contains(fe.Detail, tc.detail) {
 				t.Fatalf("Got(Flatten) = %v; want a refusal of image, rule %s, naming %q", err, tc.rule, tc.detail)
 			}
 			if !tc.whole && !strings.Contains(fe.Detail, "layer ") {
 				t.Errorf("Got(detail) = %q; want it to name the layer", fe.Detail)
-			}
-			ents, _ := os.ReadDir(outside)
-			if len(ents) != 1 {
-				t.Errorf("Got(outside) = %d entries; want only victim (nothing written outside)", len(ents))
-			}
-			if b, err := os.ReadFile(filepath.Join(outside, "victim")); err != nil || string(b) != "keep me" {
-				t.Errorf("Got(outside/victim) = %q, %v; want it untouched", b, err)
 			}
 		})
 	}

@@ -48,7 +48,11 @@ type importEnv struct {
 // allowHosts (127.0.0.1 reachable, as STOCKADE_EGRESS_ALLOW_CIDRS would).
 func newImportEnv(t *testing.T, registries []string, allowHosts ...string) *importEnv {
 	t.Helper()
-	db := dbtest.SQLite(t)
+	return newImportEnvOn(t, dbtest.SQLite(t), registries, allowHosts...)
+}
+
+func newImportEnvOn(t *testing.T, db *gorm.DB, registries []string, allowHosts ...string) *importEnv {
+	t.Helper()
 	st := tenants.NewStore(db, nil)
 	tn, err := st.CreateTenant(context.Background(), audit.Actor{Kind: audit.ActorSystem, ID: "test"}, "acme", "")
 	if err != nil {
@@ -118,8 +122,14 @@ func (e *importEnv) upload(t *testing.T, archive []byte, tpl string) (templates.
 	return e.im.Import(t.Context(), e.tenant, oci.Request{Name: tpl, Actor: dev, Upload: up})
 }
 
+// TestImportUpload on SQLite and PostgreSQL.
 func TestImportUpload(t *testing.T) {
-	e := newImportEnv(t, nil)
+	for _, db := range dbtest.Databases(t) {
+		t.Run(db.Name, func(t *testing.T) { testImportUpload(t, newImportEnvOn(t, db.DB, nil)) })
+	}
+}
+
+func testImportUpload(t *testing.T, e *importEnv) {
 	v, err := e.upload(t, DockerTar(t, goodImage(t)), "mine")
 	if err != nil {
 		t.Fatalf("Got(Import) = %v; want nil", err)
@@ -274,6 +284,19 @@ func TestImportPullRefused(t *testing.T) {
 			}
 			if tn, vn := e.rows(t); tn != 0 || vn != 0 {
 				t.Errorf("Got(rows) = %d, %d; want none", tn, vn)
+			}
+			if tc.detail == "denied" {
+				// Refused by the tenant's policy: logged and audited as its
+				// sandboxes' refusals are.
+				evs, err := e.egress.Events(t.Context(), e.tenant, egress.Filter{Decision: egress.DecisionDeny})
+				if err != nil || len(evs) == 0 || evs[0].SandboxID != "template-import:pulled" || evs[0].VMID != egress.HostVM {
+					t.Errorf("Got(denied egress events) = %+v, %v; want the pull's refusal", evs, err)
+				}
+				var n int64
+				e.db.Model(&audit.Event{}).Where("type = ?", audit.TypeEgressDenied).Count(&n)
+				if n == 0 {
+					t.Errorf("Got(egress.denied events) = 0; want the refusal audited")
+				}
 			}
 		})
 	}
