@@ -398,6 +398,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /volumes":
+		return url.Values{"name": {fmt.Sprintf("form-volume-%d", n)}, "size_gib": {"1"}}, nil
+	case "POST /volumes/:name/resize":
+		return url.Values{"size_gib": {"2"}}, nil
 	case "POST /api/v1/templates":
 		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
 	case "POST /templates/build":
