@@ -105,6 +105,7 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 		p: &progress{w: o.Progress, n: 6 + len(o.Templates)}}
 	defer func() {
 		if b.base != "" {
+			unmountUnder(b.base) // never walk a stray /proc
 			os.RemoveAll(b.base)
 		}
 	}()

@@ -33,11 +33,17 @@ func (b *builder) fromDebian(ctx context.Context, tree string, inputs map[string
 	if err != nil {
 		return err
 	}
-	if _, err := command(ctx, "", "cp", "-a", base+"/.", tree); err != nil {
+	// --one-file-system: a mount left inside the base (see unmountUnder) is
+	// never copied.
+	if _, err := command(ctx, "", "cp", "-a", "--one-file-system", base+"/.", tree); err != nil {
 		return fmt.Errorf("copy the debian tree: %w", err)
 	}
 	if len(pkgs) > 0 {
-		if err := aptInstall(ctx, tree, pkgs, logPath); err != nil {
+		err := aptInstall(ctx, tree, pkgs, logPath)
+		if uerr := unmountUnder(tree); err == nil {
+			err = uerr
+		}
+		if err != nil {
 			return err
 		}
 	}
