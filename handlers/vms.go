@@ -202,7 +202,11 @@ func hostRows(hs []vmpool.HostStatus) []api.Host {
 	for _, hs := range hs {
 		j := api.Host{URI: hs.URI, Health: vmpool.HealthOK, Configured: hs.Configured, DomainType: hs.DomainType,
 			CPUs: hs.CPUs, MemoryMiB: hs.MemoryKiB / 1024, FreeMemoryMiB: hs.FreeMemoryKiB / 1024,
-			VMs: hs.ActiveVMs, AllocVCPUs: hs.VCPUs, AllocMemoryMiB: hs.MemoryMiB, LastSeenAt: timePtr(hs.LastSeenAt)}
+			VMs: hs.ActiveVMs, AllocVCPUs: hs.VCPUs, AllocMemoryMiB: hs.MemoryMiB, LastSeenAt: timePtr(hs.LastSeenAt),
+			State: hs.Effective(), StateReason: hs.StateReason, Labels: map[string]string(hs.Labels), DownAt: timePtr(hs.DownAt)}
+		if j.Labels == nil {
+			j.Labels = map[string]string{}
+		}
 		if !hs.Connected {
 			j.Health, j.Reason = vmpool.HealthUnavailable, hs.Reason
 		}
@@ -448,47 +452,6 @@ func (h *Handlers) SetVMPool(c echo.Context) error {
 	}
 	h.flash(c, views.FlashSuccess, "Pool settings saved.")
 	return redirect(c, "/vms")
-}
-
-// OperatorHosts lists hosts and every tenant's VMs: GET /operator/hosts.
-func (h *Handlers) OperatorHosts(c echo.Context) error {
-	v := views.HostsView{VMs: views.VMTable{ShowTenant: true, Operator: true}}
-	if tok, ok := c.Get(CSRFContextKey).(string); ok {
-		v.VMs.CSRF = tok
-	}
-	svc, err := h.vmService()
-	if err != nil {
-		v.Unavailable = err.Error()
-	} else {
-		ctx := c.Request().Context()
-		hs, err := svc.Hosts(ctx)
-		if err != nil {
-			return err
-		}
-		for _, j := range hostRows(hs) {
-			row := views.HostRow{URI: j.URI, Health: j.Health, Reason: j.Reason, Configured: j.Configured, DomainType: j.DomainType,
-				CPUs: j.CPUs, MemoryMiB: int(j.MemoryMiB), FreeMemoryMiB: int(j.FreeMemoryMiB), VMs: j.VMs,
-				AllocVCPUs: j.AllocVCPUs, AllocMemoryMiB: j.AllocMemoryMiB}
-			if j.LastSeenAt != nil {
-				row.LastSeen, _ = time.Parse(timeJSON, *j.LastSeenAt)
-			}
-			v.Hosts = append(v.Hosts, row)
-		}
-		sts, err := svc.ListAll(ctx)
-		if err != nil {
-			return err
-		}
-		ts, err := h.store.ListTenants(ctx)
-		if err != nil {
-			return err
-		}
-		slugs := make(map[string]string, len(ts))
-		for _, t := range ts {
-			slugs[t.ID] = t.Slug
-		}
-		v.VMs.Rows = vmRows(sts, slugs, h.clock())
-	}
-	return render(c, http.StatusOK, views.OperatorHosts(h.page(c, "Hosts", "hosts"), v))
 }
 
 func shortID(id string) string {

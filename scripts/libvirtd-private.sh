@@ -58,6 +58,10 @@ unix_sock_rw_perms = "0700"
 unix_sock_ro_perms = "0700"
 auth_unix_rw = "none"
 auth_unix_ro = "none"
+# Agent channels stream over the client connections: more requests in
+# flight than the default 5 before libvirtd stops reading a client (and its
+# keepalive times out under load).
+max_client_requests = 64
 CONF
 	if [ -n "$port" ]; then
 		echo "$port" >"$dir/tcp_port"

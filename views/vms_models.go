@@ -70,30 +70,6 @@ type QuotaView struct {
 	MaxMemoryMiB, UsedMemoryMiB int
 }
 
-// HostsView is the operators' hosts page with every tenant's VMs.
-type HostsView struct {
-	Hosts []HostRow
-	VMs   VMTable
-	// Unavailable says why hosts cannot be shown (no VM service).
-	Unavailable string
-}
-
-// HostRow is one libvirt host.
-type HostRow struct {
-	URI            string
-	Health         string // ok or unavailable
-	Reason         string
-	Configured     bool
-	DomainType     string
-	CPUs           int
-	MemoryMiB      int
-	FreeMemoryMiB  int
-	VMs            int
-	AllocVCPUs     int
-	AllocMemoryMiB int
-	LastSeen       time.Time // zero: never reached
-}
-
 // vmActive reports whether a VM still holds resources.
 func (r VMRow) active() bool {
 	return r.State == "booting" || r.State == "running" || r.State == "stopping"

@@ -510,6 +510,9 @@ func harnessStatus(r web.Route) (int, string) {
 		return http.StatusUnprocessableEntity, "found; no ?port= asked, so the page says the port is missing"
 	case "POST /api/v1/sandboxes/:id/pause", "POST /api/v1/sandboxes/:id/resume":
 		return http.StatusServiceUnavailable, "found, then pause and resume need the sandbox's VM agent: this harness runs no VM pools (sandbox/pause_vm_test.go runs them on a real VM)"
+	case "POST /api/v1/operator/hosts", "POST /api/v1/operator/hosts/cordon", "POST /api/v1/operator/hosts/uncordon",
+		"POST /api/v1/operator/hosts/drain", "POST /api/v1/operator/hosts/remove":
+		return http.StatusServiceUnavailable, "a host is connected to, and its VMs moved, by the VM pools: this harness starts none (sandbox/vmpool hosts tests run them on two libvirtds)"
 	case "POST /api/v1/templates", "POST /templates/build":
 		return http.StatusUnprocessableEntity, "a valid recipe, checked up to its base: this harness builds no template images (sandbox/templates/recipe builds on the real debian image)"
 	case "POST /api/v1/vms", "DELETE /api/v1/vms/:id":

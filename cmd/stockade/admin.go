@@ -8,6 +8,8 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"gorm.io/gorm"
+
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -18,6 +20,15 @@ var cliActor = audit.Actor{Kind: "system", ID: "cli", Name: "stockade admin comm
 
 // openStore opens and migrates the same database `serve` uses.
 func openStore(ctx context.Context, fs *flag.FlagSet, args []string, getenv func(string) string, stderr io.Writer) (*tenants.Store, []string, error) {
+	db, rest, err := openDB(ctx, fs, args, getenv, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tenants.NewStore(db, nil), rest, nil
+}
+
+// openDB is openStore's database.
+func openDB(ctx context.Context, fs *flag.FlagSet, args []string, getenv func(string) string, stderr io.Writer) (*gorm.DB, []string, error) {
 	var cfg config
 	fs.SetOutput(stderr)
 	cfg.flags(fs, getenv)
@@ -34,7 +45,7 @@ func openStore(ctx context.Context, fs *flag.FlagSet, args []string, getenv func
 	if err := tenants.Migrate(ctx, db); err != nil {
 		return nil, nil, fmt.Errorf("migrate database: %w", err)
 	}
-	return tenants.NewStore(db, nil), fs.Args(), nil
+	return db, fs.Args(), nil
 }
 
 // openTenant is openStore for a command that acts in the tenant its

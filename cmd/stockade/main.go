@@ -40,6 +40,7 @@ Usage:
   stockade member add --tenant SLUG --email EMAIL --role ROLE
   stockade token create --tenant SLUG --role ROLE [--name N] [--ttl 30d]
   stockade image build [--templates busybox,debian]
+  stockade host ls | add [--labels k=v,...] URI | cordon URI | uncordon URI | drain URI | rm URI
   stockade version
 
 API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
@@ -101,6 +102,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return sandboxCmd(ctx, args[1:], getenv, os.Stdin, stdout, stderr)
 	case "usage":
 		return usageCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "host", "hosts":
+		return hostCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "workflow", "workflows":
 		return workflowCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "runs":

@@ -108,6 +108,11 @@ type Host struct {
 	AllocVCPUs     int     `json:"allocated_vcpus"`
 	AllocMemoryMiB int     `json:"allocated_memory_mib"`
 	LastSeenAt     *string `json:"last_seen_at,omitempty" format:"date-time"`
+	// Set by operators (hosts.go): see HostState.
+	State       string            `json:"state" enum:"active,cordoned,draining,drained,down,not configured"`
+	StateReason string            `json:"state_reason,omitempty"`
+	Labels      map[string]string `json:"labels"`
+	DownAt      *string           `json:"down_at,omitempty" format:"date-time" doc:"when it was found not answering; absent while it answers"`
 }
 
 // HostList answers GET /api/v1/hosts.

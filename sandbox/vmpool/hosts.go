@@ -159,10 +159,10 @@ func (s *Store) host(ctx context.Context, uri string) (Host, error) {
 	return h, nil
 }
 
-// addHost records a host an operator added (after its connection check),
+// AddHost records a host an operator added (after its connection check),
 // audited host.added. A host already there (and not removed) is
 // ErrConflict; a removed one comes back active with the new labels.
-func (s *Store) addHost(ctx context.Context, actor audit.Actor, h Host) (Host, error) {
+func (s *Store) AddHost(ctx context.Context, actor audit.Actor, h Host) (Host, error) {
 	now := s.clock.Now()
 	err := s.tx(ctx, func(tx *gorm.DB) error {
 		var old Host
@@ -239,17 +239,51 @@ func (s *Store) setHostState(ctx context.Context, actor audit.Actor, uri string,
 	return s.host(ctx, uri)
 }
 
+// CordonHost stops placing new VMs on the host; what runs there stays.
+// Cordoning the last active host that answers is refused unless forced.
+// Audited host.cordoned.
+func (s *Store) CordonHost(ctx context.Context, actor audit.Actor, uri, reason string, force bool) (Host, error) {
+	return s.setHostState(ctx, actor, uri, hostChange{to: HostCordoned, from: []HostState{HostActive, HostDraining},
+		event: audit.TypeHostCordoned, reason: reason, check: func(tx *gorm.DB, h Host) error { return activeHostsLeft(tx, h, force) }})
+}
+
+// UncordonHost makes a cordoned or draining host active again. Audited
+// host.uncordoned.
+func (s *Store) UncordonHost(ctx context.Context, actor audit.Actor, uri string) (Host, error) {
+	return s.setHostState(ctx, actor, uri, hostChange{to: HostActive, from: []HostState{HostCordoned, HostDraining},
+		event: audit.TypeHostUncordoned})
+}
+
+// DrainHost takes the host out of placement and has its warm VMs moved
+// away: they are destroyed (by the service watching the host) and the warm
+// pools refill them elsewhere; VMs running sandboxes stay until those end.
+// The host shows "drained" when empty. Draining the last active host that
+// answers is refused unless forced. Audited host.drained.
+func (s *Store) DrainHost(ctx context.Context, actor audit.Actor, uri, reason string, force bool) (Host, error) {
+	return s.setHostState(ctx, actor, uri, hostChange{to: HostDraining, from: []HostState{HostActive, HostCordoned},
+		event: audit.TypeHostDrained, reason: reason, check: func(tx *gorm.DB, h Host) error { return activeHostsLeft(tx, h, force) }})
+}
+
+// RemoveHost forgets a host with no active VM of ours (drain it first): it
+// is no longer connected to, and stays removed across restarts even when
+// STOCKADE_LIBVIRT_URIS names it (AddHost brings it back). Audited
+// host.removed.
+func (s *Store) RemoveHost(ctx context.Context, actor audit.Actor, uri string) (Host, error) {
+	return s.setHostState(ctx, actor, uri, hostChange{to: HostRemoved,
+		from: []HostState{HostActive, HostCordoned, HostDraining}, event: audit.TypeHostRemoved, check: noActiveVMs})
+}
+
 // activeHostsLeft refuses taking the last active host out of placement.
 func activeHostsLeft(tx *gorm.DB, h Host, force bool) error {
 	if force {
 		return nil
 	}
 	var n int64
-	if err := tx.Model(&Host{}).Where("state = ? AND uri <> ?", HostActive, h.URI).Count(&n).Error; err != nil {
+	if err := tx.Model(&Host{}).Where("state = ? AND down_at IS NULL AND uri <> ?", HostActive, h.URI).Count(&n).Error; err != nil {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s is the last active host: no VM could start anywhere; add a host first, or force it", errdefs.ErrConflict, h.URI)
+		return fmt.Errorf("%w: %s is the last active host that answers: no VM could start anywhere; add a host first, or force it", errdefs.ErrConflict, h.URI)
 	}
 	return nil
 }

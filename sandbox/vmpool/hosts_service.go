@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
-
-	"gorm.io/gorm"
 
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -234,28 +233,19 @@ func (s *Service) AddHost(ctx context.Context, actor audit.Actor, uri string, la
 	if s.hostByURI(uri) != nil {
 		return HostStatus{}, fmt.Errorf("add host %s: %w: it is already there", uri, errdefs.ErrConflict)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-	defer cancel()
-	hv, err := s.cfg.Connect(cctx, uri, s.installID, s.log)
+	rec, err := CheckHost(ctx, s.cfg.Connect, uri, s.installID, s.cfg.ConnectTimeout, s.log)
 	if err != nil {
-		return HostStatus{}, errdefs.Invalid("uri", "host_unreachable", fmt.Sprintf("libvirt at %s does not answer: %v", uri, clipErr(err)))
+		return HostStatus{}, err
 	}
-	capacity, err := hv.Capacity(cctx)
-	if err != nil {
-		hv.Close()
-		return HostStatus{}, errdefs.Invalid("uri", "host_unreachable", fmt.Sprintf("libvirt at %s: read its capacity: %v", uri, clipErr(err)))
-	}
-	dt, _ := hv.DomainType(cctx)
-	hv.Close() // supervision opens its own, and reconciles it
-	if _, err := s.store.addHost(ctx, actor, Host{URI: uri, Labels: labels, CPUs: capacity.CPUs, MemoryKiB: capacity.MemoryTotalKiB,
-		FreeMemoryKiB: capacity.MemoryFreeKiB, DomainType: dt}); err != nil {
+	rec.Labels = labels
+	if _, err := s.store.AddHost(ctx, actor, rec); err != nil {
 		return HostStatus{}, err
 	}
 	h := newHostConn(uri)
 	s.hostsMu.Lock()
 	if slices.ContainsFunc(s.hosts, func(o *hostConn) bool { return o.uri == uri }) {
-		s.hostsMu.Unlock()
-		return HostStatus{}, fmt.Errorf("add host %s: %w: it is already there", uri, errdefs.ErrConflict)
+		s.hostsMu.Unlock() // syncHosts saw the new row first: it runs already
+		return s.HostStatus(ctx, uri)
 	}
 	s.hosts = append(s.hosts, h)
 	s.hostsMu.Unlock()
@@ -269,6 +259,28 @@ func (s *Service) AddHost(ctx context.Context, actor audit.Actor, uri string, la
 }
 
 func clipErr(err error) string { return truncate(err.Error(), 300) }
+
+// CheckHost is the check before a host is added: connect to uri (within
+// timeout) and read its capacity. A URI that is malformed or does not answer
+// is a *errdefs.FieldError on "uri".
+func CheckHost(ctx context.Context, connect Connector, uri, installID string, timeout time.Duration, log *slog.Logger) (Host, error) {
+	if err := checkHostURI(uri); err != nil {
+		return Host{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hv, err := connect(cctx, uri, installID, log)
+	if err != nil {
+		return Host{}, errdefs.Invalid("uri", "host_unreachable", fmt.Sprintf("libvirt at %s does not answer: %v", uri, clipErr(err)))
+	}
+	defer hv.Close() // supervision opens its own, and reconciles it
+	capacity, err := hv.Capacity(cctx)
+	if err != nil {
+		return Host{}, errdefs.Invalid("uri", "host_unreachable", fmt.Sprintf("libvirt at %s: read its capacity: %v", uri, clipErr(err)))
+	}
+	dt, _ := hv.DomainType(cctx)
+	return Host{URI: uri, CPUs: capacity.CPUs, MemoryKiB: capacity.MemoryTotalKiB, FreeMemoryKiB: capacity.MemoryFreeKiB, DomainType: dt}, nil
+}
 
 // checkHostURI accepts the libvirt URIs a host is reached by.
 func checkHostURI(uri string) error {
@@ -285,39 +297,27 @@ func checkHostURI(uri string) error {
 	return nil
 }
 
-// CordonHost stops placing new VMs on the host; what runs there stays.
-// Cordoning the last active host is refused unless forced. Audited
-// host.cordoned.
+// CordonHost is Store.CordonHost, answering the host's status.
 func (s *Service) CordonHost(ctx context.Context, actor audit.Actor, uri, reason string, force bool) (HostStatus, error) {
-	_, err := s.store.setHostState(ctx, actor, uri, hostChange{to: HostCordoned, from: []HostState{HostActive, HostDraining},
-		event: audit.TypeHostCordoned, reason: reason, check: func(tx *gorm.DB, h Host) error { return activeHostsLeft(tx, h, force) }})
-	if err != nil {
+	if _, err := s.store.CordonHost(ctx, actor, uri, reason, force); err != nil {
 		return HostStatus{}, err
 	}
 	return s.HostStatus(ctx, uri)
 }
 
-// UncordonHost makes a cordoned or draining host active again. Audited
-// host.uncordoned.
+// UncordonHost is Store.UncordonHost; the pools top up at once.
 func (s *Service) UncordonHost(ctx context.Context, actor audit.Actor, uri string) (HostStatus, error) {
-	_, err := s.store.setHostState(ctx, actor, uri, hostChange{to: HostActive, from: []HostState{HostCordoned, HostDraining},
-		event: audit.TypeHostUncordoned})
-	if err != nil {
+	if _, err := s.store.UncordonHost(ctx, actor, uri); err != nil {
 		return HostStatus{}, err
 	}
 	s.kickAll(ctx)
 	return s.HostStatus(ctx, uri)
 }
 
-// DrainHost takes the host out of placement and moves its warm VMs away:
-// they are destroyed and the warm pools refill them elsewhere; VMs running
-// sandboxes stay until those end. The host shows "drained" when empty.
-// Draining the last active host is refused unless forced. Audited
-// host.drained.
+// DrainHost is Store.DrainHost; the host's idle VMs are destroyed at once
+// (watchHost does it for a drain recorded by another process).
 func (s *Service) DrainHost(ctx context.Context, actor audit.Actor, uri, reason string, force bool) (HostStatus, error) {
-	_, err := s.store.setHostState(ctx, actor, uri, hostChange{to: HostDraining, from: []HostState{HostActive, HostCordoned},
-		event: audit.TypeHostDrained, reason: reason, check: func(tx *gorm.DB, h Host) error { return activeHostsLeft(tx, h, force) }})
-	if err != nil {
+	if _, err := s.store.DrainHost(ctx, actor, uri, reason, force); err != nil {
 		return HostStatus{}, err
 	}
 	if h := s.hostByURI(uri); h != nil {
@@ -326,16 +326,17 @@ func (s *Service) DrainHost(ctx context.Context, actor audit.Actor, uri, reason 
 	return s.HostStatus(ctx, uri)
 }
 
-// RemoveHost forgets a host with no active VM of ours (drain it first): it
-// is no longer connected to, and stays removed across restarts even when
-// STOCKADE_LIBVIRT_URIS names it (AddHost brings it back). Audited
-// host.removed.
+// RemoveHost is Store.RemoveHost; the host is no longer connected to.
 func (s *Service) RemoveHost(ctx context.Context, actor audit.Actor, uri string) error {
-	_, err := s.store.setHostState(ctx, actor, uri, hostChange{to: HostRemoved,
-		from: []HostState{HostActive, HostCordoned, HostDraining}, event: audit.TypeHostRemoved, check: noActiveVMs})
-	if err != nil {
+	if _, err := s.store.RemoveHost(ctx, actor, uri); err != nil {
 		return err
 	}
+	s.dropHost(uri)
+	return nil
+}
+
+// dropHost stops supervising a removed host.
+func (s *Service) dropHost(uri string) {
 	s.hostsMu.Lock()
 	i := slices.IndexFunc(s.hosts, func(h *hostConn) bool { return h.uri == uri })
 	var h *hostConn
@@ -344,16 +345,67 @@ func (s *Service) RemoveHost(ctx context.Context, actor audit.Actor, uri string)
 		s.hosts = slices.Delete(s.hosts, i, i+1)
 	}
 	s.hostsMu.Unlock()
-	if h != nil {
-		h.mu.Lock()
-		h.removed = true
-		h.mu.Unlock()
-		if hv := h.take(); hv != nil {
-			hv.Close()
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.removed = true
+	h.mu.Unlock()
+	if hv := h.take(); hv != nil {
+		hv.Close()
+	}
+	s.log.Info("libvirt host removed", "uri", uri)
+}
+
+// syncHosts follows the hosts table: a host added (or removed) by another
+// process, `stockade host` or another replica, is connected to (or
+// dropped) here too.
+func (s *Service) syncHosts(ctx context.Context) {
+	recs, err := s.store.Hosts(ctx)
+	if err != nil {
+		s.log.Warn("sync hosts", "err", err)
+		return
+	}
+	for _, r := range recs {
+		known := s.hostByURI(r.URI) != nil
+		switch {
+		case r.State == HostRemoved && known:
+			s.dropHost(r.URI)
+		case r.State != HostRemoved && !known && r.AddedBy != "":
+			h := newHostConn(r.URI)
+			s.hostsMu.Lock()
+			if slices.ContainsFunc(s.hosts, func(o *hostConn) bool { return o.uri == r.URI }) {
+				s.hostsMu.Unlock()
+				continue
+			}
+			s.hosts = append(s.hosts, h)
+			s.hostsMu.Unlock()
+			s.log.Info("libvirt host added elsewhere: connecting", "uri", r.URI)
+			s.runHost(h, make(chan struct{}))
 		}
 	}
-	return nil
 }
+
+// hostsLoop runs syncHosts every HostSyncInterval until Close.
+func (s *Service) hostsLoop() {
+	defer s.wg.Done()
+	t := s.cfg.Clock.NewTicker(HostSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop.Done():
+			return
+		case <-t.Chan():
+		}
+		ctx, cancel := s.stop.WithTimeout(context.Background(), 30*time.Second)
+		s.syncHosts(ctx)
+		cancel()
+	}
+}
+
+// HostSyncInterval is how often the hosts table is read for hosts added or
+// removed by another process.
+const HostSyncInterval = 5 * time.Second
 
 // SetHostConstraint sets the labels a tenant's VMs need on their host
 // (for example dedicated=acme); empty labels: any host. New VMs follow it;

@@ -26,7 +26,7 @@ func (e *storeEnv) twoHosts(t *testing.T, memMiB int, labelsA, labelsB string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.addHost(bg, admin, Host{URI: h.uri, Labels: l, CPUs: 8, MemoryKiB: uint64(memMiB) * 1024}); err != nil {
+		if _, err := e.store.AddHost(bg, admin, Host{URI: h.uri, Labels: l, CPUs: 8, MemoryKiB: uint64(memMiB) * 1024}); err != nil {
 			t.Fatalf("addHost(%s) = %v", h.uri, err)
 		}
 	}
@@ -245,10 +245,10 @@ func TestHostStates(t *testing.T) {
 		if _, err := e.store.setHostState(bg, admin, hostB, remove); err != nil {
 			t.Errorf("remove an empty host = %v", err)
 		}
-		if _, err := e.store.addHost(bg, admin, Host{URI: hostA}); !errors.Is(err, errdefs.ErrConflict) {
+		if _, err := e.store.AddHost(bg, admin, Host{URI: hostA}); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("add a duplicate host = %v; want ErrConflict", err)
 		}
-		if h, err := e.store.addHost(bg, admin, Host{URI: hostB, MemoryKiB: 1 << 20}); err != nil || h.State != HostActive {
+		if h, err := e.store.AddHost(bg, admin, Host{URI: hostB, MemoryKiB: 1 << 20}); err != nil || h.State != HostActive {
 			t.Errorf("add a removed host back = %+v, %v; want active", h, err)
 		}
 		want := map[string]int{audit.TypeHostAdded: 3, audit.TypeHostDrained: 2, audit.TypeHostCordoned: 1, audit.TypeHostRemoved: 1}

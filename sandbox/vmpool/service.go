@@ -299,9 +299,10 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.Available(); err != nil {
 		s.log.Warn("no libvirt host reachable: VMs cannot start until one is; retrying in the background", "err", err)
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.reconcileLoop()
 	go s.monitorLoop()
+	go s.hostsLoop()
 	return nil
 }
 
