@@ -91,24 +91,28 @@ func (r *SandboxRunner) Run(ctx context.Context, actor audit.Actor, s Setup) (er
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	// Whatever happens: the builder sandbox destroyed, the image's disk
+	// detached from the tenant's VMs (a failed create may have plugged
+	// it), then the image removed.
 	cleanup := context.WithoutCancel(ctx)
+	var sb sandbox.Sandbox
 	defer func() {
+		if sb.ID != "" {
+			if _, derr := r.Sandboxes.Destroy(cleanup, actor, s.Tenant, sb.ID); derr != nil && !errdefs.IsNotFound(derr) && err == nil {
+				err = fmt.Errorf("setup: destroy the builder sandbox: %w", derr)
+			}
+			fmt.Fprintf(log, "builder sandbox %s destroyed\n", sb.ID)
+		}
+		r.Sandboxes.DetachTemplateVersions(cleanup, s.Tenant, []templates.Version{b})
 		if rerr := r.Images.RemoveBuilderImage(b); rerr != nil && err == nil {
 			err = rerr
 		}
 	}()
-	sb, err := r.Sandboxes.Create(ctx, actor, s.Tenant, sandbox.Spec{Builder: &b,
+	sb, err = r.Sandboxes.Create(ctx, actor, s.Tenant, sandbox.Spec{Builder: &b,
 		Metadata: map[string]string{MetaTemplateBuild: s.BuildID, MetaTemplateName: b.Name}})
 	if err != nil {
 		return fmt.Errorf("setup: start the builder sandbox: %w", err)
 	}
-	defer func() {
-		if _, derr := r.Sandboxes.Destroy(cleanup, actor, s.Tenant, sb.ID); derr != nil && !errdefs.IsNotFound(derr) && err == nil {
-			err = fmt.Errorf("setup: destroy the builder sandbox: %w", derr)
-		}
-		r.Sandboxes.DetachTemplateVersions(cleanup, s.Tenant, []templates.Version{b})
-		fmt.Fprintf(log, "builder sandbox %s destroyed\n", sb.ID)
-	}()
 	fmt.Fprintf(log, "builder sandbox %s started\n", sb.ID)
 	for i, cmd := range s.Commands {
 		fmt.Fprintf(log, "$ %s\n", cmd)

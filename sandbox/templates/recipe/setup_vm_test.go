@@ -1,9 +1,12 @@
 package recipe_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -294,6 +297,41 @@ func TestSetupCommandsOnVM(t *testing.T) {
 		want := "hello from a setup command, again\n/opt/app\n1\n"
 		if r.ExitCode != 0 || out.String() != want {
 			t.Errorf("Got(the template's sandbox) = %d %q %q; want %q", r.ExitCode, out.String(), errOut.String(), want)
+		}
+
+		// sandbox.upper: only a paused sandbox, only the tenant's, bounded.
+		if _, err := e.sbx.Exec(ctx, actor, e.tenant, sb.ID, sandbox.ExecRequest{Cmd: []string{"/bin/sh", "-c",
+			"head -c 8192 /dev/zero > big && echo small > small"}, TimeoutSeconds: 60}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.sbx.ReadUpper(ctx, e.tenant, sb.ID, 1<<20, "q", io.Discard); !errdefs.IsConflict(err) {
+			t.Errorf("Got(ReadUpper of a running sandbox) = %v; want conflict", err)
+		}
+		if _, err := e.sbx.Pause(ctx, actor, e.tenant, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.sbx.ReadUpper(ctx, "another-tenant", sb.ID, 1<<20, "q", io.Discard); !errdefs.IsNotFound(err) {
+			t.Errorf("Got(ReadUpper of another tenant's sandbox) = %v; want not found", err)
+		}
+		var qe *errdefs.QuotaError
+		if _, err := e.sbx.ReadUpper(ctx, e.tenant, sb.ID, 4096, "q", io.Discard); !errors.As(err, &qe) {
+			t.Errorf("Got(ReadUpper over its bound) = %v; want a quota error", err)
+		}
+		var layer bytes.Buffer
+		if _, err := e.sbx.ReadUpper(ctx, e.tenant, sb.ID, 1<<20, "q", &layer); err != nil {
+			t.Fatalf("ReadUpper = %v", err)
+		}
+		names := map[string]int64{}
+		tr := tar.NewReader(&layer)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names[h.Name] = h.Size
+		}
+		if names["opt/app/big"] != 8192 || names["opt/app/small"] != 6 {
+			t.Errorf("Got(upper entries) = %v; want opt/app/big of 8192 bytes and opt/app/small", names)
 		}
 	})
 }
