@@ -464,6 +464,28 @@ func (s *Service) kickAll(ctx context.Context) {
 	}
 }
 
+// ClosedHosts are the hosts whose VMs take no new sandbox: cordoned,
+// draining, removed, or recorded down (Host.TakesSandboxes).
+func (s *Service) ClosedHosts(ctx context.Context) (map[string]bool, error) {
+	recs, err := s.store.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		if !r.TakesSandboxes() {
+			out[r.URI] = true
+		}
+	}
+	return out, nil
+}
+
+// TakesSandboxes reports whether the host's running VMs may take new
+// sandboxes: not when it is cordoned, draining, removed or down.
+func (h Host) TakesSandboxes() bool {
+	return (h.State == HostActive || h.State == "") && h.DownAt == nil
+}
+
 // HostStatus is one host's status (Hosts), ErrNotFound when unknown.
 func (s *Service) HostStatus(ctx context.Context, uri string) (HostStatus, error) {
 	hs, err := s.Hosts(ctx)

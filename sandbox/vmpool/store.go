@@ -466,7 +466,8 @@ func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var vm VM
 		err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
-			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").Where("state = ?", HostDraining)).
+			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").
+				Where("state IN ? OR down_at IS NOT NULL", []HostState{HostCordoned, HostDraining, HostRemoved})).
 			Order("started_at, id").Take(&vm).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return VM{}, ErrNoIdleVM
