@@ -66,8 +66,14 @@ func (h *Handlers) Readyz(c echo.Context) error {
 	}
 	// A broken guest image: no sandbox can be created.
 	check("templates", h.sbx.TemplatesAvailable())
-	if len(failed) > 0 {
-		return c.JSON(http.StatusServiceUnavailable, api.Status{Status: "unavailable", Error: strings.Join(failed, "; "), Checks: checks})
+	var repl *api.Replication
+	if h.replication != nil {
+		r, err := h.replication(ctx)
+		check("replication", err)
+		repl = r
 	}
-	return c.JSON(http.StatusOK, api.Status{Status: "ready", Checks: checks})
+	if len(failed) > 0 {
+		return c.JSON(http.StatusServiceUnavailable, api.Status{Status: "unavailable", Error: strings.Join(failed, "; "), Checks: checks, Replication: repl})
+	}
+	return c.JSON(http.StatusOK, api.Status{Status: "ready", Checks: checks, Replication: repl})
 }

@@ -17,9 +17,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/runs"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
@@ -100,6 +102,8 @@ type Handlers struct {
 	workflows    *workflow.Store
 	runs         *runs.Engine
 	integrations *integrations.Store
+	replication  func(ctx context.Context) (*api.Replication, error)
+	templates    *templates.Service
 	// builds runs recipe template builds; nil: the routes say unavailable.
 	builds  *recipe.Builder
 	imports *oci.Importer
@@ -146,6 +150,11 @@ type Deps struct {
 	// Integrations keeps the tenants' outgoing webhook endpoints and their
 	// deliveries.
 	Integrations *integrations.Store
+	// Replication reports leadership and lease health for /readyz; nil
+	// with one server (SQLite).
+	Replication func(ctx context.Context) (*api.Replication, error)
+	// Templates keeps the tenants' own sandbox templates.
+	Templates *templates.Service
 	// TemplateBuilds builds tenant templates from recipes (optional: without
 	// it the build routes answer 503).
 	TemplateBuilds *recipe.Builder
@@ -163,6 +172,7 @@ func (d Deps) check() error {
 		"VMs": d.VMs != nil, "Sandboxes": d.Sandboxes != nil, "Terminals": d.Terminals != nil, "Secrets": d.Secrets != nil,
 		"Policies": d.Policies != nil, "Egress": d.Egress != nil, "Usage": d.Usage != nil, "Compliance": d.Compliance != nil,
 		"Workflows": d.Workflows != nil, "Runs": d.Runs != nil, "Integrations": d.Integrations != nil,
+		"Templates":       d.Templates != nil,
 		"TemplateImports": d.TemplateImports != nil,
 		"Volumes":         d.Volumes != nil,
 	} {
@@ -197,7 +207,8 @@ func New(cfg Config, d Deps) (*Handlers, error) {
 	return &Handlers{cfg: cfg, store: d.Store, audit: d.Audit, idp: d.IdP, log: d.Log, ready: d.Ready, clock: d.Clock, vms: d.VMs, sbx: d.Sandboxes,
 		terms: d.Terminals, secrets: d.Secrets, pol: d.Policies, egress: d.Egress, usage: d.Usage,
 		compliance: d.Compliance, workflows: d.Workflows, runs: d.Runs, authFailures: audit.NewLimiter(time.Minute, authFailureBurst),
-		integrations: d.Integrations, builds: d.TemplateBuilds, imports: d.TemplateImports, volumes: d.Volumes, instance: uuid.NewString()}, nil
+		integrations: d.Integrations, templates: d.Templates, builds: d.TemplateBuilds, imports: d.TemplateImports, volumes: d.Volumes,
+		replication: d.Replication, instance: uuid.NewString()}, nil
 }
 
 // SessionIdle is the idle expiry of browser sessions.

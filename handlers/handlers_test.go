@@ -17,7 +17,7 @@ func TestNewRequiresEveryDependency(t *testing.T) {
 		t.Fatal("Got(handlers.New without dependencies) = nil error; want the missing ones named")
 	}
 	for _, name := range []string{"Store", "Audit", "IdP", "Ready", "VMs", "Sandboxes", "Terminals", "Secrets", "Policies",
-		"Egress", "Usage", "Compliance", "Workflows", "Runs", "Integrations"} {
+		"Egress", "Usage", "Compliance", "Workflows", "Runs", "Integrations", "Templates"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("Got(error) = %q; want it to name %s", err, name)
 		}

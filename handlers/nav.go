@@ -40,6 +40,8 @@ func mainNav() []navEntry {
 	return []navEntry{
 		{views.NavDashboard, "Dashboard", "/", ""},
 		{views.NavSandboxes, "Sandboxes", "/sandboxes", "Disposable container sandboxes nested inside your tenant's VMs, created by agents through the API and CLI."},
+		{views.NavTemplates, "Templates", "/templates", ""},
+		{views.NavVolumes, "Volumes", "/volumes", ""},
 		{views.NavTerminals, "Terminals", "/terminals", "Live terminals of agent sessions, watched in the browser and recorded."},
 		{views.NavWorkflows, "Workflows", "/workflows", "GitHub events and manual runs start your tests and agents in fresh sandboxes; results go back to GitHub, Slack and Jira."},
 		{views.NavRuns, "Runs", "/runs", ""},
@@ -68,6 +70,7 @@ func operatorNav() []navEntry {
 		{views.NavOperatorUsage, "Platform usage", "/operator/usage", ""},
 		{views.NavPrices, "Prices", "/operator/prices", ""},
 		{views.NavHosts, "Hosts", "/operator/hosts", ""},
+		{views.NavOperatorTemplates, "Templates", "/operator/templates", ""},
 	}
 }
 

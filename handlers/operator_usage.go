@@ -488,7 +488,7 @@ func (h *Handlers) namePriceSetters(ctx context.Context, v views.PricesView) (vi
 
 func tenantQuotaJSON(q tenants.Quota) api.TenantQuota {
 	out := api.TenantQuota{TenantID: q.TenantID, MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
-		MaxSandboxes: q.MaxSandboxes, MaxCPUHoursMonthly: q.MaxCPUHoursMonthly, MaxVolumeGiB: q.MaxVolumeGiB, UpdatedBy: q.UpdatedBy}
+		MaxSandboxes: q.MaxSandboxes, MaxCPUHoursMonthly: q.MaxCPUHoursMonthly, MaxTemplateMiB: q.MaxTemplateMiB, MaxVolumeGiB: q.MaxVolumeGiB, UpdatedBy: q.UpdatedBy}
 	if !q.UpdatedAt.IsZero() {
 		out.UpdatedAt = q.UpdatedAt.UTC().Format(timeJSON)
 	}
@@ -534,6 +534,16 @@ func (h *Handlers) APISetTenantQuota(c echo.Context) error {
 		}
 		*f.dst = *f.src
 	}
+	// max_template_mib came later: a PUT without it keeps the current one.
+	if in.MaxTemplateMiB != nil {
+		q.MaxTemplateMiB = *in.MaxTemplateMiB
+	} else {
+		old, err := h.store.Quota(ctx, tn.ID)
+		if err != nil {
+			return err
+		}
+		q.MaxTemplateMiB = old.MaxTemplateMiB
+	}
 	if q.MaxVolumeGiB, err = h.keptVolumeQuota(ctx, tn.ID, in.MaxVolumeGiB); err != nil {
 		return err
 	}
@@ -561,7 +571,7 @@ func opQuotaValues(q tenants.Quota) map[string]string {
 	return map[string]string{
 		tenants.QuotaMaxVMs: strconv.Itoa(q.MaxVMs), tenants.QuotaMaxVCPUs: strconv.Itoa(q.MaxVCPUs),
 		tenants.QuotaMaxMemoryMiB: strconv.Itoa(q.MaxMemoryMiB), tenants.QuotaMaxSandboxes: strconv.Itoa(q.MaxSandboxes),
-		tenants.QuotaMaxCPUHoursMonthly: strconv.Itoa(q.MaxCPUHoursMonthly),
+		tenants.QuotaMaxCPUHoursMonthly: strconv.Itoa(q.MaxCPUHoursMonthly), tenants.QuotaMaxTemplateMiB: strconv.Itoa(q.MaxTemplateMiB),
 	}
 }
 
@@ -579,9 +589,19 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 		name string
 		dst  *int
 	}{{tenants.QuotaMaxSandboxes, &q.MaxSandboxes}, {tenants.QuotaMaxVCPUs, &q.MaxVCPUs}, {tenants.QuotaMaxMemoryMiB, &q.MaxMemoryMiB},
-		{tenants.QuotaMaxVMs, &q.MaxVMs}, {tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly}} {
+		{tenants.QuotaMaxVMs, &q.MaxVMs}, {tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly},
+		{tenants.QuotaMaxTemplateMiB, &q.MaxTemplateMiB}} {
 		s := strings.TrimSpace(c.FormValue(f.name))
 		values[f.name] = s
+		if s == "" && f.name == tenants.QuotaMaxTemplateMiB {
+			// Added after the others: a form without it keeps the current one.
+			old, qerr := h.store.Quota(ctx, tn.ID)
+			if qerr != nil {
+				return qerr
+			}
+			*f.dst = old.MaxTemplateMiB
+			continue
+		}
 		n, perr := strconv.Atoi(s)
 		if perr != nil && err == nil {
 			err = errdefs.Invalid(f.name, "integer", "must be a whole number, 0 or more")

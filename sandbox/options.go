@@ -107,7 +107,11 @@ func (s *Service) CreateOptions(ctx context.Context, tenantID string) (CreateOpt
 	if err != nil {
 		return CreateOptions{}, fmt.Errorf("create options: %w", err)
 	}
-	o := CreateOptions{Templates: s.templates, Defaults: Spec{}.withDefaults(b.cfg, s.templates, b.pool, b.hasPool),
+	tpls, err := s.withTenantTemplates(ctx, tenantID, s.templates) // tenant_templates.go
+	if err != nil {
+		return CreateOptions{}, fmt.Errorf("create options: %w", err)
+	}
+	o := CreateOptions{Templates: tpls, Defaults: Spec{}.withDefaults(b.cfg, s.templates, b.pool, b.hasPool),
 		MaxTimeoutSeconds: MaxTimeoutSeconds, PolicyVersion: b.pol.Version, Unavailable: s.createUnavailable()}
 	if b.hasPool {
 		o.MaxVCPUs, o.MaxMemoryMiB = b.pool.VCPUs, max(b.pool.MemoryMiB-b.cfg.GuestReserveMiB, 0)

@@ -102,6 +102,10 @@ type Config struct {
 	// CreateTimeout bounds a create from its record to running, a VM boot
 	// included; default 4 min.
 	CreateTimeout time.Duration
+	// Replicated: other replicas share the database (PostgreSQL), so a
+	// create this process did not start may be under way in another one:
+	// at startup too it is failed only once older than CreateTimeout.
+	Replicated bool
 	// SyncInterval is how often sandboxes are checked against their agents
 	// and their lifetimes; default 2 s.
 	SyncInterval time.Duration

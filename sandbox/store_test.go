@@ -56,28 +56,7 @@ func TestStoreQuotaInCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			const tries = 10
-			var wg sync.WaitGroup
-			errs := make([]error, tries)
-			for i := range tries {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[i] = st.create(ctx, testActor, newRecord(tn.ID, i, 1, 100))
-				}()
-			}
-			wg.Wait()
-			ok := 0
-			for _, err := range errs {
-				var qe *errdefs.QuotaError
-				switch {
-				case err == nil:
-					ok++
-				case errors.As(err, &qe) && qe.Quota == tenants.QuotaMaxSandboxes:
-				default:
-					t.Errorf("Got(create) = %v; want success or the max_sandboxes quota", err)
-				}
-			}
+			ok := createdOrMaxSandboxes(t, raceCreates(ctx, []*Store{st}, tn.ID, 10))
 			if ok != 3 || count(t, d.DB, "sandboxes", tn.ID) != 3 || count(t, d.DB, "sandbox_events", tn.ID) != 3 {
 				t.Errorf("Got(created) = %d, rows %d, events %d; want 3 of each (the quota)", ok,
 					count(t, d.DB, "sandboxes", tn.ID), count(t, d.DB, "sandbox_events", tn.ID))

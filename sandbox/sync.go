@@ -79,7 +79,7 @@ func (s *Service) sync(ctx context.Context, startup bool) (wait func(), err erro
 	}
 	now := s.cfg.Clock.Now()
 	abandoned := func(sb Sandbox) bool {
-		return sb.State == StateCreating && (startup || now.Sub(sb.CreatedAt) > s.cfg.CreateTimeout)
+		return sb.State == StateCreating && ((startup && !s.cfg.Replicated) || now.Sub(sb.CreatedAt) > s.cfg.CreateTimeout)
 	}
 	s.pruneMissing(sbs)
 	// Commands of sandboxes that ended died with them.

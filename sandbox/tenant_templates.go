@@ -28,6 +28,24 @@ import (
 type TenantTemplates interface {
 	Resolve(ctx context.Context, tenantID, name string) (templates.Version, error)
 	VersionByID(ctx context.Context, tenantID, versionID string) (templates.Version, error)
+	Ready(ctx context.Context, tenantID string) ([]templates.Version, error)
+}
+
+// withTenantTemplates is tpls and the tenant's own ready templates (for
+// the create form).
+func (s *Service) withTenantTemplates(ctx context.Context, tenantID string, tpls []image.Template) ([]image.Template, error) {
+	if s.cfg.TenantTemplates == nil {
+		return tpls, nil
+	}
+	vs, err := s.cfg.TenantTemplates.Ready(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]image.Template(nil), tpls...)
+	for _, v := range vs {
+		out = append(out, image.Template{Name: v.Name, Version: v.ID, Path: v.Path, Format: image.FormatExt4, SizeBytes: v.SizeBytes})
+	}
+	return out, nil
 }
 
 // diskVMs is what the VM pools do for hot-plugged disks (*vmpool.Service

@@ -52,6 +52,9 @@ type LeaseConfig struct {
 	// this machine and process.
 	Hostname string
 	PID      int
+	// Holder is the holder id written (a replica's id when the lease is
+	// the replicas' leader lease); default a new UUIDv7.
+	Holder string
 	// Clock drives the heartbeat, the wait for a held lease and the
 	// expiry times written; default the real one.
 	Clock  clockwork.Clock
@@ -110,11 +113,15 @@ func (leaseRow) TableName() string { return "installation_lease" }
 // holds is a *LeaseHeldError naming it.
 func AcquireLease(ctx context.Context, db *gorm.DB, cfg LeaseConfig) (*Lease, error) {
 	cfg.checkAndSetDefaults()
-	holder, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("acquire installation lease: %w", err)
+	holder := cfg.Holder
+	if holder == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("acquire installation lease: %w", err)
+		}
+		holder = id.String()
 	}
-	l := &Lease{db: db, cfg: cfg, holder: holder.String(), lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{db: db, cfg: cfg, holder: holder, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := l.take(ctx); err != nil {
 		return nil, err
 	}

@@ -114,6 +114,7 @@ func OperatorQuotaFields() [][3]string {
 		{"max_memory_mib", "Memory (MiB)", "of running sandboxes and VMs"},
 		{"max_vms", "VMs", "booted at once"},
 		{"max_cpu_hours_monthly", "CPU-hours / month", "measured; UTC calendar month"},
+		{"max_template_mib", "Templates (MiB)", "the tenant's own template images"},
 	}
 }
 

@@ -107,8 +107,9 @@ func testIsolation(t *testing.T, db *gorm.DB) {
 		if err != nil {
 			t.Fatalf("create volume in %s: %v", slug, err)
 		}
+		tplName := (&fixtures{env: env, tenant: tn}).template(t)
 		it.markers = []string{tn.ID, tn.Slug, tn.Name, "@" + slug + ".test", pending.ID, tok.ID, tok.Prefix, it.adminID, sb.ID, ts.ID, secretName, run,
-			wfRun, hook.ID, hookTest.ID, hookTest.EventID, vol.ID}
+			wfRun, hook.ID, hookTest.ID, hookTest.EventID, vol.ID, tplName}
 		return it
 	}
 	a := setup("alpha-co", "Alpha Company")
@@ -412,6 +413,9 @@ func snapshot(t *testing.T, env *webtest.Env, tenantID, path string, params map[
 		return rows("secrets", "tenant_id = ? AND name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/templates/:name/builds"):
 		return rows("template_builds", "tenant_id = ? AND template_name = ?", tenantID, params[":name"])
+	case strings.Contains(path, "/templates/") && !strings.Contains(path, "/builds"):
+		return struct{ Templates, Versions []map[string]any }{rows("templates", "tenant_id = ? AND name = ?", tenantID, params[":name"]),
+			rows("template_versions", "tenant_id = ? AND name = ?", tenantID, params[":name"])}
 	case strings.Contains(path, "/volumes/"):
 		return rows("volumes", "tenant_id = ? AND name = ?", tenantID, params[":name"])
 	case strings.Contains(path, "/workflows/"):

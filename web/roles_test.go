@@ -21,6 +21,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/templates/recipe/recipetest"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
@@ -150,6 +151,8 @@ func (f *fixtures) objectFor(t *testing.T, path string) (o routeObject, ok bool)
 		o.params[":name"] = f.secret(t)
 	case strings.Contains(path, "/workflows/:name"):
 		o.params[":name"] = f.workflow(t)
+	case strings.Contains(path, "/templates/:name") && !strings.Contains(path, "/builds"):
+		o.params[":name"] = f.template(t)
 	case strings.Contains(path, "/volumes/:name"):
 		o.params[":name"] = f.volume(t)
 	case strings.Contains(path, "/sandboxes/:id/previews/:preview_id"):
@@ -257,6 +260,29 @@ func (f *fixtures) secret(t *testing.T) string {
 	return name
 }
 
+// template makes a ready tenant template of f.tenant (a tiny tree packed
+// for real; no VM needed to list or delete it).
+func (f *fixtures) template(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	name := "tpl-" + uniqueName()
+	if len(name) > 32 {
+		name = name[:32]
+	}
+	v, err := f.env.App.Templates.Begin(ctx, f.tenant.ID, templates.Begin{Name: name, Source: templates.SourceRecipe, CreatedBy: "test"})
+	if err != nil {
+		t.Fatalf("begin template %s: %v", name, err)
+	}
+	tree := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tree, "hello.txt"), []byte(name), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.env.App.Templates.Finish(ctx, f.tenant.ID, v.ID, tree, templates.Defaults{}); err != nil {
+		t.Fatalf("finish template %s: %v", name, err)
+	}
+	return name
+}
+
 // workflow returns a manual workflow of f.tenant, saved anew when the last
 // one was deleted.
 func (f *fixtures) workflow(t *testing.T) string {
@@ -302,7 +328,7 @@ func (f *fixtures) vm(t *testing.T) string {
 			t.Fatalf("record host: %v", err)
 		}
 		if _, err := f.env.Store.SetQuota(ctx, sys, f.tenant.ID, tenants.Quota{MaxVMs: 100, MaxVCPUs: 100, MaxMemoryMiB: 100 * 1024,
-			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000, MaxVolumeGiB: 100}); err != nil {
+			MaxSandboxes: 100, MaxCPUHoursMonthly: 1000, MaxTemplateMiB: 10240, MaxVolumeGiB: 100}); err != nil {
 			t.Fatalf("set quota: %v", err)
 		}
 		if _, err := vms.SetPool(ctx, sys, f.tenant.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 256, MaxVMs: 100}); err != nil {
@@ -372,6 +398,10 @@ func (f *fixtures) input(r web.Route, c *caller, path string) (form url.Values, 
 		return nil, map[string]any{"port": 8000, "ttl_seconds": 600}
 	case "POST /api/v1/secrets":
 		return nil, map[string]any{"name": fmt.Sprintf("API_SECRET_%d", n), "value": "v", "hosts": []string{"api.example.com"}}
+	case "POST /volumes":
+		return url.Values{"name": {fmt.Sprintf("form-volume-%d", n)}, "size_gib": {"1"}}, nil
+	case "POST /volumes/:name/resize":
+		return url.Values{"size_gib": {"2"}}, nil
 	case "POST /api/v1/templates":
 		return nil, map[string]any{"apiVersion": "stockade.dev/template/v1", "name": fmt.Sprintf("recipe-%d", n), "base": "debian"}
 	case "POST /templates/build":

@@ -155,6 +155,10 @@ func Routes(h *handlers.Handlers) []Route {
 		{Method: get, Path: "/settings/tokens", Perm: tenants.PermTokensOwn, Handler: h.Tokens},
 		{Method: post, Path: "/settings/tokens", Perm: tenants.PermTokensOwn, Handler: h.CreateToken},
 		{Method: post, Path: "/settings/tokens/:id/revoke", Perm: tenants.PermTokensOwn, Handler: h.RevokeToken},
+		{Method: get, Path: "/volumes", Perm: tenants.PermSandboxesRead, Handler: h.VolumesPage},
+		{Method: post, Path: "/volumes", Perm: tenants.PermSandboxesWrite, Handler: h.CreateVolume},
+		{Method: post, Path: "/volumes/:name/resize", Perm: tenants.PermSandboxesWrite, Handler: h.ResizeVolume},
+		{Method: post, Path: "/volumes/:name/delete", Perm: tenants.PermSandboxesWrite, Handler: h.DeleteVolume},
 		{Method: get, Path: "/settings/secrets", Perm: tenants.PermSecretsRead, Handler: h.SecretsPage},
 		{Method: post, Path: "/settings/secrets", Perm: tenants.PermSecretsWrite, Handler: h.CreateSecret},
 		{Method: post, Path: "/settings/secrets/:name/revoke", Perm: tenants.PermSecretsWrite, Handler: h.RevokeSecret},
@@ -638,6 +642,7 @@ func Routes(h *handlers.Handlers) []Route {
 				Answers: []Answer{answer(http.StatusCreated, "The new run", api.Run{})}}},
 	}
 	routes = append(routes, portRoutes(h)...)
+	routes = append(routes, templateRoutes(h)...)
 	return routes
 }
 

@@ -26,6 +26,8 @@ import (
 type config struct {
 	Addr      string
 	PublicURL string
+	// InternalURL is where the other replicas reach this one (PostgreSQL).
+	InternalURL string
 	// PreviewDomain serves preview links at <port>-<sandbox id>.<domain>.
 	PreviewDomain string
 	DataDir       string
@@ -100,6 +102,7 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		return d
 	}
 	fs.StringVar(&c.Addr, "addr", def("STOCKADE_ADDR", "127.0.0.1:8080"), "listen address (STOCKADE_ADDR)")
+	fs.StringVar(&c.InternalURL, "internal-url", getenv("STOCKADE_INTERNAL_URL"), "URL the other replicas reach this one at (STOCKADE_INTERNAL_URL; PostgreSQL only; default http://ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", getenv("STOCKADE_PUBLIC_URL"), "URL people reach the server at (STOCKADE_PUBLIC_URL; default http://ADDR)")
 	fs.StringVar(&c.PreviewDomain, "preview-domain", getenv("STOCKADE_PREVIEW_DOMAIN"), "wildcard domain of sandbox port previews, <port>-<id>.DOMAIN (STOCKADE_PREVIEW_DOMAIN; empty: /preview/<token>/)")
 	fs.StringVar(&c.DataDir, "data-dir", def("STOCKADE_DATA_DIR", "./var"), "data directory (STOCKADE_DATA_DIR)")

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants"
@@ -26,10 +27,12 @@ import (
 
 // TestServeOneServerPerInstallation starts `stockade serve` with a sandbox
 // running in a real VM, then a second `stockade serve` on the same
-// installation (the same data directory with SQLite; the same PostgreSQL
-// database): the second refuses at once, naming the holder, and the
-// first's sandbox keeps running. Once the first stops cleanly, a new
-// server starts without waiting for the lease to expire.
+// installation. With SQLite (the same data directory) the second refuses
+// at once, naming the holder; with PostgreSQL it is a second replica: it
+// serves beside the first, exactly one of them leads, and it never touches
+// the first's VM. Either way the first's sandbox keeps running. Once the
+// first stops cleanly, a new server starts without waiting for the lease
+// to expire.
 func TestServeOneServerPerInstallation(t *testing.T) {
 	shared := sandboxtest.NeedVMs(t)
 	kinds := []string{"sqlite"}
@@ -95,23 +98,38 @@ func TestServeOneServerPerInstallation(t *testing.T) {
 				t.Fatalf("Got(POST /api/v1/sandboxes) = %d %s; want 201 running", s, b)
 			}
 
-			// The second server on the same installation refuses before it
-			// touches any VM, and says who holds it.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var logs bytes.Buffer
-			err = run(ctx, []string{"serve"}, with(freeAddr(t)), io.Discard, &logs)
-			host, _ := os.Hostname()
-			if err == nil || !errors.Is(err, tenants.ErrLeaseHeld) {
-				t.Fatalf("Got(second serve) = %v; want a refusal: the installation lease is held", err)
-			}
-			for _, want := range []string{host, fmt.Sprintf("pid %d", os.Getpid()), "serving since", "--wait-lease"} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("Got(refusal) = %q; want it to name %q", err, want)
+			if kind == "postgres" {
+				// Replicas: the second server on the same database starts and
+				// serves beside the first, never touching its VM; one of the two
+				// leads.
+				second := startServe(t, with(freeAddr(t)))
+				r1, r2 := readyz(t, first.base), readyz(t, second.base)
+				if r1 == nil || r2 == nil || r1.Replicas != 2 || r1.Replica == r2.Replica || r1.Leader == r2.Leader {
+					t.Errorf("Got(replication) = %+v and %+v; want two replicas, exactly one leader", r1, r2)
 				}
-			}
-			if strings.Contains(logs.String(), "reconcile") || strings.Contains(logs.String(), "libvirt host connected") {
-				t.Errorf("the refused server reached libvirt: %s", logs.String())
+				if r1 != nil && r2 != nil && (r1.VMLeasesHeld != 1 || r2.VMLeasesHeld != 0) {
+					t.Errorf("Got(vm leases held) = %d and %d; want the first's VM the first's only", r1.VMLeasesHeld, r2.VMLeasesHeld)
+				}
+				defer second.stop(t)
+			} else {
+				// The second server on the same installation refuses before it
+				// touches any VM, and says who holds it.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				var logs bytes.Buffer
+				err = run(ctx, []string{"serve"}, with(freeAddr(t)), io.Discard, &logs)
+				host, _ := os.Hostname()
+				if err == nil || !errors.Is(err, tenants.ErrLeaseHeld) {
+					t.Fatalf("Got(second serve) = %v; want a refusal: the installation lease is held", err)
+				}
+				for _, want := range []string{host, fmt.Sprintf("pid %d", os.Getpid()), "serving since", "--wait-lease"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("Got(refusal) = %q; want it to name %q", err, want)
+					}
+				}
+				if strings.Contains(logs.String(), "reconcile") || strings.Contains(logs.String(), "libvirt host connected") {
+					t.Errorf("the refused server reached libvirt: %s", logs.String())
+				}
 			}
 			// The first server's sandbox runs on, in the same VM.
 			var res struct {
@@ -139,6 +157,21 @@ func TestServeOneServerPerInstallation(t *testing.T) {
 			next.stop(t)
 		})
 	}
+}
+
+// readyz is a server's replication detail (nil without one).
+func readyz(t *testing.T, base string) *api.Replication {
+	t.Helper()
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	defer resp.Body.Close()
+	var st api.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	return st.Replication
 }
 
 // leaseDataDir is a data directory of its own (database, key, recordings)

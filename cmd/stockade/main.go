@@ -44,7 +44,7 @@ Usage:
   stockade version
 
 API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
-  stockade sandbox create [--template T] [--vcpus N] [--memory MiB] [--timeout 10m] [--env K=V]...
+  stockade sandbox create [--template T] [--vcpus N] [--memory MiB] [--timeout 10m] [--env K=V]... [--volume NAME:PATH[:ro]]...
   stockade sandbox ls
   stockade sandbox show ID
   stockade sandbox exec [--cwd DIR] [--timeout 30s] [--env K=V]... [-i] ID -- CMD [ARG...]
@@ -60,8 +60,10 @@ API client (STOCKADE_URL, default http://127.0.0.1:8080, and STOCKADE_TOKEN):
   stockade sandbox timeout ID DURATION                   (the lifetime left from now, e.g. 30m)
   stockade sandbox pause ID... | resume ID...           freeze a sandbox (no CPU, no vCPU billing, lifetime stopped) or thaw it
   stockade sandbox attach [--watch] [--session S] ID [-- CMD...]  a terminal; Ctrl-] detaches
+  stockade volume create NAME SIZE_GIB | ls | show NAME | resize NAME SIZE_GIB | rm NAME...   persistent volumes
   stockade usage export [--from D] [--to D] [--format csv|json] [--output FILE]  billing export (FOCUS columns)
   stockade usage summary [--from D] [--to D] [--json]             totals and top sandboxes, users, templates
+  stockade template ls | show NAME | rm NAME...                  sandbox templates: the built-ins and the tenant's own
   stockade workflow ls | show NAME | apply FILE | rm NAME        workflows (YAML; apply checks it first)
   stockade workflow run NAME [--ref REF] [--sha SHA] [--wait]     start a run by hand; --wait follows its log
   stockade run ls [--workflow W] [--state S] | show ID | logs [-f] ID | cancel ID... | rerun ID...
@@ -104,6 +106,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return usageCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "host", "hosts":
 		return hostCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "template", "templates":
+		return templateCmd(ctx, args[1:], getenv, stdout, stderr)
+	case "volume", "volumes":
+		return volumeCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "workflow", "workflows":
 		return workflowCmd(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "runs":

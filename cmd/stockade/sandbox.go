@@ -98,6 +98,8 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, std
 	env, meta := listFlag{}, listFlag{}
 	fs.Var(env, "env", "KEY=VALUE added to every command (repeatable)")
 	fs.Var(meta, "meta", "KEY=VALUE label (repeatable)")
+	var vols volumeFlag
+	fs.Var(&vols, "volume", "NAME:PATH[:ro] a volume of the tenant mounted at PATH (repeatable)")
 	key := fs.String("idempotency-key", "", "Idempotency-Key of the create (default: a new random one); retries send the same")
 	attemptTimeout := fs.Duration("attempt-timeout", 5*time.Minute, "give up on one attempt after this long, and retry")
 	retries := fs.Int("retries", 3, "retries after a timeout, a lost connection or an unavailable server")
@@ -109,7 +111,7 @@ func sandboxCreate(ctx context.Context, c *apiClient, args []string, stdout, std
 		return exitError(2)
 	}
 	in := api.CreateSandbox{Template: *template, VCPUs: *vcpus, MemoryMiB: *memory,
-		TimeoutSeconds: seconds(*timeout), IdleTimeoutSeconds: seconds(*idle)}
+		TimeoutSeconds: seconds(*timeout), IdleTimeoutSeconds: seconds(*idle), Volumes: vols}
 	if len(env) > 0 {
 		in.Env = env
 	}

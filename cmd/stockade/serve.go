@@ -38,16 +38,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	// One server per installation: the lease is taken before anything
-	// reconciles VMs or sandboxes (Start); losing it stops this server.
-	ctx, releaseLease, err := serveLease(ctx, a.DB, a.Clock, *waitLease, log)
-	if err != nil {
-		a.Close()
-		return err
+	// On SQLite, one server per installation: the lease is taken before
+	// anything reconciles VMs or sandboxes (Start); losing it stops this
+	// server. On PostgreSQL any number of replicas run: the same lease is
+	// the leader lease, which the App campaigns for (app.Leader).
+	if a.Replicas == nil {
+		var releaseLease func()
+		ctx, releaseLease, err = serveLease(ctx, a.DB, a.Clock, *waitLease, log)
+		if err != nil {
+			a.Close()
+			return err
+		}
+		// Released last, after every service has closed, while the
+		// database is still open.
+		a.LastOnDatabase(releaseLease)
 	}
-	// Released last, after every service has closed, while the database
-	// is still open.
-	a.LastOnDatabase(releaseLease)
 	defer a.Close() // leaves VMs and sandboxes running: the next start adopts them
 	if err := a.Start(ctx); err != nil {
 		return err
@@ -84,7 +89,7 @@ func (c *config) app() (app.Config, error) {
 		}
 	}
 	return app.Config{
-		PublicURL: c.PublicURL, PreviewDomain: c.PreviewDomain, DataDir: c.DataDir, DB: c.DB, RootKey: root,
+		PublicURL: c.PublicURL, InternalURL: c.internalURL(), PreviewDomain: c.PreviewDomain, DataDir: c.DataDir, DB: c.DB, RootKey: root,
 		OIDCIssuer: c.OIDCIssuer, OIDCClientID: c.OIDCClientID, OIDCClientSecret: c.OIDCSecret,
 		OperatorEmails: c.operatorList(), Version: version,
 		LibvirtURIs: splitList(c.LibvirtURIs), DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,
@@ -97,6 +102,24 @@ func (c *config) app() (app.Config, error) {
 		GitHubAPI: c.GitHubAPI, GitHubURL: c.GitHubURL,
 		MetricsToken: metricsToken, MetricsTenants: c.MetricsTenants,
 	}, nil
+}
+
+// internalURL is STOCKADE_INTERNAL_URL, default http://ADDR (a wildcard
+// listen host: this machine's name).
+func (c *config) internalURL() string {
+	if c.InternalURL != "" {
+		return strings.TrimRight(c.InternalURL, "/")
+	}
+	host, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return "http://" + c.Addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // splitList splits a comma-separated setting, dropping empty items.

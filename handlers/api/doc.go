@@ -68,6 +68,8 @@ type Status struct {
 	Status string            `json:"status" doc:"ok, ready or unavailable" enum:"ok,ready,unavailable"`
 	Error  string            `json:"error,omitempty" doc:"why not ready"`
 	Checks map[string]string `json:"checks,omitempty" doc:"each check: ok, or why it failed"`
+	// Replication: several replicas on PostgreSQL only.
+	Replication *Replication `json:"replication,omitempty" doc:"leadership and lease health (several replicas on PostgreSQL)"`
 }
 
 // Me describes the caller: GET /api/v1/me.

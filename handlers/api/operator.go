@@ -31,6 +31,7 @@ type TenantQuota struct {
 	MaxMemoryMiB       int    `json:"max_memory_mib"`
 	MaxSandboxes       int    `json:"max_sandboxes"`
 	MaxCPUHoursMonthly int    `json:"max_cpu_hours_monthly" doc:"per UTC calendar month, measured"`
+	MaxTemplateMiB     int    `json:"max_template_mib" doc:"storage of the tenant's own templates"`
 	MaxVolumeGiB       int    `json:"max_volume_gib" doc:"the sizes of the tenant's volumes, in all"`
 	UpdatedAt          string `json:"updated_at,omitempty" format:"date-time"`
 	UpdatedBy          string `json:"updated_by,omitempty"`
@@ -44,6 +45,7 @@ type SetTenantQuota struct {
 	MaxMemoryMiB       *int `json:"max_memory_mib" doc:"memory held at once, 0-4194304"`
 	MaxSandboxes       *int `json:"max_sandboxes" doc:"sandboxes running at once, 0-10000"`
 	MaxCPUHoursMonthly *int `json:"max_cpu_hours_monthly" doc:"CPU-hours measured per UTC calendar month, 0-10000000"`
+	MaxTemplateMiB     *int `json:"max_template_mib,omitempty" doc:"storage of the tenant's own templates in MiB, 0-67108864; omitted: unchanged"`
 	MaxVolumeGiB       *int `json:"max_volume_gib,omitempty" doc:"GiB of volumes in all, 0-1048576; omitted: unchanged"`
 }
 

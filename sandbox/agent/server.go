@@ -341,7 +341,7 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 	case agentproto.OpSandboxPause, agentproto.OpSandboxResume:
 		s.servePause(ctx, st, req)
 	case agentproto.OpVolumeMount, agentproto.OpVolumeUnmount:
-		s.serveVolume(st, req)
+		s.serveVolume(ctx, st, req)
 	case agentproto.OpEgress:
 		err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 		s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})

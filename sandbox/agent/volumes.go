@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,11 +47,37 @@ func (m *Manager) findVolumeDisk(id string) (string, error) {
 	return "", fmt.Errorf("volume %s: no disk has this serial: %w", id, agentproto.ErrNotFound)
 }
 
+// volumeDiskWait bounds the wait for a hot-plugged disk to show.
+const volumeDiskWait = time.Minute
+
+// waitVolumeDisk finds the disk of volume id, looking again until it shows
+// (within volumeDiskWait and ctx).
+func (m *Manager) waitVolumeDisk(ctx context.Context, id string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, volumeDiskWait)
+	defer cancel()
+	for {
+		dev, err := m.findVolumeDisk(id)
+		if err == nil || !errors.Is(err, agentproto.ErrNotFound) {
+			return dev, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // MountVolume mounts the volume disk id in the VM; mounting one that is
 // mounted already in the same mode does nothing.
-func (m *Manager) MountVolume(req agentproto.VolumeRequest) error {
+func (m *Manager) MountVolume(ctx context.Context, req agentproto.VolumeRequest) error {
 	if !agentproto.ValidVolumeID.MatchString(req.ID) {
 		return fmt.Errorf("mount volume %q: %w", req.ID, agentproto.ErrBadRequest)
+	}
+	// A disk hot-plugged a moment ago shows once the guest has probed it.
+	dev, err := m.waitVolumeDisk(ctx, req.ID)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -60,15 +88,11 @@ func (m *Manager) MountVolume(req agentproto.VolumeRequest) error {
 		}
 		return fmt.Errorf("mount volume %s: mounted already in the other mode: %w", req.ID, agentproto.ErrConflict)
 	}
-	dev, err := m.findVolumeDisk(req.ID)
-	if err != nil {
-		return err
-	}
 	flags, data := uintptr(unix.MS_NOSUID|unix.MS_NODEV), ""
 	if req.ReadOnly {
 		flags, data = flags|unix.MS_RDONLY, "noload"
 	}
-	if err := mount(dev, dir, "ext4", flags, data); err != nil {
+	if err := mountFresh(ctx, dev, dir, flags, data); err != nil {
 		os.Remove(dir)
 		return fmt.Errorf("mount volume %s: %w", req.ID, err)
 	}
@@ -101,6 +125,36 @@ func (m *Manager) UnmountVolume(req agentproto.VolumeRequest) error {
 	os.Remove(dir)
 	m.log.Info("volume unmounted", "volume", req.ID)
 	return nil
+}
+
+// mountFresh mounts the ext4 disk dev at dir. A disk hot-plugged a moment
+// ago can show in sysfs before its device opens (ENODEV, ENXIO, ENOENT):
+// those are tried again, within volumeDiskWait and ctx.
+func mountFresh(ctx context.Context, dev, dir string, flags uintptr, data string) error {
+	ctx, cancel := context.WithTimeout(ctx, volumeDiskWait)
+	defer cancel()
+	for {
+		err := mount(dev, dir, "ext4", flags, data)
+		if err == nil || !(errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (kernel: %s)", err, kernelTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// kernelTail is the end of the kernel's log, for a mount's error.
+func kernelTail() string {
+	buf := make([]byte, 1<<16)
+	n, err := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)
+	if err != nil || n <= 0 {
+		return "unreadable"
+	}
+	lines := strings.Split(strings.TrimSpace(string(buf[:n])), "\n")
+	return strings.Join(lines[max(0, len(lines)-4):], " | ")
 }
 
 // mountedReadOnly reports whether dir is a mount point, and if so whether
@@ -143,7 +197,7 @@ func (m *Manager) volumeMounts(binds []agentproto.VolumeBind) ([]ociMount, error
 }
 
 // serveVolume answers OpVolumeMount and OpVolumeUnmount.
-func (s *Server) serveVolume(st net.Conn, req agentproto.Request) {
+func (s *Server) serveVolume(ctx context.Context, st net.Conn, req agentproto.Request) {
 	m := s.cfg.Sandboxes
 	var err error
 	switch {
@@ -152,7 +206,7 @@ func (s *Server) serveVolume(st net.Conn, req agentproto.Request) {
 	case req.Volume == nil:
 		err = fmt.Errorf("%s without a volume: %w", req.Op, agentproto.ErrBadRequest)
 	case req.Op == agentproto.OpVolumeMount:
-		err = m.MountVolume(*req.Volume)
+		err = m.MountVolume(ctx, *req.Volume)
 	default:
 		err = m.UnmountVolume(*req.Volume)
 	}

@@ -80,12 +80,12 @@ func CheckVolumeBinds(binds []VolumeBind) error {
 
 // MountVolume mounts the volume disk with serial id in the VM.
 func (c *Client) MountVolume(ctx context.Context, id string, readOnly bool) error {
-	_, err := c.call(ctx, Request{Op: OpVolumeMount, Volume: &VolumeRequest{ID: id, ReadOnly: readOnly}})
+	_, err := c.call(ctx, Request{V: Version, Op: OpVolumeMount, Volume: &VolumeRequest{ID: id, ReadOnly: readOnly}})
 	return err
 }
 
 // UnmountVolume unmounts the volume in the VM before its disk is detached.
 func (c *Client) UnmountVolume(ctx context.Context, id string) error {
-	_, err := c.call(ctx, Request{Op: OpVolumeUnmount, Volume: &VolumeRequest{ID: id}})
+	_, err := c.call(ctx, Request{V: Version, Op: OpVolumeUnmount, Volume: &VolumeRequest{ID: id}})
 	return err
 }

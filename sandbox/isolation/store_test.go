@@ -32,6 +32,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/compliance"
@@ -63,13 +64,15 @@ type stores struct {
 	// compliance is a service, but it keeps the tenant's checklist and
 	// probe runs: its methods are accounted for like a store's.
 	compliance *compliance.Service
+	// volumes is a service too: it keeps the tenant's volumes.
+	volumes *volumes.Service
 }
 
 // all lists every store the suite accounts for: each exported method of
 // each one needs an isolation case or, when it takes no tenant, an entry
 // in global saying why.
 func (s *stores) all() []any {
-	return []any{s.tenants, s.audit, s.policy, s.secrets, s.usage, s.workflow, s.hooks, s.egress, s.runs, s.sandbox, s.terms, s.vms, s.compliance}
+	return []any{s.tenants, s.audit, s.policy, s.secrets, s.usage, s.workflow, s.hooks, s.egress, s.runs, s.sandbox, s.terms, s.vms, s.compliance, s.volumes}
 }
 
 func newStores(t *testing.T, db *gorm.DB) *stores {
@@ -91,9 +94,27 @@ func newStores(t *testing.T, db *gorm.DB) *stores {
 	if err != nil {
 		t.Fatalf("compliance.New: %v", err)
 	}
-	return &stores{db: db, compliance: comp, tenants: ts, audit: audit.NewLog(db, nil), policy: pol, secrets: sec,
+	vols, err := volumes.New(db, volumes.Config{DataDir: t.TempDir(), InstallationID: "isolation", Hotplug: refusingHotplug{t}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("volumes.New: %v", err)
+	}
+	return &stores{db: db, compliance: comp, volumes: vols, tenants: ts, audit: audit.NewLog(db, nil), policy: pol, secrets: sec,
 		usage: usage.NewStore(db, nil), workflow: wf, hooks: integrations.NewStore(db, integrations.Config{}), egress: egress.NewStore(db),
 		runs: runs.NewStore(db, nil), sandbox: sandbox.NewStore(db, nil), terms: terminal.NewStore(db, nil), vms: vmpool.NewStore(db, nil)}
+}
+
+// refusingHotplug fails the test when a volume disk is hot-plugged: no
+// isolation case may get that far.
+type refusingHotplug struct{ t *testing.T }
+
+func (r refusingHotplug) AttachDisk(_ context.Context, tenantID, vmID string, d volumes.Disk) error {
+	r.t.Errorf("AttachDisk(%s, %s, %s) called; want no disk hot-plugged", tenantID, vmID, d.Serial)
+	return errors.New("refused")
+}
+
+func (r refusingHotplug) DetachDisk(_ context.Context, tenantID, vmID string, d volumes.Disk) error {
+	r.t.Errorf("DetachDisk(%s, %s, %s) called; want no disk hot-plugged", tenantID, vmID, d.Serial)
+	return errors.New("refused")
 }
 
 // global are the exported methods that take no tenant, with why that is
@@ -344,6 +365,7 @@ type tenantFixture struct {
 	termID     string
 	probeID    string
 	vmID       string
+	volume     string
 	egressID   string
 	policyVer  int
 	priceID    string
@@ -452,6 +474,7 @@ func (f *fixtures) tenant(t *testing.T, slug string, metered bool) *tenantFixtur
 	}
 	must(f.vms.SetPool(ctx, sys, tid, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 2}))(t, "set pool")
 	x.vmID = must(f.vms.CreateVM(ctx, sys, tid, vmpool.NewVM{HostURI: "test:///" + slug, ImageVersion: "image-" + slug}))(t, "create vm").ID
+	x.volume = must(f.volumes.Create(ctx, sys, tid, "data-"+slug, 1))(t, "create volume").Name
 
 	ev := &egress.Event{TenantID: tid, SandboxID: x.sandbox.ID, Method: "CONNECT", Host: "egress." + slug + ".test", Port: 443,
 		Decision: egress.DecisionDeny, Rule: "default deny", StartedAt: now}
@@ -621,7 +644,7 @@ func cases(f *fixtures) []storeCase {
 		}
 	})
 	add("tenants.Store.SetQuota", func(t *testing.T) {
-		q, err := f.tenants.SetQuota(ctx, b.actor, bID(), tenants.Quota{MaxVMs: 8, MaxVCPUs: 16, MaxMemoryMiB: 16384, MaxSandboxes: 8, MaxCPUHoursMonthly: 100})
+		q, err := f.tenants.SetQuota(ctx, b.actor, bID(), tenants.Quota{MaxVMs: 8, MaxVCPUs: 16, MaxMemoryMiB: 16384, MaxSandboxes: 8, MaxCPUHoursMonthly: 100, MaxVolumeGiB: 10})
 		if err != nil || q.TenantID != bID() {
 			t.Errorf("Got(SetQuota of B) = %+v, %v; want B's", q, err)
 		}
@@ -737,6 +760,33 @@ func cases(f *fixtures) []storeCase {
 	})
 
 	// secrets.Store
+	add("volumes.Service.Create", func(t *testing.T) {
+		v, err := f.volumes.Create(ctx, b.actor, bID(), a.volume, 1)
+		noErr(t, "Create with A's volume name", err)
+		noErr(t, "Delete it", f.volumes.Delete(ctx, b.actor, bID(), v.Name))
+	})
+	list("volumes.Service.List", func() (any, error) { return f.volumes.List(ctx, bID()) })
+	missing("volumes.Service.Get", func() error { _, err := f.volumes.Get(ctx, bID(), a.volume); return err })
+	missing("volumes.Service.Resize", func() error { _, err := f.volumes.Resize(ctx, b.actor, bID(), a.volume, 2); return err })
+	missing("volumes.Service.Delete", func() error { return f.volumes.Delete(ctx, b.actor, bID(), a.volume) })
+	add("volumes.Service.Plan", func(t *testing.T) {
+		_, err := f.volumes.Plan(ctx, bID(), []volumes.Request{{Name: a.volume, Path: "/data"}})
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no volume") {
+			t.Errorf("Got(Plan of A's volume as B) = %v; want no such volume", err)
+		}
+	})
+	// B's own volume onto A's VM: not found, and nothing is hot-plugged
+	// (refusingHotplug fails the test if it is asked to).
+	missing("volumes.Service.Attach", func() error {
+		_, err := f.volumes.Attach(ctx, b.actor, bID(), b.sandbox.ID, a.vmID, []volumes.Request{{Name: b.volume, Path: "/data"}}, nil)
+		return err
+	})
+	add("volumes.Service.Release", func(t *testing.T) {
+		f.volumes.Release(ctx, bID(), a.sandbox.ID, func(string) (volumes.Guest, error) {
+			t.Errorf("Release as B asked for the guest of A's sandbox's VM; want nothing touched")
+			return nil, errors.New("no guest")
+		})
+	})
 	add("secrets.Store.Create", func(t *testing.T) {
 		s, err := f.secrets.Create(ctx, b.actor, bID(), secrets.NewSecret{Name: a.secret, Value: "b's value", Hosts: []string{b.host}})
 		noErr(t, "Create with A's secret name", err)

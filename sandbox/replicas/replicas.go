@@ -231,6 +231,25 @@ func (r *Registry) OnLost(fn func(vmID string)) {
 	r.mu.Unlock()
 }
 
+// Abandon stops the heartbeat and leaves everything as it is, as a
+// replica that died would: its registration and VM leases expire by
+// themselves and other replicas adopt its VMs. Close is the clean way out.
+func (r *Registry) Abandon() {
+	r.once.Do(func() {
+		close(r.stop)
+		r.mu.Lock()
+		started := r.started
+		r.held = map[string]int64{}
+		r.mu.Unlock()
+		if started {
+			<-r.done
+		}
+	})
+}
+
+// ID is this replica's id.
+func (r *Registry) ID() string { return r.cfg.ID }
+
 // Self is this process's replica.
 func (r *Registry) Self() Replica {
 	r.mu.Lock()

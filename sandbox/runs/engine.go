@@ -468,6 +468,7 @@ func (e *Engine) inSandbox(ctx, runCtx context.Context, r *Run, def workflow.Def
 		TimeoutSeconds: def.Timeout() + int(e.cfg.Grace/time.Second),
 		Metadata:       map[string]string{"workflow": r.Workflow, "workflow_run": r.ID},
 		NoSecrets:      untrusted,
+		Volumes:        runVolumes(def.Volumes, untrusted),
 	})
 	if sb.ID != "" {
 		if err := e.store.setSandbox(context.WithoutCancel(ctx), r, sb.ID); err != nil {

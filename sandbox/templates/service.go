@@ -670,3 +670,20 @@ func (s *Service) Used(ctx context.Context, tenantID string) (int64, error) {
 	}
 	return n, nil
 }
+
+// Ready returns the newest ready version of each of the tenant's
+// templates, by name (what the create form offers next to the built-ins).
+func (s *Service) Ready(ctx context.Context, tenantID string) ([]Version, error) {
+	var vs []Version
+	if err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND deleted_at IS NULL", tenantID, StateReady).
+		Order("name, seq DESC").Find(&vs).Error; err != nil {
+		return nil, fmt.Errorf("ready templates of tenant %s: %w", tenantID, err)
+	}
+	out := vs[:0]
+	for _, v := range vs {
+		if len(out) == 0 || out[len(out)-1].Name != v.Name {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}

@@ -57,6 +57,7 @@ func (s *Service) dropRuntime(id string) {
 	if rt != nil {
 		rt.closeClient()
 	}
+	s.releaseLease(id)
 	s.removeScratch(id)
 }
 

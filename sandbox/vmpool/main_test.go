@@ -83,8 +83,14 @@ func newService(tb testing.TB, db *gorm.DB, dataDir string, uris ...string) *vmp
 	if len(uris) == 0 {
 		uris = []string{systemURI}
 	}
+	return startService(tb, db, vmpool.Config{URIs: uris, DataDir: dataDir, Logger: testLogger(tb), ConnectTimeout: 30 * time.Second})
+}
+
+// startService starts a Service with cfg on db, closed at cleanup.
+func startService(tb testing.TB, db *gorm.DB, cfg vmpool.Config) *vmpool.Service {
+	tb.Helper()
 	ctx := context.Background()
-	svc, err := vmpool.New(ctx, db, vmpool.Config{URIs: uris, DataDir: dataDir, Logger: testLogger(tb), ConnectTimeout: 30 * time.Second})
+	svc, err := vmpool.New(ctx, db, cfg)
 	if err != nil {
 		tb.Fatalf("vmpool.New = %v", err)
 	}

@@ -61,6 +61,9 @@ func (s *Service) domainEnded(h *hostConn, ev hypervisor.Event) {
 		s.log.Warn("domain event does not match the vm's row: ignored", "vm", vm.ID, "host", h.uri, "event_tenant", ev.TenantID)
 		return
 	}
+	if !s.ownsNow(vm.ID) {
+		return // its owner records it (or, if that one died, whoever adopts it)
+	}
 	rt := s.lookupRuntime(vm.ID)
 	if rt != nil && rt.isDestroying() {
 		return // Destroy or recycle records this end
@@ -169,36 +172,46 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 		if rt != nil && (rt.busy() || rt.isDestroying() || rt.getClient() != nil) {
 			continue // this process is handling it live
 		}
-		d, present := byID[vm.ID]
-		switch {
-		case !present && vm.State == StateBooting && (vm.Phase == PhaseQueued || vm.Phase == PhaseDefining):
-			s.failBoot(vm, nil, errors.New("boot interrupted before its domain was defined"))
-		case !present && vm.State == StateStopping:
-			s.stopped(vm, rt, "shut down: domain gone (found at reconcile)")
-		case !present:
-			s.markLost(vm, "domain gone (found at reconcile)")
-		case vm.State == StateStopping:
-			s.destroyAndEnd(ctx, hv, vm, StateStopped, "stopped (finished at reconcile)", nil)
-		case d.State != hypervisor.StateRunning:
-			s.destroyAndEnd(ctx, hv, vm, StateLost, "domain "+string(d.State)+" (found at reconcile)",
-				eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"state": string(d.State)})))
-		case vm.State == StateBooting:
-			// Its boot was cut short by a restart: finish the handshake in the background.
-			rt := s.runtimeFor(vm)
-			s.startTask(rt, func(ctx context.Context) { s.adopt(ctx, rt, hv, vm, d, s.cfg.BootTimeout) })
-		default:
-			rt := s.runtimeFor(vm)
-			wg.Add(1)
-			if !s.startTask(rt, func(ctx context.Context) {
-				defer wg.Done()
-				s.adopt(ctx, rt, hv, vm, d, s.cfg.AdoptTimeout)
-			}) {
-				wg.Done()
-			}
+		if !s.owns(ctx, vm.ID) {
+			continue // another live replica owns it: never touch it
 		}
+		d, present := byID[vm.ID]
+		s.reconcileVM(ctx, hv, vm, rt, d, present, &wg)
 	}
 	wg.Wait() // running VMs answer in milliseconds: Start returns with them adopted
 	s.log.Info("reconciled libvirt host", "uri", h.uri, "domains", len(doms), "active_vms", len(rows))
+}
+
+// reconcileVM brings one VM this replica owns (and is not handling live)
+// into agreement with its domain: see reconcileHost. wg counts adoptions of
+// running VMs under way.
+func (s *Service) reconcileVM(ctx context.Context, hv Hypervisor, vm VM, rt *runtime, d hypervisor.DomainInfo, present bool, wg *sync.WaitGroup) {
+	switch {
+	case !present && vm.State == StateBooting && (vm.Phase == PhaseQueued || vm.Phase == PhaseDefining):
+		s.failBoot(vm, nil, errors.New("boot interrupted before its domain was defined"))
+	case !present && vm.State == StateStopping:
+		s.stopped(vm, rt, "shut down: domain gone (found at reconcile)")
+	case !present:
+		s.markLost(vm, "domain gone (found at reconcile)")
+	case vm.State == StateStopping:
+		s.destroyAndEnd(ctx, hv, vm, StateStopped, "stopped (finished at reconcile)", nil)
+	case d.State != hypervisor.StateRunning:
+		s.destroyAndEnd(ctx, hv, vm, StateLost, "domain "+string(d.State)+" (found at reconcile)",
+			eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMLost, "vm", vm.ID, map[string]any{"state": string(d.State)})))
+	case vm.State == StateBooting:
+		// Its boot was cut short by a restart: finish the handshake in the background.
+		rt := s.runtimeFor(vm)
+		s.startTask(rt, func(ctx context.Context) { s.adopt(ctx, rt, hv, vm, d, s.cfg.BootTimeout) })
+	default:
+		rt := s.runtimeFor(vm)
+		wg.Add(1)
+		if !s.startTask(rt, func(ctx context.Context) {
+			defer wg.Done()
+			s.adopt(ctx, rt, hv, vm, d, s.cfg.AdoptTimeout)
+		}) {
+			wg.Done()
+		}
+	}
 }
 
 // adopt opens a new agent session to a VM found running and takes it over
@@ -312,7 +325,12 @@ func (s *Service) reconcileAll(ctx context.Context) {
 		s.log.Warn("reconcile: recycle", "err", err)
 	}
 	for _, vm := range due {
-		s.recycleAged(ctx, vm)
+		if s.ownsNow(vm.ID) { // each replica recycles the VMs it owns
+			s.recycleAged(ctx, vm)
+		}
+	}
+	if !s.leading() {
+		return // warm pools and the scratch sweep are the leader's
 	}
 	pools, err := s.store.Pools(ctx)
 	if err != nil {
@@ -330,7 +348,7 @@ func (s *Service) reconcileAll(ctx context.Context) {
 // reconcileTenant boots VMs until the tenant has its warm count of idle
 // (running and not handed out) or booting VMs, within its pool and quota.
 func (s *Service) reconcileTenant(ctx context.Context, tenantID string) {
-	if ctx.Err() != nil || s.Available() != nil || s.backedOff(tenantID) {
+	if ctx.Err() != nil || s.Available() != nil || s.backedOff(tenantID) || !s.leading() {
 		return
 	}
 	pool, err := s.store.Pool(ctx, tenantID)
@@ -428,9 +446,20 @@ func (s *Service) monitorHost(h *hostConn, hv Hypervisor, refresh bool) {
 	h.mu.Unlock()
 
 	var seen []string
+	var adopting sync.WaitGroup // not waited for: the monitor goes on
 	for _, vm := range rows {
 		rt := s.lookupRuntime(vm.ID)
 		if rt != nil && (rt.busy() || rt.isDestroying()) {
+			continue
+		}
+		if !s.ownsNow(vm.ID) {
+			// Another replica's, unless its lease expired: then this one
+			// adopts it, exactly as at a restart (no reboot).
+			if s.owns(ctx, vm.ID) {
+				d, ok := present[vm.ID]
+				s.log.Info("adopting vm of an expired lease", "vm", vm.ID, "tenant", vm.TenantID)
+				s.reconcileVM(ctx, hv, vm, rt, d, ok, &adopting)
+			}
 			continue
 		}
 		d, ok := present[vm.ID]

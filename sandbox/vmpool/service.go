@@ -121,6 +121,12 @@ type Config struct {
 	// Freezes refuses VM starts for a frozen tenant (incident response);
 	// *tenants.Store implements it. Nil: no tenant is ever frozen.
 	Freezes Freezes
+	// Leases are the per-VM channel leases of several replicas
+	// (sandbox/replicas); nil: this process owns every VM.
+	Leases Leases
+	// Leader says whether this replica holds the leader lease, which runs
+	// warm-pool filling and recycling; nil: always.
+	Leader func() bool
 }
 
 // Freezes tells whether a tenant is frozen: CheckNotFrozen's error (it
@@ -239,6 +245,10 @@ func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID 
 		s.hosts = append(s.hosts, &hostConn{uri: u, reason: "not connected yet", cpu: map[string]cpuSample{}})
 	}
 	s.stop = shutdown.New()
+	if cfg.Leases != nil {
+		store.leases = cfg.Leases
+		cfg.Leases.OnLost(s.leaseLost)
+	}
 	return s, nil
 }
 

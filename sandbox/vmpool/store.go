@@ -40,8 +40,9 @@ func SystemActor() audit.Actor {
 // and change takes the tenant: another tenant's VM is errdefs.ErrNotFound.
 // Changes write their audit event in the same transaction.
 type Store struct {
-	db    *gorm.DB
-	clock dbtime.Clock
+	db     *gorm.DB
+	clock  dbtime.Clock
+	leases Leases // claims new VMs in their create transaction (lease.go)
 }
 
 // NewStore returns a Store on db (opened and migrated by tenants.Open and
@@ -242,6 +243,11 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 		if err := tx.Create(&vm).Error; err != nil {
 			return err
 		}
+		if s.leases != nil {
+			if err := s.leases.ClaimNew(tx, vm.ID); err != nil {
+				return err
+			}
+		}
 		details := map[string]any{"vcpus": vm.VCPUs, "memory_mib": vm.MemoryMiB, "host": vm.HostURI, "image_version": vm.ImageVersion}
 		if n.Replaces != "" {
 			details["replaces"] = n.Replaces
@@ -250,6 +256,9 @@ func (s *Store) CreateVM(ctx context.Context, actor audit.Actor, tenantID string
 	})
 	if err != nil {
 		return VM{}, fmt.Errorf("create vm in tenant %s: %w", tenantID, err)
+	}
+	if s.leases != nil {
+		s.leases.Claimed(vm.ID)
 	}
 	return vm, nil
 }
@@ -465,10 +474,13 @@ func (s *Store) transition(tx *gorm.DB, id string, from []State, to State, phase
 func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var vm VM
-		err := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
+		q := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
 			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").
-				Where("state IN ? OR down_at IS NOT NULL", []HostState{HostCordoned, HostDraining, HostRemoved})).
-			Order("started_at, id").Take(&vm).Error
+				Where("state IN ? OR down_at IS NOT NULL", []HostState{HostCordoned, HostDraining, HostRemoved}))
+		if s.leases != nil { // replicas: only a VM whose channel this one owns
+			q = q.Where("id IN (SELECT vm_id FROM vm_leases WHERE owner = ? AND expires_at > ?)", s.leases.ID(), s.clock.Now().UTC())
+		}
+		err := q.Order("started_at, id").Take(&vm).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return VM{}, ErrNoIdleVM
 		}

@@ -18,7 +18,9 @@ const sandboxOwner = "1000:1000"
 // makeImage makes a sparse ext4 image of sizeGiB at path. Nothing is left
 // behind on failure.
 func makeImage(ctx context.Context, path string, sizeGiB int) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	// QEMU runs as its own user: the folders must be searchable (libvirt
+	// hands it the image itself while it is attached).
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("make volume image: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -31,7 +33,7 @@ func makeImage(ctx context.Context, path string, sizeGiB int) error {
 	}
 	if err == nil {
 		// lazy_itable_init: the image stays sparse; the guest finishes it.
-		err = run(ctx, "mkfs.ext4", "-q", "-F", "-L", "stockade-volume", "-m", "0",
+		err = run(ctx, "mkfs.ext4", "-q", "-F", "-L", "tenant-volume", "-m", "0",
 			"-E", "root_owner="+sandboxOwner+",lazy_itable_init=1,lazy_journal_init=1", path)
 	}
 	if err != nil {

@@ -64,8 +64,13 @@ type Definition struct {
 	Triggers    []Trigger `json:"triggers"`
 	// Repositories are "owner/name" or "owner/*" patterns a GitHub event
 	// must come from; empty means any repository.
-	Repositories   []string `json:"repositories,omitempty"`
-	Sandbox        Sandbox  `json:"sandbox,omitempty"`
+	Repositories []string `json:"repositories,omitempty"`
+	Sandbox      Sandbox  `json:"sandbox,omitempty"`
+	// Volumes are tenant volumes mounted into the run's sandbox (a
+	// dependency cache, say). A run of an untrusted trigger (a fork's pull
+	// request) gets each one read-only, whatever it asks: it must not
+	// poison what trusted runs read.
+	Volumes        []Volume `json:"volumes,omitempty"`
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty"`
 	// Checkout clones the run's repository (its trigger's, or the one
 	// repository named above) into /workspace/<name> before the steps,
@@ -109,6 +114,13 @@ type Sandbox struct {
 	Template  string `json:"template,omitempty"`
 	VCPUs     int    `json:"vcpus,omitempty"`
 	MemoryMiB int    `json:"memory_mib,omitempty"`
+}
+
+// Volume is a tenant volume the run's sandbox mounts at Path.
+type Volume struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // Step is one command of the run, run by /bin/sh -c in /workspace.

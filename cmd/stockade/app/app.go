@@ -34,6 +34,7 @@ import (
 	"github.com/stockade-dev/stockade/sandbox"
 	"github.com/stockade-dev/stockade/sandbox/egress"
 	"github.com/stockade-dev/stockade/sandbox/probe"
+	"github.com/stockade-dev/stockade/sandbox/replicas"
 	"github.com/stockade-dev/stockade/sandbox/runs"
 	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
@@ -123,6 +124,9 @@ type Config struct {
 	// PreviewDomain (STOCKADE_PREVIEW_DOMAIN): preview links at
 	// <port>-<sandbox id>.<domain>; empty: at /preview/<token>/.
 	PreviewDomain string
+	// InternalURL (STOCKADE_INTERNAL_URL) is where the other replicas
+	// reach this one; default PublicURL. PostgreSQL only.
+	InternalURL string
 }
 
 // Options are what tests change; the zero value is production. A store or
@@ -181,8 +185,12 @@ type App struct {
 	Terminals      *terminal.Service
 	Compliance     handlers.Compliance
 	Runs           *runs.Engine
-	Imports        *oci.Importer // tenant templates from OCI images
-	Volumes        *volumes.Service
+	// Replicas and Leader: this replica's registration and leader lease
+	// (PostgreSQL only; nil with SQLite's one server).
+	Replicas *replicas.Registry
+	Leader   *Leader
+	Imports  *oci.Importer // tenant templates from OCI images
+	Volumes  *volumes.Service
 
 	cfg      Config
 	log      *slog.Logger
@@ -197,6 +205,7 @@ type App struct {
 	ownCompliance        *compliance.Service
 	// stops ends the background work Start began, last started first.
 	stops []func()
+	repl  replication // replicas.go
 }
 
 // New builds the server: the database (opened and migrated unless given),
@@ -313,9 +322,12 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// The VM pools run even with libvirtd down: they keep retrying,
 		// and until a host answers VM pages and API say the hypervisor is
 		// unavailable. A tenant an operator froze gets no VM (Freezes).
+		if err := a.newReplication(cfg); err != nil {
+			return err
+		}
 		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock.Now), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
-			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace,
+			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
 		}); err != nil {
 			return err
 		}
@@ -346,7 +358,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		if a.Sandboxes, err = sandbox.NewService(sandboxes, a.Usage, a.VMs, sandbox.Config{DataDir: cfg.DataDir, Logger: log, Clock: clock,
 			Credentials: a.Secrets, Policies: a.Policies, Freezes: a.Store, Outbox: a.Integrations, TenantTemplates: a.Templates,
 			Volumes:      a.Volumes,
-			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace}); err != nil {
+			MaxFileBytes: cfg.MaxFileBytes, ExecGrace: cfg.ExecGrace, Replicated: a.multiReplica()}); err != nil {
 			return err
 		}
 		a.ownSandboxes = true
@@ -435,7 +447,8 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}, handlers.Deps{
 		Store: a.Store, Audit: a.Audit, IdP: id.rp, Log: log, Clock: o.Clock.Now, VMs: a.VMs, Sandboxes: a.Sandboxes, Terminals: a.Terminals,
 		Secrets: a.Secrets, Policies: a.Policies, Egress: a.Egress, Usage: a.Usage,
-		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations,
+		Compliance: a.Compliance, Workflows: a.Workflows, Runs: a.Runs, Integrations: a.Integrations, Templates: a.Templates,
+		Replication:     a.replicationStatus(),
 		TemplateImports: a.Imports, Volumes: a.Volumes, TemplateBuilds: a.TemplateBuilds,
 		Ready: func(ctx context.Context) error {
 			if !id.rp.ready() {
@@ -446,6 +459,9 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	})
 	if err != nil {
 		return err
+	}
+	if err := a.registerReplicaMetrics(reg); err != nil {
+		return fmt.Errorf("register replica metrics: %w", err)
 	}
 	// Per-tenant usage and cost, and every running VM's figures.
 	if err := reg.Register(usage.NewCollector(a.Usage, usage.MetricsConfig{MaxTenants: cfg.MetricsTenants, Log: log,
@@ -461,8 +477,12 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 		return err
 	}
 	var fwd *forward.Forwarder
-	if o.Owners != nil {
-		if fwd, err = forward.New(forward.Config{Owners: o.Owners, Sandboxes: a.Sandboxes.Store(), Previews: a.Sandboxes, Key: cfg.RootKey,
+	owners := o.Owners
+	if owners == nil {
+		owners = a.forwardOwners() // replicas: this one's registry
+	}
+	if owners != nil {
+		if fwd, err = forward.New(forward.Config{Owners: owners, Sandboxes: a.Sandboxes.Store(), Previews: a.Sandboxes, Key: cfg.RootKey,
 			Clock: o.Clock, Log: log, Registerer: reg}); err != nil {
 			return err
 		}
@@ -485,6 +505,9 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 // recovery of workflow runs a stopped server left. serve calls it once it
 // holds the installation lease; ctx bounds the background work.
 func (a *App) Start(ctx context.Context) error {
+	if err := a.startReplication(ctx); err != nil {
+		return err
+	}
 	if a.ownVMs {
 		if err := a.VMs.Start(ctx); err != nil {
 			return err
@@ -506,12 +529,10 @@ func (a *App) Start(ctx context.Context) error {
 		}
 	}
 	dctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		integrations.NewDispatcher(a.Integrations, a.sender, integrations.DispatcherConfig{Logger: a.log}).Run(dctx)
-	}()
-	a.stops = append(a.stops, func() { stop(); <-done })
+	wait := a.singleton(dctx, "webhook dispatch", func(ctx context.Context) {
+		integrations.NewDispatcher(a.Integrations, a.sender, integrations.DispatcherConfig{Logger: a.log}).Run(ctx)
+	})
+	a.stops = append(a.stops, func() { stop(); wait() })
 	if a.ownRun {
 		if err := a.Runs.Recover(ctx); err != nil {
 			return err
@@ -534,8 +555,8 @@ func (a *App) Serve(ctx context.Context, l net.Listener, ready func()) error {
 		<-errc
 		return err
 	}
-	go a.sweep(ctx)
-	go a.retention().Run(ctx)
+	a.singleton(ctx, "sweep", a.sweep)
+	a.singleton(ctx, "audit retention", a.retention().Run)
 	if ready != nil {
 		ready()
 	}
@@ -575,6 +596,7 @@ func (a *App) Close() {
 	if a.ownVMs && a.VMs != nil {
 		a.VMs.Close()
 	}
+	a.closeReplication()
 	for i := len(a.lastOnDB) - 1; i >= 0; i-- {
 		a.lastOnDB[i]()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
@@ -31,6 +32,12 @@ func (a *App) sweep(ctx context.Context) {
 				a.log.Warn("prune egress events", "err", err)
 			} else if n > 0 {
 				a.log.Info("pruned egress events", "count", n, "retention_days", days)
+			}
+			// Tenant templates: superseded unused versions, stale builds, orphan files.
+			if res, err := a.Templates.GC(ctx); err != nil {
+				a.log.Warn("template gc", "err", err)
+			} else if res != (templates.GCResult{}) {
+				a.log.Info("template gc", "superseded", res.Superseded, "stale_builds", res.Stale, "files", res.Files)
 			}
 			// Idempotency keys are remembered 24 h.
 			if n, err := a.Store.DeleteExpiredIdempotencyKeys(ctx); err != nil {

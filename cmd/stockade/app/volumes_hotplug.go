@@ -2,7 +2,12 @@ package app
 
 import "github.com/stockade-dev/stockade/sandbox/volumes"
 
-// volumeHotplug adapts the VM pools' disk hotplug to the volume service.
-// Nil until the pools can hot-attach disks (hypervisor/hotplug.go): the
-// volume service then keeps volumes and refuses to attach them, saying so.
-func volumeHotplug(*App) volumes.Hotplug { return nil }
+// volumeHotplug is the VM pools' disk hot-plug for the volume service. Nil
+// while the app has no VM pools: volumes are then kept but not attached,
+// and a create naming one says so.
+func volumeHotplug(a *App) volumes.Hotplug {
+	if a.VMs == nil {
+		return nil
+	}
+	return volumes.PoolHotplug(a.VMs)
+}
