@@ -180,8 +180,8 @@ func (s *Service) checkHost(h *hostConn) {
 	already := h.down
 	reason := h.reason
 	h.mu.Unlock()
-	if already || !down {
-		return
+	if already || !down || !s.leading() {
+		return // a follower replica leaves recording it (and losing VMs) to the leader
 	}
 	if reason == "" {
 		reason = err.Error()
@@ -227,6 +227,9 @@ func (s *Service) hostUp(h *hostConn, hv Hypervisor) {
 // refills them on another host. VMs handed out to sandboxes stay until
 // their sandboxes end.
 func (s *Service) drainIdle(h *hostConn) {
+	if !s.leading() {
+		return // the leader's, as the warm pools are
+	}
 	ctx, cancel := s.stop.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec, err := s.store.host(ctx, h.uri)
