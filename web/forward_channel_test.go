@@ -144,6 +144,8 @@ var channelExempt = map[string]string{
 	"DELETE /api/v1/vms/:id":            "a VM, not a sandbox",
 	"POST /vms/:id/destroy":             "a VM, not a sandbox",
 	"POST /operator/vms/:id/destroy":    "a VM, not a sandbox",
+	"DELETE /api/v1/templates/:name":    "a template, not a sandbox: its versions are unplugged from every VM of the tenant this replica reaches; a VM it cannot (another replica's) keeps the disk, logged, until it ends (the deleted file's inode stays valid)",
+	"POST /templates/:name/delete":      "as DELETE /api/v1/templates/:name",
 }
 
 // TestChannelRoutesMarked: every route whose handler reaches a sandbox's

@@ -35,12 +35,12 @@ type Template struct {
 	Builtin bool   `json:"builtin"`
 	// Version is the version new sandboxes get: the built-in's version, or
 	// the id of the newest ready version ("" when none is ready yet).
-	Version   string            `json:"version"`
-	Digest    string            `json:"digest"`
-	SizeBytes int64             `json:"size_bytes"`
-	CreatedAt *string           `json:"created_at" format:"date-time"`
-	CreatedBy string            `json:"created_by"`
-	InUse     int               `json:"in_use" doc:"sandboxes that have not ended running one of its versions"`
+	Version   string                 `json:"version"`
+	Digest    string                 `json:"digest"`
+	SizeBytes int64                  `json:"size_bytes"`
+	CreatedAt *string                `json:"created_at" format:"date-time"`
+	CreatedBy string                 `json:"created_by"`
+	InUse     int                    `json:"in_use" doc:"sandboxes that have not ended running one of its versions"`
 	Versions  []TemplateVersionEntry `json:"versions" nonnull:"true" doc:"newest first (tenant templates; failed ones too)"`
 }
 
