@@ -572,6 +572,7 @@ func opQuotaValues(q tenants.Quota) map[string]string {
 		tenants.QuotaMaxVMs: strconv.Itoa(q.MaxVMs), tenants.QuotaMaxVCPUs: strconv.Itoa(q.MaxVCPUs),
 		tenants.QuotaMaxMemoryMiB: strconv.Itoa(q.MaxMemoryMiB), tenants.QuotaMaxSandboxes: strconv.Itoa(q.MaxSandboxes),
 		tenants.QuotaMaxCPUHoursMonthly: strconv.Itoa(q.MaxCPUHoursMonthly), tenants.QuotaMaxTemplateMiB: strconv.Itoa(q.MaxTemplateMiB),
+		tenants.QuotaMaxVolumeGiB: strconv.Itoa(q.MaxVolumeGiB),
 	}
 }
 
@@ -585,21 +586,27 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	}
 	values := map[string]string{}
 	var q tenants.Quota
+	var old *tenants.Quota // read once, when a field added later is left empty
 	for _, f := range []struct {
-		name string
-		dst  *int
-	}{{tenants.QuotaMaxSandboxes, &q.MaxSandboxes}, {tenants.QuotaMaxVCPUs, &q.MaxVCPUs}, {tenants.QuotaMaxMemoryMiB, &q.MaxMemoryMiB},
-		{tenants.QuotaMaxVMs, &q.MaxVMs}, {tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly},
-		{tenants.QuotaMaxTemplateMiB, &q.MaxTemplateMiB}} {
+		name  string
+		dst   *int
+		later func(tenants.Quota) int // added after the others: empty keeps the current one
+	}{{tenants.QuotaMaxSandboxes, &q.MaxSandboxes, nil}, {tenants.QuotaMaxVCPUs, &q.MaxVCPUs, nil},
+		{tenants.QuotaMaxMemoryMiB, &q.MaxMemoryMiB, nil}, {tenants.QuotaMaxVMs, &q.MaxVMs, nil},
+		{tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly, nil},
+		{tenants.QuotaMaxTemplateMiB, &q.MaxTemplateMiB, func(o tenants.Quota) int { return o.MaxTemplateMiB }},
+		{tenants.QuotaMaxVolumeGiB, &q.MaxVolumeGiB, func(o tenants.Quota) int { return o.MaxVolumeGiB }}} {
 		s := strings.TrimSpace(c.FormValue(f.name))
 		values[f.name] = s
-		if s == "" && f.name == tenants.QuotaMaxTemplateMiB {
-			// Added after the others: a form without it keeps the current one.
-			old, qerr := h.store.Quota(ctx, tn.ID)
-			if qerr != nil {
-				return qerr
+		if s == "" && f.later != nil {
+			if old == nil {
+				o, qerr := h.store.Quota(ctx, tn.ID)
+				if qerr != nil {
+					return qerr
+				}
+				old = &o
 			}
-			*f.dst = old.MaxTemplateMiB
+			*f.dst = f.later(*old)
 			continue
 		}
 		n, perr := strconv.Atoi(s)
@@ -607,9 +614,6 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 			err = errdefs.Invalid(f.name, "integer", "must be a whole number, 0 or more")
 		}
 		*f.dst = n
-	}
-	if err == nil {
-		q.MaxVolumeGiB, err = h.keptVolumeQuota(ctx, tn.ID, nil)
 	}
 	if err == nil {
 		_, err = h.store.SetQuota(ctx, CallerOf(c).Actor(c), tn.ID, q)
@@ -635,9 +639,8 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	return redirect(c, "/operator/tenants#quota-"+tn.Slug)
 }
 
-// keptVolumeQuota is the volume quota a quota update sets: in when given,
-// else the tenant's current one (the quota form and older API callers do
-// not name it).
+// keptVolumeQuota is the volume quota an API quota update sets: in when
+// given, else the tenant's current one (older API callers do not name it).
 func (h *Handlers) keptVolumeQuota(ctx context.Context, tenantID string, in *int) (int, error) {
 	if in != nil {
 		return *in, nil

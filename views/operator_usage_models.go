@@ -115,6 +115,7 @@ func OperatorQuotaFields() [][3]string {
 		{"max_vms", "VMs", "booted at once"},
 		{"max_cpu_hours_monthly", "CPU-hours / month", "measured; UTC calendar month"},
 		{"max_template_mib", "Templates (MiB)", "the tenant's own template images"},
+		{"max_volume_gib", "Volumes (GiB)", "sizes of the tenant's volumes, in all"},
 	}
 }
 

@@ -448,6 +448,32 @@ func TestOperatorQuota(t *testing.T) {
 		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxSandboxes != 9 || got.MaxCPUHoursMonthly != 50 {
 			t.Errorf("Got(quota after the form) = %+v; want 9 sandboxes, 50 CPU-hours", got)
 		}
+		// max_volume_gib: set from the form, kept when left empty, refused when not a number.
+		before, _ := env.Store.Quota(context.Background(), a.ID)
+		form.Set("max_volume_gib", "33")
+		if status, _, _ := op.Post(t, "/operator/tenants/"+a.ID+"/quota", form); status != http.StatusSeeOther {
+			t.Fatalf("Got(POST quota form with max_volume_gib 33) = %d; want 303", status)
+		}
+		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxVolumeGiB != 33 || got.MaxTemplateMiB != before.MaxTemplateMiB {
+			t.Errorf("Got(quota after max_volume_gib 33) = %+v; want 33 GiB of volumes, templates unchanged (%d)", got, before.MaxTemplateMiB)
+		}
+		form.Set("max_volume_gib", "")
+		form.Set("max_vms", "4")
+		if status, _, _ := op.Post(t, "/operator/tenants/"+a.ID+"/quota", form); status != http.StatusSeeOther {
+			t.Fatalf("Got(POST quota form with max_volume_gib empty) = %d; want 303", status)
+		}
+		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxVolumeGiB != 33 || got.MaxVMs != 4 {
+			t.Errorf("Got(quota after max_volume_gib empty) = %+v; want 33 GiB of volumes kept, 4 VMs", got)
+		}
+		form.Set("max_volume_gib", "lots")
+		status, page, _ = op.Post(t, "/operator/tenants/"+a.ID+"/quota", form)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(page, `value="lots"`) {
+			t.Errorf("Got(POST quota form with max_volume_gib lots) = %d; want 422 keeping the input:\n%s", status, page)
+		}
+		status, page = op.GetPage(t, "/operator/tenants")
+		if status != 200 || !strings.Contains(page, `name="max_volume_gib"`) || !strings.Contains(page, `value="33"`) {
+			t.Errorf("Got(GET /operator/tenants) = %d; want the max_volume_gib field holding 33", status)
+		}
 	})
 }
 
