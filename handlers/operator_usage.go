@@ -227,7 +227,7 @@ func (h *Handlers) OperatorUsageExport(c echo.Context) error {
 
 func priceVersionJSON(p usage.Price) api.PriceVersion {
 	out := api.PriceVersion{ID: p.ID, TenantID: p.TenantID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond,
-		CPUSecond: p.CPUSecond, EgressGB: p.EgressGB, EffectiveFrom: p.EffectiveFrom.UTC().Format(timeJSON), CreatedBy: p.CreatedBy}
+		CPUSecond: p.CPUSecond, EgressGB: p.EgressGB, VolumeGiBMonth: p.VolumeGiBMonth, EffectiveFrom: p.EffectiveFrom.UTC().Format(timeJSON), CreatedBy: p.CreatedBy}
 	if !p.CreatedAt.IsZero() {
 		out.CreatedAt = p.CreatedAt.UTC().Format(timeJSON)
 	}
@@ -290,6 +290,9 @@ func (h *Handlers) APISetPrice(c echo.Context) error {
 	}
 	p := usage.Price{TenantID: strings.TrimSpace(in.TenantID), Currency: strings.TrimSpace(*in.Currency), VCPUSecond: *in.VCPUSecond,
 		GiBSecond: *in.GiBSecond, CPUSecond: *in.CPUSecond, EgressGB: *in.EgressGB}
+	if p.VolumeGiBMonth, err = keptVolumePrice(c.Request().Context(), us, p.TenantID, h.clock(), in.VolumeGiBMonth); err != nil {
+		return err
+	}
 	if s := strings.TrimSpace(in.EffectiveFrom); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
@@ -324,7 +327,8 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 	slug := strings.TrimSpace(c.FormValue("tenant"))
 	form := views.PriceForm{Currency: strings.ToUpper(strings.TrimSpace(c.FormValue("currency"))), VCPUSecond: strings.TrimSpace(c.FormValue("vcpu_second")),
 		GiBSecond: strings.TrimSpace(c.FormValue("gib_second")), CPUSecond: strings.TrimSpace(c.FormValue("cpu_second")),
-		EgressGB: strings.TrimSpace(c.FormValue("egress_gb")), EffectiveFrom: strings.TrimSpace(c.FormValue("effective_from"))}
+		EgressGB:       strings.TrimSpace(c.FormValue("egress_gb")),
+		VolumeGiBMonth: strings.TrimSpace(c.FormValue("volume_gib_month")), EffectiveFrom: strings.TrimSpace(c.FormValue("effective_from"))}
 	p := usage.Price{Currency: form.Currency}
 	var tn tenants.Tenant
 	if slug != "" {
@@ -334,6 +338,9 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 		p.TenantID = tn.ID
 	}
 	err = opParsePriceForm(form, &p)
+	if err == nil && form.VolumeGiBMonth == "" {
+		p.VolumeGiBMonth, err = keptVolumePrice(ctx, us, p.TenantID, h.clock(), nil)
+	}
 	if err == nil {
 		p, err = us.SetPrice(ctx, CallerOf(c).Actor(c), p)
 	}
@@ -379,6 +386,13 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 		}
 		*x.dst = v
 	}
+	if f.VolumeGiBMonth != "" { // added later: empty keeps the price in force
+		v, err := strconv.ParseFloat(f.VolumeGiBMonth, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return errdefs.Invalid("volume_gib_month", "number", "must be a number such as 0.08")
+		}
+		p.VolumeGiBMonth = v
+	}
 	if f.EffectiveFrom != "" {
 		var t time.Time
 		var err error
@@ -397,7 +411,7 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 
 func opPriceRow(p usage.Price, now time.Time, current string) views.PriceRow {
 	return views.PriceRow{ID: p.ID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond, CPUSecond: p.CPUSecond,
-		EgressGB: p.EgressGB, EffectiveFrom: p.EffectiveFrom, CreatedBy: p.CreatedBy, CreatedAt: p.CreatedAt,
+		EgressGB: p.EgressGB, VolumeGiBMonth: p.VolumeGiBMonth, EffectiveFrom: p.EffectiveFrom, CreatedBy: p.CreatedBy, CreatedAt: p.CreatedAt,
 		Current: p.ID != "" && p.ID == current, Future: p.EffectiveFrom.After(now)}
 }
 
@@ -409,7 +423,7 @@ func opPriceFormOf(f views.PriceForm, p usage.Price) views.PriceForm {
 	}
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	return views.PriceForm{Currency: p.Currency, VCPUSecond: num(p.VCPUSecond), GiBSecond: num(p.GiBSecond), CPUSecond: num(p.CPUSecond),
-		EgressGB: num(p.EgressGB)}
+		EgressGB: num(p.EgressGB), VolumeGiBMonth: num(p.VolumeGiBMonth)}
 }
 
 func (h *Handlers) pricesView(c echo.Context, slug string, platformForm, tenantForm views.PriceForm) (views.PricesView, error) {
@@ -637,6 +651,20 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	}
 	h.flash(c, "success", "Quota of "+tn.Slug+" saved.")
 	return redirect(c, "/operator/tenants#quota-"+tn.Slug)
+}
+
+// keptVolumePrice is the volume storage price a new version of the
+// tenant's book (the platform's for "") sets: in when given, else the one
+// in force now (older callers do not name it).
+func keptVolumePrice(ctx context.Context, us *usage.Store, tenantID string, now time.Time, in *float64) (float64, error) {
+	if in != nil {
+		return *in, nil
+	}
+	ps, err := us.LoadPrices(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return ps.At(tenantID, now).VolumeGiBMonth, nil
 }
 
 // keptVolumeQuota is the volume quota an API quota update sets: in when

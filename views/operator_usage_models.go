@@ -65,15 +65,16 @@ type PricesView struct {
 
 // PriceRow is one version of a price book.
 type PriceRow struct {
-	ID            string
-	Currency      string
-	VCPUSecond    float64
-	GiBSecond     float64
-	CPUSecond     float64
-	EgressGB      float64
-	EffectiveFrom time.Time
-	CreatedBy     string
-	CreatedAt     time.Time
+	ID             string
+	Currency       string
+	VCPUSecond     float64
+	GiBSecond      float64
+	CPUSecond      float64
+	EgressGB       float64
+	VolumeGiBMonth float64
+	EffectiveFrom  time.Time
+	CreatedBy      string
+	CreatedAt      time.Time
 	// Current: the version in force now; Future: not yet in force.
 	Current, Future bool
 }
@@ -86,9 +87,9 @@ type PriceOverrideRow struct {
 
 // PriceForm is the add-a-version form's values and field errors.
 type PriceForm struct {
-	Currency, VCPUSecond, GiBSecond, CPUSecond, EgressGB string
-	EffectiveFrom                                        string // datetime-local, UTC; "" now
-	Errors                                               map[string]string
+	Currency, VCPUSecond, GiBSecond, CPUSecond, EgressGB, VolumeGiBMonth string
+	EffectiveFrom                                                        string // datetime-local, UTC; "" now
+	Errors                                                               map[string]string
 }
 
 // TenantQuotasView is the quota editor on the operators' tenant page.

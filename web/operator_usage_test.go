@@ -285,6 +285,8 @@ func TestOperatorPrices(t *testing.T) {
 		{"below a nano-unit", price(map[string]any{"gib_second": 0.0000000001}), 422, "gib_second"},
 		{"bad currency", price(map[string]any{"currency": "dollars"}), 422, "currency"},
 		{"negative", price(map[string]any{"egress_gb": -1}), 422, "egress_gb"},
+		{"negative volume price", price(map[string]any{"volume_gib_month": -0.1}), 422, "volume_gib_month"},
+		{"volume price not a number", price(map[string]any{"volume_gib_month": "cheap"}), 400, "volume_gib_month"},
 		{"slipped decimal point", price(map[string]any{"vcpu_second": 14000}), 422, "vcpu_second"},
 		{"missing price", price(map[string]any{"gib_second": nil}), 422, "gib_second"},
 		{"bad date", price(map[string]any{"effective_from": "tomorrow"}), 422, "effective_from"},
@@ -307,6 +309,10 @@ func TestOperatorPrices(t *testing.T) {
 	op.JSON(t, http.MethodGet, "/api/v1/prices", nil, &bk)
 	if bk.Platform["vcpu_second"] != 0.00002 || len(bk.PlatformHistory) != 1 {
 		t.Errorf("Got(platform price) = %v, history %d; want the version set and one version", bk.Platform, len(bk.PlatformHistory))
+	}
+	// Omitted, the volume storage price is the one in force (the default's).
+	if want := usage.DefaultPrice().VolumeGiBMonth; bk.Platform["volume_gib_month"] != want {
+		t.Errorf("Got(platform volume_gib_month) = %v; want %v kept from the price in force", bk.Platform["volume_gib_month"], want)
 	}
 	for _, tp := range bk.Tenants {
 		want := tp.Slug == "prices-a"
