@@ -159,3 +159,37 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// VolumeLine is one volume's storage over a period: the usage page's row.
+type VolumeLine struct {
+	VolumeID   string `json:"volume_id"`
+	VolumeName string `json:"volume_name"`
+	SizeGiB    int    `json:"size_gib"` // the last size in the period
+	GiBMonths  string `json:"gib_months"`
+	Cost       Money  `json:"cost"`
+	Currency   string `json:"currency"`
+}
+
+// SumVolumes adds charges up per volume, costliest first.
+func SumVolumes(cs []VolumeCharge) []VolumeLine {
+	idx := map[string]int{}
+	var out []VolumeLine
+	var qty []uint64
+	for _, c := range cs {
+		i, ok := idx[c.VolumeID]
+		if !ok {
+			i = len(out)
+			idx[c.VolumeID] = i
+			out = append(out, VolumeLine{VolumeID: c.VolumeID, VolumeName: c.VolumeName})
+			qty = append(qty, 0)
+		}
+		out[i].SizeGiB, out[i].Currency = c.SizeGiB, c.Price.Currency
+		out[i].Cost = out[i].Cost.Add(c.Cost)
+		qty[i] += c.qty
+	}
+	for i := range out {
+		out[i].GiBMonths = string(appendDecimal(nil, 0, qty[i], volumeQtyDigits))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Cost.Cmp(out[j].Cost) > 0 })
+	return out
+}
