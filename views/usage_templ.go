@@ -384,7 +384,7 @@ func Usage(p Page, v UsageView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if v.CanExport {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 30, "<section class=\"card\" aria-labelledby=\"usage-export-title\"><h2 id=\"usage-export-title\">Export</h2><p class=\"muted\">One row per sandbox, hour and meter, with FOCUS column names (BillingPeriodStart … BilledCost, BillingCurrency, Tags). Streamed, so a long period is fine. Every export is recorded in the audit log.</p><form class=\"filters\" method=\"get\" action=\"/api/v1/usage\" id=\"usage-export\"><div class=\"field\"><label for=\"usage-export-from\">From</label> ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 30, "<section class=\"card\" aria-labelledby=\"usage-export-title\"><h2 id=\"usage-export-title\">Export</h2><p class=\"muted\">One row per sandbox, hour and meter (and per volume, size and day for volume storage), with FOCUS column names (BillingPeriodStart … BilledCost, BillingCurrency, Tags). Streamed, so a long period is fine. Every export is recorded in the audit log.</p><form class=\"filters\" method=\"get\" action=\"/api/v1/usage\" id=\"usage-export\"><div class=\"field\"><label for=\"usage-export-from\">From</label> ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
