@@ -227,7 +227,7 @@ func (h *Handlers) OperatorUsageExport(c echo.Context) error {
 
 func priceVersionJSON(p usage.Price) api.PriceVersion {
 	out := api.PriceVersion{ID: p.ID, TenantID: p.TenantID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond,
-		CPUSecond: p.CPUSecond, EgressGB: p.EgressGB, EffectiveFrom: p.EffectiveFrom.UTC().Format(timeJSON), CreatedBy: p.CreatedBy}
+		CPUSecond: p.CPUSecond, EgressGB: p.EgressGB, VolumeGiBMonth: p.VolumeGiBMonth, EffectiveFrom: p.EffectiveFrom.UTC().Format(timeJSON), CreatedBy: p.CreatedBy}
 	if !p.CreatedAt.IsZero() {
 		out.CreatedAt = p.CreatedAt.UTC().Format(timeJSON)
 	}
@@ -290,6 +290,9 @@ func (h *Handlers) APISetPrice(c echo.Context) error {
 	}
 	p := usage.Price{TenantID: strings.TrimSpace(in.TenantID), Currency: strings.TrimSpace(*in.Currency), VCPUSecond: *in.VCPUSecond,
 		GiBSecond: *in.GiBSecond, CPUSecond: *in.CPUSecond, EgressGB: *in.EgressGB}
+	if p.VolumeGiBMonth, err = keptVolumePrice(c.Request().Context(), us, p.TenantID, h.clock(), in.VolumeGiBMonth); err != nil {
+		return err
+	}
 	if s := strings.TrimSpace(in.EffectiveFrom); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
@@ -324,7 +327,8 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 	slug := strings.TrimSpace(c.FormValue("tenant"))
 	form := views.PriceForm{Currency: strings.ToUpper(strings.TrimSpace(c.FormValue("currency"))), VCPUSecond: strings.TrimSpace(c.FormValue("vcpu_second")),
 		GiBSecond: strings.TrimSpace(c.FormValue("gib_second")), CPUSecond: strings.TrimSpace(c.FormValue("cpu_second")),
-		EgressGB: strings.TrimSpace(c.FormValue("egress_gb")), EffectiveFrom: strings.TrimSpace(c.FormValue("effective_from"))}
+		EgressGB:       strings.TrimSpace(c.FormValue("egress_gb")),
+		VolumeGiBMonth: strings.TrimSpace(c.FormValue("volume_gib_month")), EffectiveFrom: strings.TrimSpace(c.FormValue("effective_from"))}
 	p := usage.Price{Currency: form.Currency}
 	var tn tenants.Tenant
 	if slug != "" {
@@ -334,6 +338,9 @@ func (h *Handlers) OperatorSetPrice(c echo.Context) error {
 		p.TenantID = tn.ID
 	}
 	err = opParsePriceForm(form, &p)
+	if err == nil && form.VolumeGiBMonth == "" {
+		p.VolumeGiBMonth, err = keptVolumePrice(ctx, us, p.TenantID, h.clock(), nil)
+	}
 	if err == nil {
 		p, err = us.SetPrice(ctx, CallerOf(c).Actor(c), p)
 	}
@@ -379,6 +386,13 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 		}
 		*x.dst = v
 	}
+	if f.VolumeGiBMonth != "" { // added later: empty keeps the price in force
+		v, err := strconv.ParseFloat(f.VolumeGiBMonth, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return errdefs.Invalid("volume_gib_month", "number", "must be a number such as 0.08")
+		}
+		p.VolumeGiBMonth = v
+	}
 	if f.EffectiveFrom != "" {
 		var t time.Time
 		var err error
@@ -397,7 +411,7 @@ func opParsePriceForm(f views.PriceForm, p *usage.Price) error {
 
 func opPriceRow(p usage.Price, now time.Time, current string) views.PriceRow {
 	return views.PriceRow{ID: p.ID, Currency: p.Currency, VCPUSecond: p.VCPUSecond, GiBSecond: p.GiBSecond, CPUSecond: p.CPUSecond,
-		EgressGB: p.EgressGB, EffectiveFrom: p.EffectiveFrom, CreatedBy: p.CreatedBy, CreatedAt: p.CreatedAt,
+		EgressGB: p.EgressGB, VolumeGiBMonth: p.VolumeGiBMonth, EffectiveFrom: p.EffectiveFrom, CreatedBy: p.CreatedBy, CreatedAt: p.CreatedAt,
 		Current: p.ID != "" && p.ID == current, Future: p.EffectiveFrom.After(now)}
 }
 
@@ -409,7 +423,7 @@ func opPriceFormOf(f views.PriceForm, p usage.Price) views.PriceForm {
 	}
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	return views.PriceForm{Currency: p.Currency, VCPUSecond: num(p.VCPUSecond), GiBSecond: num(p.GiBSecond), CPUSecond: num(p.CPUSecond),
-		EgressGB: num(p.EgressGB)}
+		EgressGB: num(p.EgressGB), VolumeGiBMonth: num(p.VolumeGiBMonth)}
 }
 
 func (h *Handlers) pricesView(c echo.Context, slug string, platformForm, tenantForm views.PriceForm) (views.PricesView, error) {
@@ -572,6 +586,7 @@ func opQuotaValues(q tenants.Quota) map[string]string {
 		tenants.QuotaMaxVMs: strconv.Itoa(q.MaxVMs), tenants.QuotaMaxVCPUs: strconv.Itoa(q.MaxVCPUs),
 		tenants.QuotaMaxMemoryMiB: strconv.Itoa(q.MaxMemoryMiB), tenants.QuotaMaxSandboxes: strconv.Itoa(q.MaxSandboxes),
 		tenants.QuotaMaxCPUHoursMonthly: strconv.Itoa(q.MaxCPUHoursMonthly), tenants.QuotaMaxTemplateMiB: strconv.Itoa(q.MaxTemplateMiB),
+		tenants.QuotaMaxVolumeGiB: strconv.Itoa(q.MaxVolumeGiB),
 	}
 }
 
@@ -585,21 +600,27 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	}
 	values := map[string]string{}
 	var q tenants.Quota
+	var old *tenants.Quota // read once, when a field added later is left empty
 	for _, f := range []struct {
-		name string
-		dst  *int
-	}{{tenants.QuotaMaxSandboxes, &q.MaxSandboxes}, {tenants.QuotaMaxVCPUs, &q.MaxVCPUs}, {tenants.QuotaMaxMemoryMiB, &q.MaxMemoryMiB},
-		{tenants.QuotaMaxVMs, &q.MaxVMs}, {tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly},
-		{tenants.QuotaMaxTemplateMiB, &q.MaxTemplateMiB}} {
+		name  string
+		dst   *int
+		later func(tenants.Quota) int // added after the others: empty keeps the current one
+	}{{tenants.QuotaMaxSandboxes, &q.MaxSandboxes, nil}, {tenants.QuotaMaxVCPUs, &q.MaxVCPUs, nil},
+		{tenants.QuotaMaxMemoryMiB, &q.MaxMemoryMiB, nil}, {tenants.QuotaMaxVMs, &q.MaxVMs, nil},
+		{tenants.QuotaMaxCPUHoursMonthly, &q.MaxCPUHoursMonthly, nil},
+		{tenants.QuotaMaxTemplateMiB, &q.MaxTemplateMiB, func(o tenants.Quota) int { return o.MaxTemplateMiB }},
+		{tenants.QuotaMaxVolumeGiB, &q.MaxVolumeGiB, func(o tenants.Quota) int { return o.MaxVolumeGiB }}} {
 		s := strings.TrimSpace(c.FormValue(f.name))
 		values[f.name] = s
-		if s == "" && f.name == tenants.QuotaMaxTemplateMiB {
-			// Added after the others: a form without it keeps the current one.
-			old, qerr := h.store.Quota(ctx, tn.ID)
-			if qerr != nil {
-				return qerr
+		if s == "" && f.later != nil {
+			if old == nil {
+				o, qerr := h.store.Quota(ctx, tn.ID)
+				if qerr != nil {
+					return qerr
+				}
+				old = &o
 			}
-			*f.dst = old.MaxTemplateMiB
+			*f.dst = f.later(*old)
 			continue
 		}
 		n, perr := strconv.Atoi(s)
@@ -607,9 +628,6 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 			err = errdefs.Invalid(f.name, "integer", "must be a whole number, 0 or more")
 		}
 		*f.dst = n
-	}
-	if err == nil {
-		q.MaxVolumeGiB, err = h.keptVolumeQuota(ctx, tn.ID, nil)
 	}
 	if err == nil {
 		_, err = h.store.SetQuota(ctx, CallerOf(c).Actor(c), tn.ID, q)
@@ -635,9 +653,22 @@ func (h *Handlers) OperatorSetQuota(c echo.Context) error {
 	return redirect(c, "/operator/tenants#quota-"+tn.Slug)
 }
 
-// keptVolumeQuota is the volume quota a quota update sets: in when given,
-// else the tenant's current one (the quota form and older API callers do
-// not name it).
+// keptVolumePrice is the volume storage price a new version of the
+// tenant's book (the platform's for "") sets: in when given, else the one
+// in force now (older callers do not name it).
+func keptVolumePrice(ctx context.Context, us *usage.Store, tenantID string, now time.Time, in *float64) (float64, error) {
+	if in != nil {
+		return *in, nil
+	}
+	ps, err := us.LoadPrices(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return ps.At(tenantID, now).VolumeGiBMonth, nil
+}
+
+// keptVolumeQuota is the volume quota an API quota update sets: in when
+// given, else the tenant's current one (older API callers do not name it).
 func (h *Handlers) keptVolumeQuota(ctx context.Context, tenantID string, in *int) (int, error) {
 	if in != nil {
 		return *in, nil

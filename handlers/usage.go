@@ -296,6 +296,14 @@ func (h *Handlers) UsagePage(c echo.Context) error {
 	for _, l := range rep.ByTempl {
 		v.TopTemplates = append(v.TopTemplates, line(usage.ByTemplate, l))
 	}
+	vc, err := st.VolumeCharges(ctx, cl.Tenant.ID, r)
+	if err != nil {
+		return err
+	}
+	for _, l := range usage.SumVolumes(vc) {
+		v.Volumes = append(v.Volumes, views.UsageVolume{Name: l.VolumeName, SizeGiB: l.SizeGiB, GiBMonths: l.GiBMonths,
+			Cost: amountView(l.Cost), Currency: l.Currency})
+	}
 	if periodErrs != nil {
 		v.Errors, v.From, v.To = periodErrs, c.QueryParam("from"), c.QueryParam("to")
 	}

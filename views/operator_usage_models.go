@@ -65,15 +65,16 @@ type PricesView struct {
 
 // PriceRow is one version of a price book.
 type PriceRow struct {
-	ID            string
-	Currency      string
-	VCPUSecond    float64
-	GiBSecond     float64
-	CPUSecond     float64
-	EgressGB      float64
-	EffectiveFrom time.Time
-	CreatedBy     string
-	CreatedAt     time.Time
+	ID             string
+	Currency       string
+	VCPUSecond     float64
+	GiBSecond      float64
+	CPUSecond      float64
+	EgressGB       float64
+	VolumeGiBMonth float64
+	EffectiveFrom  time.Time
+	CreatedBy      string
+	CreatedAt      time.Time
 	// Current: the version in force now; Future: not yet in force.
 	Current, Future bool
 }
@@ -86,9 +87,9 @@ type PriceOverrideRow struct {
 
 // PriceForm is the add-a-version form's values and field errors.
 type PriceForm struct {
-	Currency, VCPUSecond, GiBSecond, CPUSecond, EgressGB string
-	EffectiveFrom                                        string // datetime-local, UTC; "" now
-	Errors                                               map[string]string
+	Currency, VCPUSecond, GiBSecond, CPUSecond, EgressGB, VolumeGiBMonth string
+	EffectiveFrom                                                        string // datetime-local, UTC; "" now
+	Errors                                                               map[string]string
 }
 
 // TenantQuotasView is the quota editor on the operators' tenant page.
@@ -115,6 +116,7 @@ func OperatorQuotaFields() [][3]string {
 		{"max_vms", "VMs", "booted at once"},
 		{"max_cpu_hours_monthly", "CPU-hours / month", "measured; UTC calendar month"},
 		{"max_template_mib", "Templates (MiB)", "the tenant's own template images"},
+		{"max_volume_gib", "Volumes (GiB)", "sizes of the tenant's volumes, in all"},
 	}
 }
 

@@ -28,6 +28,8 @@ type UsageView struct {
 	// TopSandboxes, TopUsers and TopTemplates are the costliest first.
 	TopSandboxes, TopUsers, TopTemplates []UsageLine
 	Quota                                []QuotaLineView
+	// Volumes is the volume storage of the period, costliest first.
+	Volumes []UsageVolume
 	// CanExport shows the export form (usage.export).
 	CanExport bool
 }
@@ -55,6 +57,15 @@ type UsageLine struct {
 	Label string
 	Href  string // "" for no link
 	UsageTotals
+}
+
+// UsageVolume is one volume's storage over the period.
+type UsageVolume struct {
+	Name      string
+	SizeGiB   int
+	GiBMonths string
+	Cost      Amount
+	Currency  string
 }
 
 // QuotaLineView is one quota with what the tenant holds or used of it.

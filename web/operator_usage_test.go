@@ -285,6 +285,8 @@ func TestOperatorPrices(t *testing.T) {
 		{"below a nano-unit", price(map[string]any{"gib_second": 0.0000000001}), 422, "gib_second"},
 		{"bad currency", price(map[string]any{"currency": "dollars"}), 422, "currency"},
 		{"negative", price(map[string]any{"egress_gb": -1}), 422, "egress_gb"},
+		{"negative volume price", price(map[string]any{"volume_gib_month": -0.1}), 422, "volume_gib_month"},
+		{"volume price not a number", price(map[string]any{"volume_gib_month": "cheap"}), 400, "volume_gib_month"},
 		{"slipped decimal point", price(map[string]any{"vcpu_second": 14000}), 422, "vcpu_second"},
 		{"missing price", price(map[string]any{"gib_second": nil}), 422, "gib_second"},
 		{"bad date", price(map[string]any{"effective_from": "tomorrow"}), 422, "effective_from"},
@@ -307,6 +309,10 @@ func TestOperatorPrices(t *testing.T) {
 	op.JSON(t, http.MethodGet, "/api/v1/prices", nil, &bk)
 	if bk.Platform["vcpu_second"] != 0.00002 || len(bk.PlatformHistory) != 1 {
 		t.Errorf("Got(platform price) = %v, history %d; want the version set and one version", bk.Platform, len(bk.PlatformHistory))
+	}
+	// Omitted, the volume storage price is the one in force (the default's).
+	if want := usage.DefaultPrice().VolumeGiBMonth; bk.Platform["volume_gib_month"] != want {
+		t.Errorf("Got(platform volume_gib_month) = %v; want %v kept from the price in force", bk.Platform["volume_gib_month"], want)
 	}
 	for _, tp := range bk.Tenants {
 		want := tp.Slug == "prices-a"
@@ -447,6 +453,32 @@ func TestOperatorQuota(t *testing.T) {
 		}
 		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxSandboxes != 9 || got.MaxCPUHoursMonthly != 50 {
 			t.Errorf("Got(quota after the form) = %+v; want 9 sandboxes, 50 CPU-hours", got)
+		}
+		// max_volume_gib: set from the form, kept when left empty, refused when not a number.
+		before, _ := env.Store.Quota(context.Background(), a.ID)
+		form.Set("max_volume_gib", "33")
+		if status, _, _ := op.Post(t, "/operator/tenants/"+a.ID+"/quota", form); status != http.StatusSeeOther {
+			t.Fatalf("Got(POST quota form with max_volume_gib 33) = %d; want 303", status)
+		}
+		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxVolumeGiB != 33 || got.MaxTemplateMiB != before.MaxTemplateMiB {
+			t.Errorf("Got(quota after max_volume_gib 33) = %+v; want 33 GiB of volumes, templates unchanged (%d)", got, before.MaxTemplateMiB)
+		}
+		form.Set("max_volume_gib", "")
+		form.Set("max_vms", "4")
+		if status, _, _ := op.Post(t, "/operator/tenants/"+a.ID+"/quota", form); status != http.StatusSeeOther {
+			t.Fatalf("Got(POST quota form with max_volume_gib empty) = %d; want 303", status)
+		}
+		if got, _ := env.Store.Quota(context.Background(), a.ID); got.MaxVolumeGiB != 33 || got.MaxVMs != 4 {
+			t.Errorf("Got(quota after max_volume_gib empty) = %+v; want 33 GiB of volumes kept, 4 VMs", got)
+		}
+		form.Set("max_volume_gib", "lots")
+		status, page, _ = op.Post(t, "/operator/tenants/"+a.ID+"/quota", form)
+		if status != http.StatusUnprocessableEntity || !strings.Contains(page, `value="lots"`) {
+			t.Errorf("Got(POST quota form with max_volume_gib lots) = %d; want 422 keeping the input:\n%s", status, page)
+		}
+		status, page = op.GetPage(t, "/operator/tenants")
+		if status != 200 || !strings.Contains(page, `name="max_volume_gib"`) || !strings.Contains(page, `value="33"`) {
+			t.Errorf("Got(GET /operator/tenants) = %d; want the max_volume_gib field holding 33", status)
 		}
 	})
 }

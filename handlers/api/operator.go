@@ -51,16 +51,17 @@ type SetTenantQuota struct {
 
 // PriceVersion is a version of a price book.
 type PriceVersion struct {
-	ID            string  `json:"id" doc:"default: the built-in list price, never set"`
-	TenantID      string  `json:"tenant_id,omitempty" doc:"set on a tenant's override"`
-	Currency      string  `json:"currency" doc:"ISO 4217"`
-	VCPUSecond    float64 `json:"vcpu_second"`
-	GiBSecond     float64 `json:"gib_second"`
-	CPUSecond     float64 `json:"cpu_second"`
-	EgressGB      float64 `json:"egress_gb"`
-	EffectiveFrom string  `json:"effective_from" format:"date-time" doc:"in force from, until a later version of the same book"`
-	CreatedBy     string  `json:"created_by,omitempty"`
-	CreatedAt     string  `json:"created_at,omitempty" format:"date-time"`
+	ID             string  `json:"id" doc:"default: the built-in list price, never set"`
+	TenantID       string  `json:"tenant_id,omitempty" doc:"set on a tenant's override"`
+	Currency       string  `json:"currency" doc:"ISO 4217"`
+	VCPUSecond     float64 `json:"vcpu_second"`
+	GiBSecond      float64 `json:"gib_second"`
+	CPUSecond      float64 `json:"cpu_second"`
+	EgressGB       float64 `json:"egress_gb"`
+	VolumeGiBMonth float64 `json:"volume_gib_month" doc:"per GiB of volume provisioned for a UTC calendar month"`
+	EffectiveFrom  string  `json:"effective_from" format:"date-time" doc:"in force from, until a later version of the same book"`
+	CreatedBy      string  `json:"created_by,omitempty"`
+	CreatedAt      string  `json:"created_at,omitempty" format:"date-time"`
 }
 
 // TenantPrice is what one tenant pays now.
@@ -80,13 +81,14 @@ type PriceBook struct {
 
 // SetPrice is the body of POST /api/v1/prices.
 type SetPrice struct {
-	TenantID      string   `json:"tenant_id,omitempty" doc:"a tenant's override; absent: the platform list price"`
-	Currency      *string  `json:"currency" doc:"ISO 4217, e.g. USD"`
-	VCPUSecond    *float64 `json:"vcpu_second" doc:"per vCPU held for a second, 0-1000"`
-	GiBSecond     *float64 `json:"gib_second" doc:"per GiB of memory held for a second, 0-1000"`
-	CPUSecond     *float64 `json:"cpu_second" doc:"per CPU-second measured, 0-1000"`
-	EgressGB      *float64 `json:"egress_gb" doc:"per 10^9 bytes through the egress gateway, 0-1000"`
-	EffectiveFrom string   `json:"effective_from,omitempty" format:"date-time" doc:"RFC 3339; default now"`
+	TenantID       string   `json:"tenant_id,omitempty" doc:"a tenant's override; absent: the platform list price"`
+	Currency       *string  `json:"currency" doc:"ISO 4217, e.g. USD"`
+	VCPUSecond     *float64 `json:"vcpu_second" doc:"per vCPU held for a second, 0-1000"`
+	GiBSecond      *float64 `json:"gib_second" doc:"per GiB of memory held for a second, 0-1000"`
+	CPUSecond      *float64 `json:"cpu_second" doc:"per CPU-second measured, 0-1000"`
+	EgressGB       *float64 `json:"egress_gb" doc:"per 10^9 bytes through the egress gateway, 0-1000"`
+	VolumeGiBMonth *float64 `json:"volume_gib_month,omitempty" doc:"per GiB of volume provisioned for a UTC calendar month (prorated), 0-1000; omitted: the book's price in force now"`
+	EffectiveFrom  string   `json:"effective_from,omitempty" format:"date-time" doc:"RFC 3339; default now"`
 }
 
 // Freeze is a tenant's freeze (incident response).

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -894,27 +895,56 @@ func cases(f *fixtures) []storeCase {
 			t.Errorf("Got(UserNames of B) = %v, %v; want none (only A has usage)", n, err)
 		}
 	})
+	// B's own volume is billed to B: B's cost is its volume storage only.
+	bVolumeCost := func(t *testing.T) usage.Money {
+		vc, err := f.usage.VolumeCharges(ctx, bID(), rng)
+		noErr(t, "VolumeCharges", err)
+		var m usage.Money
+		for _, c := range vc {
+			m = m.Add(c.Cost)
+		}
+		return m
+	}
+	add("usage.Store.VolumeCharges", func(t *testing.T) {
+		vc, err := f.usage.VolumeCharges(ctx, bID(), rng)
+		noErr(t, "VolumeCharges", err)
+		var aVolumes []string
+		if err := f.db.Table("volumes").Where("tenant_id = ?", a.tenant.ID).Pluck("id", &aVolumes).Error; err != nil || len(aVolumes) == 0 {
+			t.Fatalf("Got(A's volume ids) = %v, %v; want A's volume", aVolumes, err)
+		}
+		for _, c := range vc {
+			if c.TenantID != bID() || slices.Contains(aVolumes, c.VolumeID) {
+				t.Errorf("Got(a volume charge of B) = %+v; want only B's own volumes", c)
+			}
+		}
+	})
 	add("usage.Store.Totals", func(t *testing.T) {
 		tot, err := f.usage.Totals(ctx, bID(), rng)
-		if err != nil || !reflect.ValueOf(tot.Sums).IsZero() || !reflect.ValueOf(tot.Cost).IsZero() {
-			t.Errorf("Got(Totals of B) = %+v, %v; want zero (only A has usage)", tot, err)
+		if err != nil || !reflect.ValueOf(tot.Sums).IsZero() || tot.Cost.Cmp(bVolumeCost(t)) > 0 {
+			t.Errorf("Got(Totals of B) = %+v, %v; want zero usage and at most B's volume storage (only A has usage)", tot, err)
 		}
 	})
 	add("usage.Store.Daily", func(t *testing.T) {
 		days, err := f.usage.Daily(ctx, bID(), rng)
 		noErr(t, "Daily", err)
+		var cost usage.Money
 		for _, d := range days {
-			if !reflect.ValueOf(d.Sums).IsZero() || !reflect.ValueOf(d.Cost).IsZero() {
+			if !reflect.ValueOf(d.Sums).IsZero() {
 				t.Errorf("Got(a day of B) = %+v; want zero usage (only A has usage)", d)
 			}
+			cost = cost.Add(d.Cost)
+		}
+		if cost.Cmp(bVolumeCost(t)) > 0 {
+			t.Errorf("Got(B's daily cost) = %s; want at most B's volume storage", cost)
 		}
 	})
 	add("usage.Store.MonthToDate", func(t *testing.T) {
 		for _, at := range []time.Time{rng.From, rng.To} {
 			m, err := f.usage.MonthToDate(ctx, bID(), at)
 			noErr(t, "MonthToDate", err)
-			if !m.Total.Cost.IsZero() || !m.Previous.Cost.IsZero() || m.Forecast != 0 || !reflect.ValueOf(m.Total.Sums).IsZero() {
-				t.Errorf("Got(month to date of B at %s) = %+v; want zero usage (only A has usage)", at, m.Total)
+			// B's cost is its own volume storage only.
+			if m.Total.Cost.Cmp(bVolumeCost(t)) > 0 || !m.Previous.Cost.IsZero() || !reflect.ValueOf(m.Total.Sums).IsZero() {
+				t.Errorf("Got(month to date of B at %s) = %+v; want zero usage, at most B's volume storage (only A has usage)", at, m.Total)
 			}
 		}
 	})
@@ -937,8 +967,8 @@ func cases(f *fixtures) []storeCase {
 	add("usage.Store.Export", func(t *testing.T) {
 		var buf strings.Builder
 		res, err := f.usage.Export(ctx, &buf, usage.ExportQuery{TenantID: bID(), Range: rng, Format: "json"})
-		if err != nil || res.Rows != 0 {
-			t.Errorf("Got(Export of B) = %+v, %v; want no rows (only A has usage)", res, err)
+		if err != nil || res.LedgerRows != 0 || strings.Count(buf.String(), `"SkuId":"volume-storage"`) != int(res.Rows) {
+			t.Errorf("Got(Export of B) = %+v, %v; want only B's own volume storage rows (only A has usage)", res, err)
 		}
 		f.noneOfA(t, "Export", buf.String())
 	})

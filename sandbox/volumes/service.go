@@ -19,6 +19,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtime"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
+	"github.com/stockade-dev/stockade/tenants/usage"
 )
 
 // Bounds of a volume.
@@ -194,6 +195,9 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID, name 
 		if err := tx.Create(&v).Error; err != nil {
 			return err
 		}
+		if err := usage.OpenVolumePeriod(tx, tenantID, v.ID, v.Name, v.SizeGiB, now); err != nil {
+			return err
+		}
 		return s.audit(tx, actor, tenantID, audit.TypeVolumeCreated, v, map[string]any{"size_gib": sizeGiB})
 	})
 	if err != nil {
@@ -353,6 +357,13 @@ func (s *Service) Resize(ctx context.Context, actor audit.Actor, tenantID, name 
 		if err := tx.Model(&Volume{}).Where("id = ?", v.ID).Updates(map[string]any{"size_gib": v.SizeGiB, "updated_at": v.UpdatedAt}).Error; err != nil {
 			return err
 		}
+		// Billed per GiB-month: the old size up to now, the new one from now.
+		if err := usage.CloseVolumePeriod(tx, tenantID, v.ID, v.UpdatedAt); err != nil {
+			return err
+		}
+		if err := usage.OpenVolumePeriod(tx, tenantID, v.ID, v.Name, v.SizeGiB, v.UpdatedAt); err != nil {
+			return err
+		}
 		return s.audit(tx, actor, tenantID, audit.TypeVolumeResized, v, map[string]any{"size_gib": sizeGiB, "old_size_gib": old})
 	})
 	if err != nil {
@@ -381,6 +392,9 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, tenantID, name 
 			return err
 		}
 		if err := tx.Delete(&Volume{}, "id = ?", v.ID).Error; err != nil {
+			return err
+		}
+		if err := usage.CloseVolumePeriod(tx, tenantID, v.ID, s.clock.Now()); err != nil {
 			return err
 		}
 		return s.audit(tx, actor, tenantID, audit.TypeVolumeDeleted, v, map[string]any{"size_gib": v.SizeGiB})

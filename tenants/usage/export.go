@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/stockade-dev/stockade/tenants/csvexport"
@@ -18,23 +19,28 @@ import (
 //
 //	BillingPeriodStart  first instant of the calendar month (UTC) of the charge
 //	BillingPeriodEnd    first instant of the next month
-//	ChargePeriodStart   the ledger hour the usage happened in
-//	ChargePeriodEnd     one hour later
+//	ChargePeriodStart   the ledger hour the usage happened in (volumes: the start of the part
+//	                    of a UTC day the volume had one size at one price)
+//	ChargePeriodEnd     one hour later (volumes: the end of that part)
 //	ChargeCategory      always "Usage"
 //	ChargeDescription   what was metered, in words
 //	SubAccountId        the tenant's id
 //	SubAccountName      the tenant's slug
-//	ResourceId          the sandbox's id
-//	ResourceType        always "Sandbox"
-//	ServiceName         always "Stockade Sandboxes"
-//	SkuId               the meter: vcpu-allocated, memory-allocated, cpu-measured, egress
-//	ConsumedQuantity    the quantity, in ConsumedUnit (an exact decimal)
-//	ConsumedUnit        vCPU-Seconds, GiB-Seconds, CPU-Seconds or GB (10^9 bytes)
+//	ResourceId          the sandbox's id (volumes: the volume's id)
+//	ResourceType        "Sandbox" or "Volume"
+//	ServiceName         "Stockade Sandboxes" or "Stockade Volumes"
+//	SkuId               the meter: vcpu-allocated, memory-allocated, cpu-measured, egress,
+//	                    volume-storage
+//	ConsumedQuantity    the quantity, in ConsumedUnit (an exact decimal; GiB-Months cut at
+//	                    13 decimals)
+//	ConsumedUnit        vCPU-Seconds, GiB-Seconds, CPU-Seconds, GB (10^9 bytes) or GiB-Months
+//	                    (a GiB provisioned for a whole UTC calendar month, whatever its length)
 //	ListUnitPrice       the price book's price per ConsumedUnit in force at ChargePeriodStart
 //	                    (an exact decimal, at most 9 decimals)
 //	BilledCost          ConsumedQuantity x ListUnitPrice, exactly (no rounding)
 //	BillingCurrency     the price book's ISO 4217 currency
 //	Tags                JSON object: tenant (slug), template, user (id), user_name
+//	                    (volumes: tenant, volume (name), size_gib)
 var Columns = []string{
 	"BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
 	"ChargeDescription", "SubAccountId", "SubAccountName", "ResourceId", "ResourceType", "ServiceName", "SkuId",
@@ -199,6 +205,26 @@ func (s *Store) Export(ctx context.Context, w io.Writer, q ExportQuery) (ExportR
 	}
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("export usage: %w", err)
+	}
+	// Volume storage, after the sandboxes' rows: one row per volume, size,
+	// UTC day and price.
+	vc, err := s.VolumeCharges(ctx, q.TenantID, q.Range)
+	if err != nil {
+		return res, fmt.Errorf("export usage: %w", err)
+	}
+	for _, c := range vc {
+		if c.qty == 0 {
+			continue
+		}
+		b, _ := json.Marshal(map[string]string{"tenant": slugs[c.TenantID], "volume": c.VolumeName, "size_gib": strconv.Itoa(c.SizeGiB)})
+		bill := MonthStart(c.From)
+		rec = append(rec[:0], rfc(bill), rfc(bill.AddDate(0, 1, 0)), rfc(c.From), rfc(c.To), "Usage",
+			volumeDesc, c.TenantID, slugs[c.TenantID], c.VolumeID, volumeResource, volumeService, SkuVolume,
+			c.GiBMonths(), VolumeUnit, c.UnitPrice(), c.Cost.String(), c.Price.Currency, string(b))
+		if err := enc.row(rec); err != nil {
+			return res, fmt.Errorf("export usage: %w", err)
+		}
+		res.Rows++
 	}
 	if err := enc.end(); err != nil {
 		return res, err

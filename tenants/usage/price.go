@@ -32,9 +32,12 @@ type Price struct {
 	CPUSecond float64 `gorm:"column:cpu_second" json:"cpu_second"`
 	// EgressGB is the price of 10^9 bytes through the egress gateway, both
 	// directions counted.
-	EgressGB  float64   `gorm:"column:egress_gb" json:"egress_gb"`
-	CreatedBy string    `gorm:"column:created_by" json:"created_by"`
-	CreatedAt time.Time `gorm:"column:created_at" json:"created_at"`
+	EgressGB float64 `gorm:"column:egress_gb" json:"egress_gb"`
+	// VolumeGiBMonth is the price of one GiB of volume provisioned for one
+	// calendar month (UTC), prorated to the millisecond.
+	VolumeGiBMonth float64   `gorm:"column:volume_gib_month" json:"volume_gib_month"`
+	CreatedBy      string    `gorm:"column:created_by" json:"created_by"`
+	CreatedAt      time.Time `gorm:"column:created_at" json:"created_at"`
 }
 
 // TableName is the GORM table of Price.
@@ -49,7 +52,7 @@ func (p *Price) AfterFind(*gorm.DB) error {
 // DefaultPrice is the list price until an operator sets one: in line with
 // what hosted agent sandboxes charge (per vCPU-second and GiB-second held).
 func DefaultPrice() Price {
-	return Price{ID: "default", Currency: "USD", VCPUSecond: 0.000014, GiBSecond: 0.0000045, EgressGB: 0.05,
+	return Price{ID: "default", Currency: "USD", VCPUSecond: 0.000014, GiBSecond: 0.0000045, EgressGB: 0.05, VolumeGiBMonth: 0.08,
 		EffectiveFrom: time.Unix(0, 0).UTC()}
 }
 
@@ -65,7 +68,7 @@ func (p Price) validate() error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"vcpu_second", p.VCPUSecond}, {"gib_second", p.GiBSecond}, {"cpu_second", p.CPUSecond}, {"egress_gb", p.EgressGB}} {
+	}{{"vcpu_second", p.VCPUSecond}, {"gib_second", p.GiBSecond}, {"cpu_second", p.CPUSecond}, {"egress_gb", p.EgressGB}, {"volume_gib_month", p.VolumeGiBMonth}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > maxUnitPrice {
 			return errdefs.Invalid(f.name, "range", fmt.Sprintf("must be a price between 0 and %d", maxUnitPrice))
 		}
@@ -130,7 +133,7 @@ func (s *Store) SetPrice(ctx context.Context, actor audit.Actor, p Price) (Price
 		}
 		e := actor.Event(p.TenantID, audit.TypePriceSet, "price_book", p.ID, map[string]any{
 			"currency": p.Currency, "vcpu_second": p.VCPUSecond, "gib_second": p.GiBSecond, "cpu_second": p.CPUSecond,
-			"egress_gb": p.EgressGB, "effective_from": p.EffectiveFrom, "scope": scope(p.TenantID),
+			"egress_gb": p.EgressGB, "volume_gib_month": p.VolumeGiBMonth, "effective_from": p.EffectiveFrom, "scope": scope(p.TenantID),
 		})
 		e.Time = now
 		return audit.Write(tx, e)

@@ -101,7 +101,8 @@ func (s *Store) eachSegment(ctx context.Context, ps Prices, tenantID string, r R
 	return nil
 }
 
-// Totals sums the tenant's usage over r, priced.
+// Totals sums the tenant's usage over r, priced; Cost includes the
+// volume storage of r (VolumeCharges).
 func (s *Store) Totals(ctx context.Context, tenantID string, r Range) (Totals, error) {
 	ps, err := s.LoadPrices(ctx)
 	if err != nil {
@@ -118,6 +119,13 @@ func (s *Store) Totals(ctx context.Context, tenantID string, r Range) (Totals, e
 	})
 	if err != nil {
 		return Totals{}, fmt.Errorf("usage totals of tenant %s: %w", tenantID, err)
+	}
+	vc, err := s.VolumeCharges(ctx, tenantID, r)
+	if err != nil {
+		return Totals{}, fmt.Errorf("usage totals of tenant %s: %w", tenantID, err)
+	}
+	for _, c := range vc {
+		t.Cost = t.Cost.Add(c.Cost)
 	}
 	return t, nil
 }
@@ -155,6 +163,18 @@ func (s *Store) Daily(ctx context.Context, tenantID string, r Range) ([]Day, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daily usage of tenant %s: %w", tenantID, err)
+	}
+	// Volume storage: its charges are cut at UTC days.
+	vc, err := s.VolumeCharges(ctx, tenantID, r)
+	if err != nil {
+		return nil, fmt.Errorf("daily usage of tenant %s: %w", tenantID, err)
+	}
+	for _, c := range vc {
+		d := c.From.UTC().Truncate(24 * time.Hour)
+		if byDay[d] == nil {
+			byDay[d] = &Totals{Currency: c.Price.Currency}
+		}
+		byDay[d].Cost = byDay[d].Cost.Add(c.Cost)
 	}
 	cur := ps.At(tenantID, r.To).Currency
 	var out []Day
