@@ -374,7 +374,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			// serve holds the installation lease before Start: terminals a
 			// stopped server left are taken up again while their PTYs
 			// live in the agent (the exec grace).
-			Exclusive: true, AdoptWindow: cfg.ExecGrace,
+			// With replicas (not Exclusive) the owner of a VM takes up the
+			// terminals a killed replica left, on the first Join.
+			Exclusive: !a.multiReplica(), AdoptWindow: cfg.ExecGrace,
 		})
 		a.ownTerminals = true
 		// A destroyed sandbox ends its terminals at once, for everyone.
