@@ -149,8 +149,8 @@ type Service struct {
 	// attaching are the sessions another server left being taken up here
 	// on demand (takeUpHere), so one Join does it.
 	attaching map[string]bool
-	started    bool
-	closed     bool
+	started   bool
+	closed    bool
 }
 
 type liveSession struct {
