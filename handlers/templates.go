@@ -106,6 +106,7 @@ func templateActions(c echo.Context) []views.NavItem {
 	var out []views.NavItem
 	for _, a := range []views.NavItem{
 		// Template page links: one line each.
+		{Label: "Build from a recipe", Href: TemplateBuildPage},
 		{Label: "Import an image", Href: TemplateImportPage},
 	} {
 		if mayOpen(c, a.Href) {

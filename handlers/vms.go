@@ -209,6 +209,8 @@ func hostRows(hs []vmpool.HostStatus) []api.Host {
 		}
 		if !hs.Connected {
 			j.Health, j.Reason = vmpool.HealthUnavailable, hs.Reason
+		} else if hs.Slow != "" {
+			j.Health, j.Reason = vmpool.HealthSlow, hs.Slow
 		}
 		out = append(out, j)
 	}

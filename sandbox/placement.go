@@ -62,12 +62,16 @@ func (s *Service) placeNow(ctx context.Context, sb Sandbox, plan volumes.Plan) (
 	if err != nil {
 		return vmpool.VM{}, nil, err
 	}
+	closed, err := s.vms.ClosedHosts(ctx)
+	if err != nil {
+		return vmpool.VM{}, nil, err
+	}
 	// The fullest VM with room first: sandboxes pack onto few VMs, so the
 	// others go back to idle, to be reused or recycled.
 	var cands []vmpool.VM
 	for _, st := range sts {
 		vm := st.VM
-		if vm.State == vmpool.StateRunning && vm.AcquiredAt != nil && st.AgentConnected && s.fits(vm, load[vm.ID], sb) {
+		if vm.State == vmpool.StateRunning && vm.AcquiredAt != nil && st.AgentConnected && !closed[vm.HostURI] && s.fits(vm, load[vm.ID], sb) {
 			cands = append(cands, vm)
 		}
 	}
@@ -158,9 +162,13 @@ func (s *Service) roomNow(ctx context.Context, sb Sandbox) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	closed, err := s.vms.ClosedHosts(ctx)
+	if err != nil {
+		return false, err
+	}
 	for _, st := range sts {
 		vm := st.VM
-		if vm.State == vmpool.StateRunning && st.AgentConnected && s.fits(vm, load[vm.ID], sb) {
+		if vm.State == vmpool.StateRunning && st.AgentConnected && !closed[vm.HostURI] && s.fits(vm, load[vm.ID], sb) {
 			return true, nil // acquired with room, or idle
 		}
 	}

@@ -46,6 +46,9 @@ type VMs interface {
 	// CPUTime is libvirt's CPU time of the running VM so far.
 	CPUTime(ctx context.Context, tenantID, vmID string) (time.Duration, error)
 	Quota(ctx context.Context, tenantID string) (tenants.Quota, error)
+	// ClosedHosts are the hosts whose VMs take no new sandbox (cordoned,
+	// draining, removed, down).
+	ClosedHosts(ctx context.Context) (map[string]bool, error)
 	// Started is nil once the pools run; else an error wrapping
 	// vmpool.ErrUnavailable (a server without libvirt).
 	Started() error

@@ -10,6 +10,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants/clip"
 
 	"github.com/stockade-dev/stockade/hypervisor/image"
+	"github.com/stockade-dev/stockade/sandbox/templates"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/sandbox/volumes"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
@@ -42,6 +43,10 @@ type Spec struct {
 	// Volumes are the tenant's volumes mounted into the sandbox
 	// (sandbox/volumes; Config.Volumes).
 	Volumes []volumes.Request
+	// Builder is a template build's temporary image (never from the API):
+	// the sandbox runs from it instead of a template by name
+	// (sandbox/templates/recipe's setup step).
+	Builder *templates.Version
 }
 
 // Bounds of a Spec.

@@ -70,6 +70,15 @@ func (s *Service) diskVMs() (diskVMs, error) {
 // templates resolve should check against.
 func (s *Service) tenantTemplate(ctx context.Context, tenantID string, spec *Spec) (*templates.Version, []image.Template, error) {
 	tpls := s.templates
+	if b := spec.Builder; b != nil {
+		if b.TenantID != tenantID || b.Path == "" {
+			return nil, nil, fmt.Errorf("create sandbox: builder image of another tenant or none: %w", errdefs.ErrNotFound)
+		}
+		v := *b
+		spec.Template = v.Name
+		return &v, append(append([]image.Template(nil), tpls...), image.Template{Name: v.Name, Version: v.ID, Path: v.Path,
+			Format: image.FormatExt4, SizeBytes: v.SizeBytes}), nil
+	}
 	if spec.Template == "" || s.cfg.TenantTemplates == nil {
 		return nil, tpls, nil
 	}

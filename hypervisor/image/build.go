@@ -105,6 +105,7 @@ func Build(ctx context.Context, o Options) (Manifest, error) {
 		p: &progress{w: o.Progress, n: 6 + len(o.Templates)}}
 	defer func() {
 		if b.base != "" {
+			unmountUnder(b.base) // never walk a stray /proc
 			os.RemoveAll(b.base)
 		}
 	}()
@@ -422,6 +423,9 @@ func (b *builder) templateInputs(ctx context.Context, name string, busybox debPa
 		if pkgs := derivedPackages(name); pkgs != nil {
 			in["packages"] = joinLines(pkgs)
 		}
+		for p, body := range derivedFiles(name) {
+			in["file:"+p] = body
+		}
 	}
 	return in, nil
 }
@@ -464,7 +468,7 @@ func (b *builder) template(ctx context.Context, name string, busybox debPackage,
 	case TemplateBusybox:
 		err = populateBusybox(ctx, tree, filepath.Join(busyboxDir, "bin/busybox"))
 	default:
-		err = b.fromDebian(ctx, tree, inputs, derivedPackages(name), filepath.Join(b.cache, "apt-"+name+"-"+version+".log"))
+		err = b.fromDebian(ctx, tree, inputs, derivedPackages(name), derivedFiles(name), filepath.Join(b.cache, "apt-"+name+"-"+version+".log"))
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("template %s: %w", name, err)

@@ -23,22 +23,50 @@ func derivedPackages(name string) []string {
 	return nil
 }
 
+// derivedFiles are files a template adds to its tree (path inside the tree
+// -> content), after its packages; they are part of the template's inputs.
+//
+// node: npm's global config (Debian's npm reads /etc/npmrc). Under TCG every
+// extra request and timer of npm costs seconds: no update check against the
+// npm registry (which the sandbox's egress policy usually denies, so the
+// check only waits), no funding banner, no progress bar. npm audit stays on:
+// it is a security check, and a project or CI turns it off itself
+// (`--no-audit`, or `audit=false` in the project's .npmrc).
+func derivedFiles(name string) map[string]string {
+	switch name {
+	case TemplateNode:
+		return map[string]string{"etc/npmrc": "update-notifier=false\nfund=false\nprogress=false\n"}
+	}
+	return nil
+}
+
 // fromDebian is a Debian-based template (debian, node, build): a copy of
 // the build's one debootstrapped debian tree (debootstrap runs once for
 // all three, ~1 min saved per derived template), plus its packages,
 // installed with the tree's own apt from the host's package index and
 // Debian mirror, then apt's caches dropped.
-func (b *builder) fromDebian(ctx context.Context, tree string, inputs map[string]string, pkgs []string, logPath string) error {
+func (b *builder) fromDebian(ctx context.Context, tree string, inputs map[string]string, pkgs []string, files map[string]string, logPath string) error {
 	base, err := b.debianBase(ctx, inputs)
 	if err != nil {
 		return err
 	}
-	if _, err := command(ctx, "", "cp", "-a", base+"/.", tree); err != nil {
+	// --one-file-system: a mount left inside the base (see unmountUnder) is
+	// never copied.
+	if _, err := command(ctx, "", "cp", "-a", "--one-file-system", base+"/.", tree); err != nil {
 		return fmt.Errorf("copy the debian tree: %w", err)
 	}
 	if len(pkgs) > 0 {
-		if err := aptInstall(ctx, tree, pkgs, logPath); err != nil {
+		err := aptInstall(ctx, tree, pkgs, logPath)
+		if uerr := unmountUnder(tree); err == nil {
+			err = uerr
+		}
+		if err != nil {
 			return err
+		}
+	}
+	for p, body := range files {
+		if err := os.WriteFile(filepath.Join(tree, p), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("template file %s: %w", p, err)
 		}
 	}
 	if err := cleanApt(tree); err != nil {

@@ -29,6 +29,9 @@ func TestDerivedTemplateInputs(t *testing.T) {
 		if in["packages"] != tt.packages {
 			t.Errorf("Got(%s inputs packages) = %q; want %q", tt.name, in["packages"], tt.packages)
 		}
+		if got, want := in["file:etc/npmrc"] != "", tt.name == TemplateNode; got != want {
+			t.Errorf("Got(%s inputs have file:etc/npmrc) = %v; want %v", tt.name, got, want)
+		}
 		if in["suite"] == "" || in["mirror"] == "" || in["debootstrap"] == "" {
 			t.Errorf("Got(%s inputs) = %v; want debian's suite, mirror and debootstrap version", tt.name, in)
 		}

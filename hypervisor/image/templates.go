@@ -149,7 +149,13 @@ func debootstrapDebian(ctx context.Context, dir, suite, mirror, cacheDir, logPat
 	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--cache-dir="+cacheDir,
 		"--include="+strings.Join(debianIncludes(), ","), "--components=main", suite, dir, mirror)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	// debootstrap mounts /proc (and more) in the target while it works; an
+	// interrupted one leaves them there.
+	if uerr := unmountUnder(dir); err == nil {
+		err = uerr
+	}
+	if err != nil {
 		b, _ := os.ReadFile(logPath)
 		return fmt.Errorf("debootstrap %s %s: %w: %s", suite, mirror, err, tail(string(b), 800))
 	}

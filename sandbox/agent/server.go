@@ -73,6 +73,7 @@ func (s *Server) capabilities() []string {
 		ops = append(ops, sandboxOps()...)
 		ops = append(ops, fsOps()...)
 		ops = append(ops, pauseOps()...)
+		ops = append(ops, upperOps()...)
 	}
 	return agentproto.Capabilities(ops...)
 }
@@ -340,6 +341,12 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.handleSandbox(ctx, ss, st, req)
 	case agentproto.OpSandboxPause, agentproto.OpSandboxResume:
 		s.servePause(ctx, st, req)
+	case agentproto.OpSandboxUpper:
+		if s.cfg.Sandboxes == nil {
+			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented))})
+			return
+		}
+		s.cfg.Sandboxes.serveUpper(st, req)
 	case agentproto.OpVolumeMount, agentproto.OpVolumeUnmount:
 		s.serveVolume(ctx, st, req)
 	case agentproto.OpEgress:

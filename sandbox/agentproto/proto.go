@@ -129,6 +129,11 @@ const (
 	// answer an empty Response (volume.go).
 	OpVolumeMount   Op = "volume.mount"
 	OpVolumeUnmount Op = "volume.unmount"
+	// OpSandboxUpper streams a PAUSED sandbox's writable layer (its
+	// overlay upper dir) as a tar: Request.Fs (Sandbox, MaxBytes, required);
+	// answers Response, then ChannelData frames and an empty one at the
+	// end, or ChannelError (upper.go of the agent, UpperDoc).
+	OpSandboxUpper Op = "sandbox.upper"
 )
 
 // Request is the first message on every stream.

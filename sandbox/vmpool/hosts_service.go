@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
@@ -85,27 +86,36 @@ func (s *Service) liveCandidates(memMiB int) ([]string, error) {
 	return out, nil
 }
 
-// HostDownAfter is how long a host may go without answering before it is
-// declared down (its VMs lost, its sandboxes failed). A libvirtd restart
-// (its VMs keep running) is over well within it.
+// HostDownAfter is how long a host's connection may fail (refused or
+// closed, reconnecting in vain) before the host is declared down (its VMs
+// lost, its sandboxes failed). A libvirtd restart (its VMs keep running) is
+// over well within it.
 const HostDownAfter = 6 * time.Second
+
+// HostSlowDownAfter is how long a host whose connection is live may go
+// without answering the cheap call (each one timing out or failing) before
+// it is declared down all the same. Until then it is only "slow" (shown on
+// the hosts page): a loaded libvirtd answers late, and that must not lose
+// the VMs it runs.
+const HostSlowDownAfter = 60 * time.Second
 
 // hostCallTimeout bounds the cheap call that checks a host answers.
 const hostCallTimeout = 3 * time.Second
 
 // watchHost checks every MonitorInterval that the host answers a cheap call
-// (its capacity, which refreshes it too). One that has not answered for
-// HostDownAfter, connection open or not, is down: its VMs are lost with the
-// reason "host <uri> down", audited host.down; the warm pools refill
-// elsewhere. When it answers again it is up (host.up) and reconciled, which
-// destroys the leftover domains of its lost VMs. A draining host's idle VMs
-// are destroyed here too, to be refilled elsewhere.
+// (its capacity, which refreshes it too). A host whose connection fails for
+// HostDownAfter, or that has not answered on a live connection for
+// HostSlowDownAfter, is down: its VMs are lost with the reason
+// "host <uri> down", audited host.down; the warm pools refill elsewhere.
+// When it answers again it is up (host.up) and reconciled, which destroys
+// the leftover domains of its lost VMs. A draining host's idle VMs are
+// destroyed here too, to be refilled elsewhere.
 func (s *Service) watchHost(h *hostConn) {
 	defer s.wg.Done()
 	t := s.cfg.Clock.NewTicker(s.cfg.MonitorInterval)
 	defer t.Stop()
 	h.mu.Lock()
-	h.answered = s.cfg.Clock.Now()
+	h.answered, h.connOK = s.cfg.Clock.Now(), s.cfg.Clock.Now()
 	h.mu.Unlock()
 	for {
 		select {
@@ -120,6 +130,23 @@ func (s *Service) watchHost(h *hostConn) {
 	}
 }
 
+// connFailure tells whether err, from a host's cheap call, is the
+// connection's (refused, closed, being re-established) rather than a call
+// that was slow or failed on a live connection.
+func connFailure(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, hypervisor.ErrUnavailable) || errors.Is(err, ErrUnavailable)
+}
+
+// hostVerdict decides, at now, what a host that just failed its cheap call
+// is: down (its VMs to be lost) or only slow. connOK is the last time its
+// connection was live, answered the last time the call succeeded.
+func hostVerdict(now, connOK, answered time.Time) (down bool) {
+	return now.Sub(connOK) >= HostDownAfter || now.Sub(answered) >= HostSlowDownAfter
+}
+
 func (s *Service) checkHost(h *hostConn) {
 	now := s.cfg.Clock.Now()
 	hv, err := h.live()
@@ -129,9 +156,9 @@ func (s *Service) checkHost(h *hostConn) {
 		cancel()
 		if err = cerr; err == nil {
 			h.mu.Lock()
-			h.capacity, h.answered, h.lastSeen = capacity, s.cfg.Clock.Now(), s.cfg.Clock.Now()
+			h.capacity, h.answered, h.connOK, h.lastSeen = capacity, s.cfg.Clock.Now(), s.cfg.Clock.Now(), s.cfg.Clock.Now()
 			wasDown := h.down
-			h.down = false
+			h.down, h.slow = false, ""
 			h.mu.Unlock()
 			if wasDown {
 				s.hostUp(h, hv)
@@ -141,14 +168,22 @@ func (s *Service) checkHost(h *hostConn) {
 		}
 	}
 	h.mu.Lock()
-	silent := now.Sub(h.answered)
+	if !connFailure(err) {
+		// A live connection whose call timed out or failed: slow, not down.
+		h.connOK = now
+		if h.slow == "" {
+			s.log.Warn("libvirt host slow: its cheap call did not answer", "uri", h.uri, "err", err)
+		}
+		h.slow = fmt.Sprintf("slow: no answer since %s (%s)", h.answered.UTC().Format(time.RFC3339), clipErr(err))
+	}
+	down := hostVerdict(now, h.connOK, h.answered)
 	already := h.down
 	reason := h.reason
 	h.mu.Unlock()
-	if already || silent < HostDownAfter {
-		return
+	if already || !down || !s.leading() {
+		return // a follower replica leaves recording it (and losing VMs) to the leader
 	}
-	if err != nil && reason == "" {
+	if reason == "" {
 		reason = err.Error()
 	}
 	s.hostDown(h, reason)
@@ -192,6 +227,9 @@ func (s *Service) hostUp(h *hostConn, hv Hypervisor) {
 // refills them on another host. VMs handed out to sandboxes stay until
 // their sandboxes end.
 func (s *Service) drainIdle(h *hostConn) {
+	if !s.leading() {
+		return // the leader's, as the warm pools are
+	}
 	ctx, cancel := s.stop.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rec, err := s.store.host(ctx, h.uri)
@@ -427,6 +465,28 @@ func (s *Service) kickAll(ctx context.Context) {
 	for _, p := range pools {
 		s.kick(p.TenantID)
 	}
+}
+
+// ClosedHosts are the hosts whose VMs take no new sandbox: cordoned,
+// draining, removed, or recorded down (Host.TakesSandboxes).
+func (s *Service) ClosedHosts(ctx context.Context) (map[string]bool, error) {
+	recs, err := s.store.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		if !r.TakesSandboxes() {
+			out[r.URI] = true
+		}
+	}
+	return out, nil
+}
+
+// TakesSandboxes reports whether the host's running VMs may take new
+// sandboxes: not when it is cordoned, draining, removed or down.
+func (h Host) TakesSandboxes() bool {
+	return (h.State == HostActive || h.State == "") && h.DownAt == nil
 }
 
 // HostStatus is one host's status (Hosts), ErrNotFound when unknown.

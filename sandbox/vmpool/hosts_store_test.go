@@ -245,9 +245,11 @@ func TestHostStates(t *testing.T) {
 		if _, err := e.store.setHostState(bg, admin, hostB, remove); err != nil {
 			t.Errorf("remove an empty host = %v", err)
 		}
+		before = e.rows(t)
 		if _, err := e.store.AddHost(bg, admin, Host{URI: hostA}); !errors.Is(err, errdefs.ErrConflict) {
 			t.Errorf("add a duplicate host = %v; want ErrConflict", err)
 		}
+		e.unchanged(t, before, "a refused duplicate host")
 		if h, err := e.store.AddHost(bg, admin, Host{URI: hostB, MemoryKiB: 1 << 20}); err != nil || h.State != HostActive {
 			t.Errorf("add a removed host back = %+v, %v; want active", h, err)
 		}

@@ -147,6 +147,7 @@ func (p Pool) Settings() PoolSettings {
 const (
 	HealthOK          = "ok"
 	HealthUnavailable = "unavailable"
+	HealthSlow        = "slow" // connected, its calls time out (HostSlowDownAfter)
 )
 
 // Host is a libvirt host as last seen.

@@ -384,6 +384,8 @@ type hostConn struct {
 	cpu       map[string]cpuSample
 	lastSeen  time.Time
 	answered  time.Time // last call libvirt answered (hosts_service.go)
+	connOK    time.Time // last time its connection was live (hosts_service.go)
+	slow      string    // why it is slow: calls time out on a live connection
 	down      bool      // recorded down: its VMs were lost
 	removed   bool      // RemoveHost: supervision ends
 }
@@ -557,6 +559,7 @@ type HostStatus struct {
 	Configured bool // in STOCKADE_LIBVIRT_URIS now
 	Connected  bool
 	Reason     string // why not connected
+	Slow       string // why it is slow (connected, its calls time out)
 	Capacity   hypervisor.Capacity
 	ActiveVMs  int
 	VCPUs      int // of the active VMs, as allocated
@@ -593,7 +596,7 @@ func (s *Service) Hosts(ctx context.Context) ([]HostStatus, error) {
 		st := HostStatus{Host: byURI[h.uri], Configured: true}
 		st.URI = h.uri
 		h.mu.Lock()
-		st.Connected, st.Reason, st.Capacity = h.hv != nil && h.connected, h.reason, h.capacity
+		st.Connected, st.Reason, st.Capacity, st.Slow = h.hv != nil && h.connected, h.reason, h.capacity, h.slow
 		h.mu.Unlock()
 		delete(byURI, h.uri)
 		add(st)

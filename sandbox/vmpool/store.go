@@ -475,7 +475,8 @@ func (s *Store) acquire(ctx context.Context, tenantID string) (VM, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var vm VM
 		q := s.db.WithContext(ctx).Where("tenant_id = ? AND state = ? AND acquired_at IS NULL", tenantID, StateRunning).
-			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").Where("state = ?", HostDraining))
+			Where("host_uri NOT IN (?)", s.db.Model(&Host{}).Select("uri").
+				Where("state IN ? OR down_at IS NOT NULL", []HostState{HostCordoned, HostDraining, HostRemoved}))
 		if s.leases != nil { // replicas: only a VM whose channel this one owns
 			q = q.Where("id IN (SELECT vm_id FROM vm_leases WHERE owner = ? AND expires_at > ?)", s.leases.ID(), s.clock.Now().UTC())
 		}

@@ -10,9 +10,15 @@ import (
 // templateBuilds builds the recipe builder on the template registry: bases
 // are the sandbox service's built-ins; packages are cached in the data
 // dir beside the image build's. Start fails the builds a stopped server
-// left running; Close cancels the running ones.
+// left running; Close cancels the running ones. Setup commands run in a
+// builder sandbox of the build's tenant (recipe.SandboxRunner) when the
+// server runs sandboxes.
 func (a *App) templateBuilds(cfg Config) error {
-	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(a.DB, a.Clock.Now), Registry: a.Templates,
+	var runner recipe.Runner
+	if a.Sandboxes != nil {
+		runner = &recipe.SandboxRunner{Sandboxes: a.Sandboxes, Images: a.Templates, Quota: a.Store.Quota}
+	}
+	b, err := recipe.New(recipe.Options{Store: recipe.NewStore(a.DB, a.Clock.Now), Registry: a.Templates, Runner: runner,
 		Bases: func() []image.Template {
 			if a.Sandboxes == nil {
 				return nil

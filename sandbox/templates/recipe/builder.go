@@ -39,6 +39,8 @@ type Registry interface {
 // Setup is a build's setup step: the commands to run over Tree.
 type Setup struct {
 	Tenant, BuildID string
+	// VersionID is the building version the tree becomes.
+	VersionID string
 	// Tree is the stage tree so far (base, packages, files); the runner
 	// applies what the commands changed to it.
 	Tree     string
@@ -265,7 +267,7 @@ func (b *Builder) steps(ctx context.Context, actor audit.Actor, build Build, r R
 	if len(r.Setup) == 0 {
 		fmt.Fprintln(log, "no setup commands")
 	} else {
-		err := b.o.Runner.Run(ctx, actor, Setup{Tenant: build.TenantID, BuildID: build.ID, Tree: tree,
+		err := b.o.Runner.Run(ctx, actor, Setup{Tenant: build.TenantID, BuildID: build.ID, VersionID: build.VersionID, Tree: tree,
 			Commands: r.Setup, User: r.User, Workdir: r.Workdir, Env: r.Env, Log: log})
 		if err != nil {
 			return err

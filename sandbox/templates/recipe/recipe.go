@@ -315,7 +315,9 @@ files:
     mode: "0644"
 env:
   EDITOR: nano
-workdir: /workspace
+workdir: /opt/tools
+setup:
+  - jq --version > jq-version.txt
 `
 
 func unknown(m map[string]any, prefix string, known []string, add func(field, rule, detail string)) {

@@ -38,7 +38,7 @@ func TestDigestCanonical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js := `{"workdir":"/workspace","env":{"EDITOR":"nano"},
+	js := `{"setup":["jq --version > jq-version.txt"],"workdir":"/opt/tools","env":{"EDITOR":"nano"},
 	"files":{"/etc/motd":{"mode":"0644","content":"built from a recipe\n"}},"packages":["jq","tree"],
 	"base":"debian","name":"jq-tools","apiVersion":"stockade.dev/template/v1"}`
 	jsonR, err := recipe.Parse([]byte(js))
