@@ -22,7 +22,9 @@ import (
 // SIGKILL. The second then owns the VM (its lease expired and it adopted
 // it, without a reboot: the same guest, a new agent session), the sandbox
 // runs on and takes commands through the second, and the process's output
-// is whole: every line, once, in order, across the failover.
+// is whole: every line, once, in order, across the failover. A terminal
+// driven through the second (forwarded to the first) reconnects through the
+// second from its offset: b takes it up on the Join and every tick arrives once.
 func TestReplicaKilled(t *testing.T) {
 	dbtest.PostgresDSN(t)
 	shared := sandboxtest.NeedVMs(t)
@@ -101,6 +103,9 @@ func TestReplicaKilled(t *testing.T) {
 		t.Fatalf("Got(a's replication) = %+v; want a holding its VM's lease", r)
 	}
 
+	// A terminal driven through b (forwarded to a, the owner) across the kill.
+	term := openFailoverTerminal(t, b.Base, token, sb.ID, 40)
+
 	a.Kill9(t)
 	killed := time.Now()
 	deadline := killed.Add(2 * time.Minute)
@@ -148,6 +153,11 @@ func TestReplicaKilled(t *testing.T) {
 		t.Errorf("Got(guest uptime) = %.1fs after < %.1fs before; want the same guest, not rebooted", vmAfter.Guest.UptimeSeconds, vmBefore.Guest.UptimeSeconds)
 	}
 
+	// The watcher reconnects through b and replays from its offset: every
+	// tick once, then typing goes on.
+	term.resume(t, b.Base)
+	term.check(t)
+
 	// The background process's output is whole, read through b.
 	waitFor("the process ends", func() bool {
 		var p api.Process
@@ -179,4 +189,7 @@ func TestReplicaKilled(t *testing.T) {
 	if stdout.String() != want.String() {
 		t.Errorf("Got(process output across the failover) = %q; want every line once, in order: %q", stdout.String(), want.String())
 	}
+
+	// Usage: metered by a, then by b, with no gap and no double count.
+	checkUsageAcrossFailover(t, vars["STOCKADE_DB"], dir, sb.ID, killed)
 }

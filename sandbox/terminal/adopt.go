@@ -3,6 +3,7 @@ package terminal
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -49,27 +50,53 @@ func (s *Service) adoptOrphans() {
 // ended, its process is gone, or its agent stayed out of reach for the
 // adopt window. It reports whether sess is settled (false: try again).
 func (s *Service) adopt(ctx context.Context, sess Session) bool {
+	if err := s.attach(ctx, sess, restarted); err != nil {
+		return s.giveUp(ctx, sess, err)
+	}
+	return true
+}
+
+// Why a session is taken up: the marker its recording gets, and the end
+// reason when its process is gone.
+type takeUp struct{ note, gone string }
+
+var (
+	restarted = takeUp{"the server restarted: the terminal went on, recorded again from here",
+		"lost: its process was gone when the server restarted"}
+	movedHere = takeUp{"the server that held it stopped: another server took the terminal up, recorded again from here",
+		"lost: its process was gone when another server took up its sandbox"}
+)
+
+// attach takes up sess: it re-attaches its PTY and builds its hub, or
+// records it ended when it cannot be (its sandbox ended, its process is
+// gone). A passing error (the agent out of reach from here) is returned
+// with sess left as it was.
+func (s *Service) attach(ctx context.Context, sess Session, why takeUp) error {
 	att, ok := s.sbx.(PTYAttacher)
 	if !ok {
 		s.closeLost(ctx, sess, "lost: the server that held it stopped")
-		return true
+		return nil
 	}
-	ended, why, err := s.sbx.SandboxEnded(ctx, sess.TenantID, sess.SandboxID)
+	ended, reason, err := s.sbx.SandboxEnded(ctx, sess.TenantID, sess.SandboxID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		s.closeLost(ctx, sess, "the sandbox is gone")
-		return true
+		return nil
 	case err == nil && ended:
-		s.closeLost(ctx, sess, why)
-		return true
+		s.closeLost(ctx, sess, reason)
+		return nil
 	case err != nil:
-		return s.giveUp(ctx, sess, err)
+		return err
 	}
 	var prior recorded
-	path := ""
+	path, fresh := "", false
 	if sess.Recording != "" {
 		path = filepath.Join(s.cfg.DataDir, sess.Recording)
-		if prior, err = readRecorded(path); err != nil {
+		if prior, err = readRecorded(path); errors.Is(err, os.ErrNotExist) {
+			// Another server's data directory held it: this one records
+			// what follows in its own, under the same name.
+			prior, fresh = recorded{}, true
+		} else if err != nil {
 			s.log.Warn("read the recording of a terminal to take up", "session", sess.ID, "err", err)
 			path = ""
 		}
@@ -78,27 +105,27 @@ func (s *Service) adopt(ctx context.Context, sess Session) bool {
 	pty, start, err := att.AttachPTY(ctx, sess.TenantID, sess.SandboxID, sess.ID, 0)
 	switch {
 	case errors.Is(err, ErrPTYGone):
-		s.closeLost(ctx, sess, "lost: its process was gone when the server restarted")
-		return true
+		s.closeLost(ctx, sess, why.gone)
+		return nil
 	case err != nil:
-		return s.giveUp(ctx, sess, err)
+		return err
 	}
 	var rec *Recorder
 	heldBudget := false
 	if path != "" {
-		f, err := openResumed(path, &prior)
+		budget, err := s.takeBudget(ctx, sess.TenantID)
+		heldBudget = err == nil
 		if err != nil {
+			s.log.Warn("recording budget", "tenant", sess.TenantID, "err", err)
+			budget = NewBudget(max(s.cfg.MaxTenantRecordingBytes, 0), 0)
+		}
+		lim := RecorderLimits{MaxBytes: max(s.cfg.MaxRecordingBytes, 0), Budget: budget}
+		if rec, err = s.resumeRecording(path, fresh, &prior, sess, lim, why.note); err != nil {
 			s.log.Error("resume recording", "session", sess.ID, "err", err)
-		} else {
-			budget, err := s.takeBudget(ctx, sess.TenantID)
-			heldBudget = err == nil
-			if err != nil {
-				s.log.Warn("recording budget", "tenant", sess.TenantID, "err", err)
-				budget = NewBudget(max(s.cfg.MaxTenantRecordingBytes, 0), 0)
+			if heldBudget {
+				s.releaseBudget(sess.TenantID)
+				heldBudget = false
 			}
-			lim := RecorderLimits{MaxBytes: max(s.cfg.MaxRecordingBytes, 0), Budget: budget}
-			rec = resumeRecorder(f, prior, sess.StartedAt, s.cfg.Clock.Now, s.cfg.SpoolEvents, lim,
-				"the server restarted: the terminal went on, recorded again from here")
 		}
 	}
 	opener := audit.Actor{Kind: sess.OpenedByKind, ID: sess.OpenedBy, Name: sess.OpenedByName}
@@ -110,7 +137,10 @@ func (s *Service) adopt(ctx context.Context, sess Session) bool {
 		if rec != nil {
 			rec.Close()
 		}
-		return true
+		if heldBudget {
+			s.releaseBudget(sess.TenantID)
+		}
+		return nil
 	}
 	l.hub = NewHub(pty, HubConfig{
 		ID: sess.ID, Sandbox: sess.SandboxID, RingBytes: s.cfg.RingBytes, QueueBytes: s.cfg.QueueBytes, QueueMessages: s.cfg.QueueMessages,
@@ -137,9 +167,34 @@ func (s *Service) adopt(ctx context.Context, sess Session) bool {
 	})
 	s.live[sess.ID] = l
 	s.mu.Unlock()
-	s.log.Info("terminal taken up after a server restart", "session", sess.ID, "tenant", sess.TenantID, "sandbox", sess.SandboxID,
+	s.log.Info("terminal taken up", "why", why.note, "session", sess.ID, "tenant", sess.TenantID, "sandbox", sess.SandboxID,
 		"from", start, "recorded", prior.Out+prior.Lost)
-	return true
+	return nil
+}
+
+// resumeRecording opens the recording at path again, after a marker
+// saying why; fresh: it is not in this server's data directory, so it is
+// begun anew there (a header, the marker, then what the agent still holds).
+func (s *Service) resumeRecording(path string, fresh bool, prior *recorded, sess Session, lim RecorderLimits, note string) (*Recorder, error) {
+	if !fresh {
+		f, err := openResumed(path, prior)
+		if err != nil {
+			return nil, err
+		}
+		return resumeRecorder(f, *prior, sess.StartedAt, s.cfg.Clock.Now, s.cfg.SpoolEvents, lim, note), nil
+	}
+	f, err := createRecording(path)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := NewLimitedRecorder(f, CastHeader{Width: sess.Cols, Height: sess.Rows, Timestamp: sess.StartedAt.Unix(),
+		Title: "sandbox " + sess.SandboxID, Env: castEnv(s.cfg.Env)}, sess.StartedAt, s.cfg.Clock.Now, s.cfg.SpoolEvents, lim)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	rec.send(CastMarker, []byte(note))
+	return rec, nil
 }
 
 // giveUp records sess lost once the adopt window has passed; before, it

@@ -193,3 +193,43 @@ func TestResumedHub(t *testing.T) {
 		t.Errorf("Got(reason) = %q; want the exit", e.Reason)
 	}
 }
+
+// TestResumedHubJoinAhead: a watcher reconnecting to a hub just taken up
+// (another server stopped) asks for an offset the agent's replay has not
+// reached yet; it gets what follows that offset once, not the replay again.
+func TestResumedHubJoinAhead(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   string
+	}{
+		{"replay in one read", []string{"seen-unseen"}, "unseen"},
+		{"replay split before the offset", []string{"se", "en-", "unseen"}, "unseen"},
+		{"replay split across the offset", []string{"seen-un", "seen"}, "unseen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPipePTY()
+			h := NewHub(p, HubConfig{ID: "s", Resume: &HubResume{Offset: 0}})
+			defer h.End("test over")
+			c, err := h.Join(JoinOptions{Offset: 5}) // it saw "seen-"
+			if err != nil {
+				t.Fatal(err)
+			}
+			hello := <-c.Out()
+			if hello.Control == nil || hello.Control.Offset == nil || *hello.Control.Offset != 5 {
+				t.Fatalf("Got(hello) = %+v; want offset 5", hello.Control)
+			}
+			for _, w := range tc.writes {
+				p.w.Write([]byte(w))
+			}
+			var got []byte
+			for len(got) < len(tc.want) {
+				m := <-c.Out()
+				got = append(got, m.Data...)
+			}
+			if string(got) != tc.want {
+				t.Errorf("Got(output after resuming at 5) = %q; want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -255,12 +255,20 @@ func (h *Hub) output(p []byte) {
 	var cut bool
 	drv := h.driver
 	for c := range h.clients {
-		if c != drv && !h.deliver(c, m) {
-			cut = true
+		if c != drv {
+			if cm, ok := c.unseen(m, at); ok && !h.deliver(c, cm) {
+				cut = true
+			}
 		}
 	}
 	if cut {
 		h.broadcastPresence()
+	}
+	if drv != nil {
+		var ok bool
+		if m, ok = drv.unseen(m, at); !ok {
+			return
+		}
 	}
 	if drv != nil && !h.offer(drv, m) {
 		h.mu.Unlock()
@@ -447,6 +455,11 @@ func (h *Hub) Join(o JoinOptions) (*Client, error) {
 		off = 0
 	}
 	data, from := h.ring.since(off)
+	if h.cfg.Resume != nil && o.Offset > from && o.Offset-from <= resumeAhead {
+		// Taken up from the agent, whose output is still arriving: the
+		// client saw up to o.Offset, so it gets what follows, once.
+		c.skipTo, from = o.Offset, o.Offset
+	}
 	missed := int64(0)
 	if o.Offset >= 0 && from > o.Offset {
 		missed = from - o.Offset
@@ -584,11 +597,30 @@ type Client struct {
 	space    chan struct{} // a send freed room, or the client changed
 
 	// Under hub.mu.
+	skipTo    int64 // output before this offset was seen already (see Join)
 	role      string
 	requested bool
 	gone      bool
 	code      int
 	reason    string
+}
+
+// resumeAhead bounds how far past a taken-up hub's output a resuming
+// client's offset may be (the agent holds at most 1 MiB).
+const resumeAhead = 1 << 20
+
+// unseen is m, output at offset at, without what c saw already; false
+// when c saw all of it. Under hub.mu.
+func (c *Client) unseen(m Message, at int64) (Message, bool) {
+	if c.skipTo <= at {
+		return m, true
+	}
+	k := c.skipTo - at
+	if k >= int64(len(m.Data)) {
+		return m, false
+	}
+	c.skipTo = 0
+	return Message{Data: m.Data[k:]}, true
 }
 
 // Out delivers what to send, in order. It is closed once everything the

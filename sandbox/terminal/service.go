@@ -146,8 +146,11 @@ type Service struct {
 	// (adopt) until adoptUntil.
 	orphans    map[string]Session
 	adoptUntil time.Time
-	started    bool
-	closed     bool
+	// attaching are the sessions another server left being taken up here
+	// on demand (takeUpHere), so one Join does it.
+	attaching map[string]bool
+	started   bool
+	closed    bool
 }
 
 type liveSession struct {
@@ -161,7 +164,7 @@ type liveSession struct {
 func NewService(store *Store, sbx Sandboxes, cfg Config) *Service {
 	cfg.checkAndSetDefaults()
 	s := &Service{cfg: cfg, store: store, sbx: sbx, log: cfg.Logger.With("component", "terminal"),
-		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}, orphans: map[string]Session{}}
+		live: map[string]*liveSession{}, budgets: map[string]*tenantBudget{}, orphans: map[string]Session{}, attaching: map[string]bool{}}
 	s.stop = shutdown.New()
 	return s
 }
@@ -534,7 +537,25 @@ func (s *Service) Join(ctx context.Context, actor audit.Actor, tenantID, sandbox
 		if adopting {
 			return nil, fmt.Errorf("terminal session %s: %w: it is being re-attached after a server restart; try again in a moment", sessionID, errdefs.ErrConflict)
 		}
-		return nil, fmt.Errorf("terminal session %s: %w: it runs on another server", sessionID, errdefs.ErrConflict)
+		if !s.takesUp() {
+			return nil, fmt.Errorf("terminal session %s: %w: it runs on another server", sessionID, errdefs.ErrConflict)
+		}
+		// Requests for a sandbox's terminals reach the replica owning its
+		// VM's channel: the server that ran this one stopped, and this one
+		// took up the VM. Its PTY lives in the agent: re-attach it here.
+		if err := s.takeUpHere(ctx, sess); err != nil {
+			return nil, fmt.Errorf("terminal session %s: %w: it is being taken up by this server (%v); try again in a moment", sessionID, errdefs.ErrConflict, err)
+		}
+		s.mu.Lock()
+		l = s.live[sessionID]
+		s.mu.Unlock()
+		if l == nil {
+			sess, err := s.store.Session(ctx, tenantID, sessionID)
+			if err == nil && sess.EndedAt != nil {
+				return nil, fmt.Errorf("%w: %s", ErrEnded, sess.EndReason)
+			}
+			return nil, fmt.Errorf("terminal session %s: %w: it is being taken up by this server; try again in a moment", sessionID, errdefs.ErrConflict)
+		}
 	}
 	c, err := l.hub.Join(JoinOptions{Actor: actor, CanDrive: req.CanDrive, Drive: req.Drive, Offset: req.Offset})
 	if err != nil {
@@ -752,8 +773,51 @@ func (s *Service) reapLost(ctx context.Context, before time.Time) {
 		if mine || orphan {
 			continue
 		}
+		if s.takesUp() {
+			// Its PTY may live on in the agent, whose channel this
+			// server may own now: take it up. One the agent is out of
+			// reach for (another server owns its VM, or nobody yet)
+			// waits for its owner, up to AdoptWindow more.
+			err := s.takeUpHere(ctx, sess)
+			if err == nil || s.cfg.Clock.Now().Sub(sess.SeenAt) < lostAfter+s.cfg.AdoptWindow {
+				continue
+			}
+		}
 		s.closeLost(ctx, sess, "lost: the server that held it stopped")
 	}
+}
+
+// takesUp says whether this server takes up, on demand, terminals another
+// server of the installation left: with several replicas (not Exclusive)
+// and Sandboxes that can re-attach PTYs.
+func (s *Service) takesUp() bool {
+	_, ok := s.sbx.(PTYAttacher)
+	return ok && !s.cfg.Exclusive
+}
+
+// takeUpHere re-attaches sess, a live session no server here holds, at
+// most once at a time; nil when it is settled (live here, or recorded
+// ended), a passing error otherwise.
+func (s *Service) takeUpHere(ctx context.Context, sess Session) error {
+	s.mu.Lock()
+	if _, live := s.live[sess.ID]; live {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.attaching[sess.ID] || s.closed {
+		s.mu.Unlock()
+		return errors.New("being taken up")
+	}
+	s.attaching[sess.ID] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.attaching, sess.ID)
+		s.mu.Unlock()
+	}()
+	ctx, cancel := s.stop.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return s.attach(ctx, sess, movedHere)
 }
 
 // closeLost records a session no server holds as ended with reason. What

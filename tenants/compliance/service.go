@@ -544,6 +544,46 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
+// Run runs the cycle as Start does but under ctx: it returns once ctx
+// ends (or Close), and may run again afterwards, one at a time: a
+// replica runs it for each of its leader terms.
+func (s *Service) Run(ctx context.Context) {
+	if s.cfg.Tenants == nil {
+		s.log.Error("compliance: Tenants is required to run the cycle")
+		return
+	}
+	s.mu.Lock()
+	if s.started || s.closed || s.cancel != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.startAt.IsZero() {
+		s.startAt = s.now()
+	}
+	bg, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	loops := []func(context.Context){s.evalLoop}
+	if s.cfg.Prober != nil && s.cfg.ProbeInterval > 0 {
+		loops = append(loops, s.probeLoop)
+	}
+	s.wg.Add(len(loops)) // each loop's own Done
+	s.mu.Unlock()
+	var term sync.WaitGroup
+	for _, loop := range loops {
+		term.Add(1)
+		go func() {
+			defer term.Done()
+			loop(bg)
+		}()
+	}
+	<-bg.Done()
+	term.Wait()
+	s.mu.Lock()
+	s.cancel = nil
+	s.mu.Unlock()
+	cancel()
+}
+
 // Close stops the cycle; a probe under way is cut short (its sandbox is
 // still destroyed and the run recorded failed).
 func (s *Service) Close() error {

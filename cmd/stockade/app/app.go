@@ -374,7 +374,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			// serve holds the installation lease before Start: terminals a
 			// stopped server left are taken up again while their PTYs
 			// live in the agent (the exec grace).
-			Exclusive: true, AdoptWindow: cfg.ExecGrace,
+			// With replicas (not Exclusive) the owner of a VM takes up the
+			// terminals a killed replica left, on the first Join.
+			Exclusive: !a.multiReplica(), AdoptWindow: cfg.ExecGrace,
 		})
 		a.ownTerminals = true
 		// A destroyed sandbox ends its terminals at once, for everyone.
@@ -523,7 +525,10 @@ func (a *App) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if a.ownCompliance != nil {
+	if a.ownCompliance != nil && a.Leader != nil {
+		// With replicas the leader evaluates and probes, term by term.
+		a.singleton(ctx, "compliance", a.ownCompliance.Run)
+	} else if a.ownCompliance != nil {
 		if err := a.ownCompliance.Start(ctx); err != nil {
 			return err
 		}
@@ -533,7 +538,14 @@ func (a *App) Start(ctx context.Context) error {
 		integrations.NewDispatcher(a.Integrations, a.sender, integrations.DispatcherConfig{Logger: a.log}).Run(ctx)
 	})
 	a.stops = append(a.stops, func() { stop(); wait() })
-	if a.ownRun {
+	if a.ownRun && a.Leader != nil {
+		// With replicas the leader recovers runs, at each term's start.
+		a.singleton(ctx, "run recovery", func(ctx context.Context) {
+			if err := a.Runs.Recover(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error("recover workflow runs", "err", err)
+			}
+		})
+	} else if a.ownRun {
 		if err := a.Runs.Recover(ctx); err != nil {
 			return err
 		}
