@@ -164,6 +164,7 @@ var global = map[string]string{
 	"vmpool.Store.RemoveHost":                    "libvirt hosts are the platform's (platform operators)",
 	"compliance.Service.Config":                  "the service's configuration",
 	"compliance.Service.Start":                   "starts the evaluation and probe loops over every tenant",
+	"compliance.Service.Run":                     "runs the evaluation and probe loops over every tenant for one leader term",
 	"compliance.Service.Close":                   "stops the loops",
 }
 
