@@ -47,18 +47,25 @@ func templateJSON(e templates.Entry) api.Template {
 	return out
 }
 
+// templateListing reads what the templates page and API show: the
+// templates the tenant can see, its template storage and its quota.
+func (h *Handlers) templateListing(ctx context.Context, tenantID string) ([]templates.Entry, int64, tenants.Quota, error) {
+	list, err := h.templates.List(ctx, tenantID)
+	if err != nil {
+		return nil, 0, tenants.Quota{}, err
+	}
+	used, err := h.templates.Used(ctx, tenantID)
+	if err != nil {
+		return nil, 0, tenants.Quota{}, err
+	}
+	q, err := h.store.Quota(ctx, tenantID)
+	return list, used, q, err
+}
+
 // APITemplates lists the templates the tenant can see: GET /api/v1/templates.
 func (h *Handlers) APITemplates(c echo.Context) error {
-	ctx, cl := c.Request().Context(), CallerOf(c)
-	list, err := h.templates.List(ctx, cl.Tenant.ID)
-	if err != nil {
-		return err
-	}
-	used, err := h.templates.Used(ctx, cl.Tenant.ID)
-	if err != nil {
-		return err
-	}
-	q, err := h.store.Quota(ctx, cl.Tenant.ID)
+	cl := CallerOf(c)
+	list, used, q, err := h.templateListing(c.Request().Context(), cl.Tenant.ID)
 	if err != nil {
 		return err
 	}
@@ -118,16 +125,8 @@ func templateActions(c echo.Context) []views.NavItem {
 
 // TemplatesPage lists the templates the tenant can see: GET /templates.
 func (h *Handlers) TemplatesPage(c echo.Context) error {
-	ctx, cl := c.Request().Context(), CallerOf(c)
-	list, err := h.templates.List(ctx, cl.Tenant.ID)
-	if err != nil {
-		return err
-	}
-	used, err := h.templates.Used(ctx, cl.Tenant.ID)
-	if err != nil {
-		return err
-	}
-	q, err := h.store.Quota(ctx, cl.Tenant.ID)
+	cl := CallerOf(c)
+	list, used, q, err := h.templateListing(c.Request().Context(), cl.Tenant.ID)
 	if err != nil {
 		return err
 	}
