@@ -143,7 +143,7 @@ killd() {
 	fi
 	if alive "$dir/run/libvirtd.pid"; then
 		pid=$(cat "$dir/run/libvirtd.pid")
-		kill -KILL "$pid"
+		kill -KILL "$pid" 2>/dev/null || true # it may die with its QEMUs first
 		while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
 	fi
 }
