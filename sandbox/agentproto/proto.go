@@ -134,6 +134,14 @@ const (
 	// answers Response, then ChannelData frames and an empty one at the
 	// end, or ChannelError (upper.go of the agent, UpperDoc).
 	OpSandboxUpper Op = "sandbox.upper"
+	// OpVMIdentity gives the guest its identity for this life of the VM:
+	// Request.Identity (a host-drawn random seed the agent mixes into the
+	// kernel's RNG and forces a reseed with, the host's wall clock it sets,
+	// a generation it reports back); answers Response.Identity. The host
+	// sends it after every handshake of a booted OR restored VM, before any
+	// tenant work, so two VMs restored from one memory snapshot never share
+	// RNG state or a stale clock (identity.go).
+	OpVMIdentity Op = "vm.identity"
 )
 
 // Request is the first message on every stream.
@@ -155,6 +163,7 @@ type Request struct {
 	PortDial   *PortDialRequest   `json:"port_dial,omitempty"`
 	Template   string             `json:"template,omitempty"` // OpTemplateRelease
 	Volume     *VolumeRequest     `json:"volume,omitempty"`
+	Identity   *IdentityRequest   `json:"identity,omitempty"`
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
@@ -173,6 +182,7 @@ type Response struct {
 	File         *FileInfo       `json:"file,omitempty"`
 	Baseline     *BaselineResult `json:"baseline,omitempty"`
 	Fs           *FsResult       `json:"fs,omitempty"`
+	Identity     *IdentityResult `json:"identity,omitempty"`
 }
 
 // Error codes carried in Error.Code.
