@@ -47,8 +47,9 @@ func near(got, want time.Time, slack time.Duration) bool {
 }
 
 // TestVMIdentity (real VM): the pool gave the warm VM its identity at boot
-// (the agent's generation is its VM id); a later identity reseeds again and
-// steps the clock, which commands in a sandbox see, and the kernel's boot id
+// (the agent's generation is its VM id); later identities reseed again and
+// step the clock, which commands in a sandbox see, and so does the identity
+// a restarted control plane gives the VM it adopts; the kernel's boot id
 // stays the one it made (sandboxes read the same).
 func TestVMIdentity(t *testing.T) {
 	e := need(t)
@@ -62,7 +63,7 @@ func TestVMIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create() = %v", err)
 	}
-	defer svc.Destroy(ctx, sys, e.a.ID, sb.ID)
+	defer func() { e.service().Destroy(ctx, sys, e.a.ID, sb.ID) }()
 	bootIDBefore := strings.TrimSpace(sandboxOutput(t, svc, e.a.ID, sb.ID, "cat /proc/sys/kernel/random/boot_id"))
 
 	identity := func(now time.Time) agentproto.IdentityResult {
@@ -82,7 +83,7 @@ func TestVMIdentity(t *testing.T) {
 	defer func() {
 		seed := make([]byte, 48)
 		rand.Read(seed)
-		if _, err := c.SetIdentity(ctx, agentproto.IdentityRequest{Seed: seed, Now: time.Now(), Generation: e.warmVM}); err != nil {
+		if _, err := e.agent(t).SetIdentity(ctx, agentproto.IdentityRequest{Seed: seed, Now: time.Now(), Generation: e.warmVM}); err != nil {
 			t.Errorf("set the guest clock back: %v", err)
 		}
 	}()
@@ -101,6 +102,21 @@ func TestVMIdentity(t *testing.T) {
 	}
 	if got := guestClock(t, svc, e.a.ID, sb.ID); !near(got, time.Now(), clockSlack) {
 		t.Errorf("Got(guest clock after setting it back) = %v; want about %v", got, time.Now())
+	}
+
+	// A restarted control plane adopts the running VM and gives it its
+	// identity again: the clock is the host's once more.
+	identity(time.Now().Add(offset))
+	e.stop()
+	if err := e.start(); err != nil {
+		t.Fatal(err)
+	}
+	svc = e.service()
+	if got := guestClock(t, svc, e.a.ID, sb.ID); !near(got, time.Now(), clockSlack) {
+		t.Errorf("Got(guest clock after the adoption) = %v; want about %v (set by the adopting host)", got, time.Now())
+	}
+	if st, err := e.agent(t).Stats(ctx); err != nil || st.Generation != e.warmVM {
+		t.Errorf("Got(Stats().Generation after the adoption) = %q, %v; want %s", st.Generation, err, e.warmVM)
 	}
 
 	bootIDAfter := strings.TrimSpace(sandboxOutput(t, svc, e.a.ID, sb.ID, "cat /proc/sys/kernel/random/boot_id"))
