@@ -19,6 +19,7 @@ import (
 
 	"github.com/stockade-dev/stockade/handlers/api"
 	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/benchrec"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
 	"github.com/stockade-dev/stockade/sandbox/terminal/terminaltest"
@@ -298,11 +299,11 @@ func BenchmarkForwardFirstOutput(b *testing.B) {
 	n50, o50 := median(ours), median(theirs)
 	b.ReportMetric(float64(n50.Microseconds())/1000, "nonowner-p50-ms")
 	b.ReportMetric(float64(o50.Microseconds())/1000, "owner-p50-ms")
-	b.ReportMetric(float64(n50)/float64(o50), "nonowner_first_output_vs_owner-ratio")
+	benchrec.Record(b, benchrec.Result{Name: "nonowner_first_output_vs_owner", Value: float64(n50.Microseconds()) / 1000, Unit: "ms", Baseline: float64(o50.Microseconds()) / 1000})
 	ne50, oe50 := median(oursExec), median(theirsExec)
 	b.ReportMetric(float64(ne50.Microseconds())/1000, "nonowner-exec-p50-ms")
 	b.ReportMetric(float64(oe50.Microseconds())/1000, "owner-exec-p50-ms")
-	b.ReportMetric(float64(ne50)/float64(oe50), "nonowner_exec_first_output_vs_owner-ratio")
+	benchrec.Record(b, benchrec.Result{Name: "nonowner_exec_first_output_vs_owner", Value: float64(ne50.Microseconds()) / 1000, Unit: "ms", Baseline: float64(oe50.Microseconds()) / 1000})
 	b.Logf("create -> first output over %d samples each: through the non-owner p50 %v, through the owner p50 %v; ratio %.3f (target <= 1.1); "+
 		"from the created sandbox to its first output: %v against %v, ratio %.3f",
 		len(ours), n50, o50, float64(n50)/float64(o50), ne50, oe50, float64(ne50)/float64(oe50))
