@@ -74,6 +74,8 @@ type joinedConn struct {
 	w io.Writer
 }
 
-func joinConn(c io.ReadWriteCloser) joinedConn { return joinedConn{ReadWriteCloser: c, w: JoinFrames(c)} }
+func joinConn(c io.ReadWriteCloser) joinedConn {
+	return joinedConn{ReadWriteCloser: c, w: JoinFrames(c)}
+}
 
 func (c joinedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
