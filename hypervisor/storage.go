@@ -383,3 +383,53 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// RemovePool deletes the installation's pool from the host: every volume
+// in it, its folder, its definition (a host an operator removes for good,
+// or a test's cleanup). A pool that is not there is fine.
+func (h *Host) RemovePool(ctx context.Context) error {
+	s, release, err := h.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("remove storage pool: %w", err)
+	}
+	defer release()
+	h.store.mu.Lock()
+	h.store.ready = false
+	h.store.verified = map[string]uint64{}
+	h.store.mu.Unlock()
+	pool, err := s.conn.LookupStoragePoolByName(PoolName(h.cfg.InstallationID))
+	if libvirtCode(err) == libvirt.ERR_NO_STORAGE_POOL {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove storage pool: %w", h.fail(err))
+	}
+	defer pool.Free()
+	if active, _ := pool.IsActive(); active {
+		_ = pool.Refresh(0)
+		vols, err := pool.ListAllStorageVolumes(0)
+		if err != nil {
+			return fmt.Errorf("remove storage pool: %w", h.fail(err))
+		}
+		var errs []error
+		for i := range vols {
+			if err := vols[i].Delete(0); err != nil && libvirtCode(err) != libvirt.ERR_NO_STORAGE_VOL {
+				errs = append(errs, err)
+			}
+			vols[i].Free()
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("remove storage pool: %w", classify(err))
+		}
+		if err := pool.Destroy(); err != nil {
+			return fmt.Errorf("remove storage pool: %w", h.fail(err))
+		}
+	}
+	if err := pool.Delete(0); err != nil {
+		h.log.Warn("remove storage pool folder", "dir", h.cfg.PoolDir, "err", err)
+	}
+	if err := pool.Undefine(); err != nil {
+		return fmt.Errorf("remove storage pool: %w", h.fail(err))
+	}
+	return nil
+}

@@ -222,10 +222,14 @@ func (x *transfer) upload(ctx context.Context, h *Host, name, localPath, sum str
 		return err
 	}
 	final, err := x.pool.StorageVolCreateXMLFrom(doc, tmp, 0)
-	if libvirtCode(err) == libvirt.ERR_STORAGE_VOL_EXIST {
-		return nil // another replica's; check verifies it
-	}
 	if err != nil {
+		// ERR_STORAGE_VOL_EXIST, or "already in use" when both copies
+		// were added at once: another replica's; check verifies it.
+		if v, lerr := x.pool.LookupStorageVolByName(name); lerr == nil {
+			v.Free()
+			return nil
+		}
+
 		return fmt.Errorf("copy %s to %s: %w", part, name, classify(err))
 	}
 	final.Free()
