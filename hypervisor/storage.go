@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -210,12 +212,18 @@ func (h *Host) definePool(conn *libvirt.Connect, name string) (*libvirt.StorageP
 	return pool, nil
 }
 
+// PartMaxAge is how long an upload's temporary volume may go unchanged
+// before GC takes it for abandoned.
+const PartMaxAge = time.Hour
+
 // Volume is one volume of the installation's pool on a host.
 type Volume struct {
 	Name       string
 	Path       string
 	Capacity   uint64 // bytes
 	Allocation uint64 // bytes the host's disk holds for it
+	// Modified is when its file last changed (zero if libvirt does not say).
+	Modified time.Time
 }
 
 // Volumes lists the pool's volumes (after a refresh: files the host wrote
@@ -235,11 +243,12 @@ func (h *Host) Volumes(ctx context.Context) ([]Volume, error) {
 			name, nerr := v.GetName()
 			path, perr := v.GetPath()
 			info, ierr := v.GetInfo()
+			desc, derr := v.GetXMLDesc(0)
 			v.Free()
-			if err := errors.Join(nerr, perr, ierr); err != nil {
+			if err := errors.Join(nerr, perr, ierr, derr); err != nil {
 				continue // deleted meanwhile
 			}
-			out = append(out, Volume{Name: name, Path: path, Capacity: info.Capacity, Allocation: info.Allocation})
+			out = append(out, Volume{Name: name, Path: path, Capacity: info.Capacity, Allocation: info.Allocation, Modified: volModified(desc)})
 		}
 		return nil
 	})
@@ -326,7 +335,8 @@ func (h *Host) GC(ctx context.Context, keep func(name string) bool) ([]string, e
 	for _, v := range vols {
 		shared := sharedVolRe.MatchString(v.Name)
 		part := partVolRe.MatchString(v.Name) && sharedVolRe.MatchString(partVolRe.ReplaceAllString(v.Name, ""))
-		if (!shared && !part) || used[v.Path] || keep(v.Name) || busy[strings.Split(v.Name, ".part-")[0]] {
+		young := part && (v.Modified.IsZero() || time.Since(v.Modified) < PartMaxAge)
+		if (!shared && !part) || young || used[v.Path] || keep(v.Name) || busy[strings.Split(v.Name, ".part-")[0]] {
 			continue
 		}
 		if err := h.DeleteVolume(ctx, v.Name); err != nil {
@@ -376,6 +386,22 @@ func (h *Host) pathsInUse(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return used, nil
+}
+
+// volModified reads a volume's mtime ("<seconds>.<nanoseconds>") from its
+// definition.
+func volModified(desc string) time.Time {
+	var def libvirtxml.StorageVolume
+	if err := def.Unmarshal(desc); err != nil || def.Target == nil || def.Target.Timestamps == nil {
+		return time.Time{}
+	}
+	sec, nsec, _ := strings.Cut(def.Target.Timestamps.Mtime, ".")
+	secs, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	ns, _ := strconv.ParseInt((nsec + "000000000")[:9], 10, 64)
+	return time.Unix(secs, ns).UTC()
 }
 
 func randomHex(n int) string {

@@ -137,31 +137,51 @@ func (s *Service) HostFiles(ctx context.Context, uri string, guest image.Guest) 
 	if err != nil {
 		return HostFiles{}, fmt.Errorf("files for host %s: %w", uri, err)
 	}
-	ensure := func(kind, local, ext string) (string, error) {
-		sum, ok := m.Checksums[local]
-		if !ok {
-			return "", fmt.Errorf("files for host %s: %s has no checksum in the image manifest: %w", uri, local, image.ErrChanged)
-		}
-		p, err := st.EnsureVolume(ctx, hypervisor.VolumeName(kind, sum, ext), local, sum)
-		if err != nil {
-			return "", fmt.Errorf("files for host %s: %w", uri, err)
-		}
-		return p, nil
+	vols, err := guestVolumes(m, guest, tpls)
+	if err != nil {
+		return HostFiles{}, fmt.Errorf("files for host %s: %w", uri, err)
 	}
-	if out.Kernel, err = ensure(hypervisor.KindKernel, guest.Kernel, ""); err != nil {
-		return HostFiles{}, err
-	}
-	if out.Initramfs, err = ensure(hypervisor.KindInitramfs, guest.Initramfs, ""); err != nil {
-		return HostFiles{}, err
-	}
-	for i, t := range tpls {
-		p, err := ensure(hypervisor.KindTemplate+"-"+t.Name, t.Path, filepath.Ext(t.Path))
-		if err != nil {
-			return HostFiles{}, err
+	paths := make([]string, len(vols))
+	for i, v := range vols {
+		s.files.used(s.cfg.Clock.Now(), uri, v.name)
+		if paths[i], err = st.EnsureVolume(ctx, v.name, v.local, v.sum); err != nil {
+			return HostFiles{}, fmt.Errorf("files for host %s: %w", uri, err)
 		}
+	}
+	out.Kernel, out.Initramfs = paths[0], paths[1]
+	for i, p := range paths[2:] {
 		out.Templates = append(out.Templates, hypervisor.Disk{Path: p, Target: "vd" + string(rune('b'+i)), ReadOnly: true})
 	}
 	out.Dir = st.PoolDir()
+	return out, nil
+}
+
+// volFile is a local file of the guest image and its volume's name.
+type volFile struct{ name, local, sum string }
+
+// guestVolumes are the volumes a VM of guest boots from: the kernel, the
+// initramfs, then the templates tpls, in that order.
+func guestVolumes(m image.Manifest, guest image.Guest, tpls []image.Template) ([]volFile, error) {
+	var out []volFile
+	add := func(kind, local, ext string) error {
+		sum, ok := m.Checksums[local]
+		if !ok {
+			return fmt.Errorf("%s has no checksum in the image manifest: %w", local, image.ErrChanged)
+		}
+		out = append(out, volFile{name: hypervisor.VolumeName(kind, sum, ext), local: local, sum: sum})
+		return nil
+	}
+	if err := add(hypervisor.KindKernel, guest.Kernel, ""); err != nil {
+		return nil, err
+	}
+	if err := add(hypervisor.KindInitramfs, guest.Initramfs, ""); err != nil {
+		return nil, err
+	}
+	for _, t := range tpls {
+		if err := add(hypervisor.KindTemplate+"-"+t.Name, t.Path, filepath.Ext(t.Path)); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -194,11 +214,13 @@ func (s *Service) diskOnHost(ctx context.Context, uri, path string, readOnly boo
 	if err != nil {
 		return "", err
 	}
-	sum, err := s.sums.of(path)
+	sum, err := s.files.sums.of(path)
 	if err != nil {
 		return "", fmt.Errorf("disk %s for host %s: %w", filepath.Base(path), uri, err)
 	}
-	return st.EnsureVolume(ctx, hypervisor.VolumeName(hypervisor.KindTenantTemplate, sum, filepath.Ext(path)), path, sum)
+	name := hypervisor.VolumeName(hypervisor.KindTenantTemplate, sum, filepath.Ext(path))
+	s.files.used(s.cfg.Clock.Now(), uri, name)
+	return st.EnsureVolume(ctx, name, path, sum)
 }
 
 // fileSums caches the SHA-256 of local read-only files by path, size and

@@ -236,7 +236,7 @@ type Service struct {
 	bootSlots chan struct{}
 	kickc     chan string // tenants to reconcile now
 
-	sums fileSums // of tenant template files sent to remote hosts
+	files filesState // remote hosts' files (hostfiles_sync.go)
 
 	mu        sync.Mutex
 	vms       map[string]*runtime
