@@ -104,37 +104,6 @@ func BenchmarkSandboxCreateToFirstOutput(b *testing.B) {
 		len(ours), ms(p50), ms(p95), ms(r50), ms(r95), float64(p50)/float64(r50), float64(p95)/float64(r95))
 }
 
-// BenchmarkSandboxExecTrue: `true` run through the API (request to answer)
-// against `crun exec` of `true` into the same running sandbox.
-func BenchmarkSandboxExecTrue(b *testing.B) {
-	e := need(b)
-	api := e.api(e.tokA)
-	sb := create(b, api, map[string]any{"template": "busybox", "memory_mib": 64})
-	defer destroy(b, api, sb.ID)
-	execIn(b, api, sb.ID, map[string]any{"cmd": []string{"true"}}) // warm
-	var ours []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := 0; j < benchSamples; j++ {
-			start := time.Now()
-			if r := execIn(b, api, sb.ID, map[string]any{"cmd": []string{"true"}}); r.ExitCode != 0 {
-				b.Fatalf("true = %+v", r)
-			}
-			ours = append(ours, time.Since(start))
-		}
-	}
-	b.StopTimer()
-	raw := e.baseline(b, agentproto.BaselineRequest{Kind: agentproto.BaselineExec, Sandbox: sb.ID, Count: benchSamples})
-	p50, p95, r50, r95 := percentile(ours, .5), percentile(ours, .95), percentile(raw, .5), percentile(raw, .95)
-	b.ReportMetric(ms(p50), "p50-ms")
-	b.ReportMetric(ms(p95), "p95-ms")
-	b.ReportMetric(ms(r50), "crun-exec-p50-ms")
-	b.ReportMetric(ms(r95), "crun-exec-p95-ms")
-	b.ReportMetric(float64(p50)/float64(r50), "p50-ratio")
-	b.Logf("exec true through the API over %d runs: p50 %.1f ms, p95 %.1f ms; crun exec p50 %.1f ms, p95 %.1f ms; ratio p50 %.2f",
-		len(ours), ms(p50), ms(p95), ms(r50), ms(r95), float64(p50)/float64(r50))
-}
-
 // BenchmarkSandboxDensity fills the warm 2 GiB VM with idle 16 MiB
 // sandboxes until it takes no more (the pool may not boot another VM
 // meanwhile), and reports how many it held and the guest memory each cost.

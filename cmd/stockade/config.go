@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -39,6 +40,10 @@ type config struct {
 	LibvirtURIs   string
 	SecretKey     string
 	DomainType    string
+	// HostFiles and HostPoolDir: where each host's VMs find the guest's
+	// files (vmpool.ParseFilesModes) and the storage pool folder on remote hosts.
+	HostFiles   string
+	HostPoolDir string
 	// EgressAllowCIDRs are operator ranges the egress gateway may reach
 	// although private; loopback, unspecified and metadata ranges are
 	// refused (netguard.ParseAllowance).
@@ -112,6 +117,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	c.OIDCSecret = getenv("STOCKADE_OIDC_CLIENT_SECRET") // never a flag: it would show in ps
 	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
+	fs.StringVar(&c.HostFiles, "host-files", getenv("STOCKADE_HOST_FILES"), `per host, where its VMs find the guest image and templates: "URI=local" (the data dir's files, the host shares this disk) or "URI=remote" (a storage pool on the host, uploaded through libvirt), comma-separated (STOCKADE_HOST_FILES; default: local for qemu:///system and other URIs without a network transport, remote for qemu+tcp, +tls, +ssh)`)
+	fs.StringVar(&c.HostPoolDir, "host-pool-dir", getenv("STOCKADE_HOST_POOL_DIR"), "folder of the installation's storage pool on each remote host (STOCKADE_HOST_POOL_DIR; default /var/lib/libvirt/stockade/<installation id>)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, link-local, CGNAT and reserved addresses are blocked; loopback, unspecified and metadata ones can never be allowed)`)
 	fs.IntVar(&c.EgressRetentionDays, "egress-retention-days", c.envInt(getenv, "egress-retention-days", "STOCKADE_EGRESS_RETENTION_DAYS", 90), "days egress events are kept (STOCKADE_EGRESS_RETENTION_DAYS)")
@@ -294,6 +301,12 @@ func (c *config) check() error {
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = -1 // on demand only
+	}
+	if _, err := vmpool.ParseFilesModes("STOCKADE_HOST_FILES", c.HostFiles); err != nil {
+		return err
+	}
+	if c.HostPoolDir != "" && !filepath.IsAbs(c.HostPoolDir) {
+		return fmt.Errorf("STOCKADE_HOST_POOL_DIR %q: must be an absolute path on the hosts", c.HostPoolDir)
 	}
 	if c.DomainType != "" && c.DomainType != "kvm" && c.DomainType != "qemu" {
 		return fmt.Errorf("STOCKADE_DOMAIN_TYPE %q: must be kvm, qemu or empty (detect)", c.DomainType)

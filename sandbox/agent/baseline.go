@@ -70,6 +70,8 @@ func (m *Manager) Baseline(ctx context.Context, req agentproto.BaselineRequest) 
 			d, err = m.baselineRun(ctx, req.Template, req.NoASLR)
 		case agentproto.BaselineExec:
 			d, err = m.baselineExec(ctx, req.Sandbox, req.NoASLR)
+		case agentproto.BaselineSpawn:
+			d, err = m.baselineSpawn(ctx, req.Template)
 		default:
 			err = fmt.Errorf("baseline kind %q: %w", req.Kind, agentproto.ErrBadRequest)
 		}

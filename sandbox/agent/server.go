@@ -225,7 +225,7 @@ func (l *linkSession) end() { l.pw.Close() }
 
 type sessionConn struct {
 	*io.PipeReader
-	w *agentproto.LinkWriter
+	w io.Writer // each yamux frame in one link frame: agentproto.JoinFrames
 }
 
 func (c sessionConn) Write(p []byte) (int, error) { return c.w.Write(p) }
@@ -236,7 +236,7 @@ func (s *Server) startSession(ctx context.Context, wg *sync.WaitGroup, w *agentp
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := s.serveSession(ctx, ls.n, sessionConn{PipeReader: pr, w: w}); err != nil && ctx.Err() == nil {
+		if err := s.serveSession(ctx, ls.n, sessionConn{PipeReader: pr, w: agentproto.JoinFrames(w)}); err != nil && ctx.Err() == nil {
 			s.log.Warn("session", "session", ls.n, "err", err)
 		}
 	}()

@@ -68,7 +68,7 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 		conn.Close()
 		return nil, fmt.Errorf("agent session: %w", err)
 	}
-	sess, err := yamux.Client(link, cfg)
+	sess, err := yamux.Client(joinConn(link), cfg)
 	if err != nil {
 		link.Close()
 		return nil, fmt.Errorf("agent session: %w", err)

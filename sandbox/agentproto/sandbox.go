@@ -326,6 +326,10 @@ const (
 	BaselineRun = "run"
 	// BaselineExec times `crun exec <sandbox> true` into a running sandbox.
 	BaselineExec = "exec"
+	// BaselineSpawn times the agent's own fork+exec of the template's
+	// `true`, spawn to exit: with one channel round trip (OpPing), the
+	// floor an exec through the API is measured against.
+	BaselineSpawn = "spawn"
 )
 
 // BaselineRequest asks for Count raw crun timings (OpBaseline).

@@ -355,6 +355,7 @@ func (s *Service) reconcileAll(ctx context.Context) {
 		}
 	}
 	s.sweepScratch(ctx)
+	s.syncHostFiles()
 }
 
 // reconcileTenant boots VMs until the tenant has its warm count of idle

@@ -77,6 +77,9 @@ type Config struct {
 	// forces kvm or qemu ("" detects).
 	LibvirtURIs []string
 	DomainType  string
+	// HostFiles and HostPoolDir: vmpool.Config's (remote hosts' files).
+	HostFiles   map[string]vmpool.FilesMode
+	HostPoolDir string
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (0: the agent's default).
 	ExecGrace time.Duration
@@ -327,6 +330,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock.Now), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
+			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
 		}); err != nil {
 			return err
