@@ -104,6 +104,8 @@ type Run struct {
 	CreatedBy       string     `gorm:"column:created_by" json:"created_by,omitempty"`
 	RerunOf         string     `gorm:"column:rerun_of" json:"rerun_of,omitempty"`
 	SandboxID       string     `gorm:"column:sandbox_id" json:"sandbox_id,omitempty"`
+	// OwnerReplica is the replica executing the run ("" with one server).
+	OwnerReplica string `gorm:"column:owner_replica" json:"-"`
 	ArtifactsJSON   string     `gorm:"column:artifacts" json:"-"`
 	Cost            float64    `gorm:"column:cost" json:"cost"`
 	CreatedAt       time.Time  `gorm:"column:created_at;autoCreateTime:false" json:"created_at"`
