@@ -74,7 +74,7 @@ func TestRecoverReplicas(t *testing.T) {
 				}
 			}
 
-			a.Abandon() // killed: no heartbeat, its registration expires
+			a.Abandon()                             // killed: no heartbeat, its registration expires
 			deadline := time.Now().Add(time.Minute) // a bound on the wait, not the assertion
 			for state(onA).State == StateRunning {
 				if time.Now().After(deadline) {
