@@ -420,7 +420,8 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// ends; results go where the workflow says.
 		a.Runs = runs.NewEngine(runs.NewStore(a.DB, clock.Now), a.Workflows, a.Sandboxes, runs.Config{Outbox: a.Integrations,
 			ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"), Logger: log, GitURL: cfg.GitHubURL,
-			Notifier: runs.NotifyWith(a.sender, cfg.PublicURL), Costs: runs.LedgerCosts(a.Usage)})
+			Notifier: runs.NotifyWith(a.sender, cfg.PublicURL), Costs: runs.LedgerCosts(a.Usage),
+			ReplicaID: a.replicaID(), LiveReplicas: a.liveReplicas()})
 		a.ownRun = true
 	}
 	return nil
@@ -544,11 +545,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.stops = append(a.stops, func() { stop(); wait() })
 	if a.ownRun && a.Leader != nil {
 		// With replicas the leader recovers runs, at each term's start.
-		a.singleton(ctx, "run recovery", func(ctx context.Context) {
-			if err := a.Runs.Recover(ctx); err != nil && ctx.Err() == nil {
-				a.log.Error("recover workflow runs", "err", err)
-			}
-		})
+		a.singleton(ctx, "run recovery", a.recoverRuns)
 	} else if a.ownRun {
 		if err := a.Runs.Recover(ctx); err != nil {
 			return err
