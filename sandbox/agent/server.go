@@ -52,6 +52,9 @@ type Config struct {
 	// Sandboxes serves the sandbox, exec, file and baseline ops; nil
 	// answers them not_implemented.
 	Sandboxes *Manager
+	// Kernel is the RNG and clock vm.identity sets; nil means the real
+	// ones for PID 1 and no vm.identity otherwise (identity.go).
+	Kernel *KernelControl
 }
 
 // Server serves the agent protocol, one session per Serve call.
@@ -64,11 +67,15 @@ type Server struct {
 	crunVer string
 
 	powerOnce sync.Once
+	ident     identityState
 }
 
 // capabilities lists the ops this agent implements.
 func (s *Server) capabilities() []string {
 	ops := []agentproto.Op{agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown}
+	if s.cfg.Kernel != nil {
+		ops = append(ops, agentproto.OpVMIdentity)
+	}
 	if s.cfg.Sandboxes != nil {
 		ops = append(ops, sandboxOps()...)
 		ops = append(ops, fsOps()...)
@@ -117,6 +124,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = time.Second
+	}
+	if cfg.Kernel == nil && cfg.PID1 {
+		cfg.Kernel = RealKernel()
 	}
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
 }
@@ -329,6 +339,8 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.reply(st, agentproto.Response{Stats: &stats})
 	case agentproto.OpShutdown:
 		s.shutdown(st)
+	case agentproto.OpVMIdentity:
+		s.serveIdentity(st, req)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,

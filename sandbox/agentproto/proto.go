@@ -276,6 +276,9 @@ type Stats struct {
 	SandboxCgroups int `json:"sandbox_cgroups"`
 	SandboxBundles int `json:"sandbox_bundles"`
 	Sandboxes      int `json:"sandboxes"`
+	// Generation is the last vm.identity's (the host's VM id), empty before
+	// the first.
+	Generation string `json:"generation,omitempty"`
 }
 
 // EgressRequest hands the host one connection of a sandbox (OpEgress).
