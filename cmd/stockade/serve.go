@@ -94,7 +94,7 @@ func (c *config) app() (app.Config, error) {
 		OperatorEmails: c.operatorList(), Version: version,
 		LibvirtURIs: splitList(c.LibvirtURIs), DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,
 		PrestartPerTemplate: c.PrestartPerTemplate,
-		EgressAllowCIDRs: splitList(c.EgressAllowCIDRs), EgressRetentionDays: c.EgressRetentionDays,
+		EgressAllowCIDRs:    splitList(c.EgressAllowCIDRs), EgressRetentionDays: c.EgressRetentionDays,
 		TemplateRegistries: splitList(c.TemplateRegistries), TemplateMaxUploadBytes: c.TemplateMaxUpload,
 		RecordInput: c.RecordInput, RecordingRetentionDays: c.RetentionDays,
 		MaxRecordingBytes: mib(c.RecordingMaxMiB), MaxTenantRecordingBytes: mib(c.RecordingTenantMaxMiB),
