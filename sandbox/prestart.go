@@ -7,6 +7,7 @@ import (
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
+	"github.com/stockade-dev/stockade/tenants/audit"
 )
 
 // Pre-started sandboxes (the host's side; the agent's is
@@ -59,3 +60,14 @@ func PrestartHook(log *slog.Logger, cfg func() PrestartConfig) func(ctx context.
 // PrestartTemplates are the templates every VM pools from boot: the
 // default one.
 func (s *Service) PrestartTemplates() []string { return []string{s.cfg.DefaultTemplate} }
+
+// claimedEvent is the audit event of a create the agent served from its
+// pool (nil for a fresh one), written as the sandbox starts running.
+func claimedEvent(sb Sandbox, info agentproto.SandboxInfo) *audit.Event {
+	if !info.Prestarted {
+		return nil
+	}
+	ev := SystemActor().Event(sb.TenantID, audit.TypeSandboxPrestartClaimed, "sandbox", sb.ID,
+		map[string]any{"vm": sb.VMID, "claim_ms": info.Startup.Ready.Milliseconds()})
+	return &ev
+}

@@ -492,7 +492,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return s.createFailed(sb, ReasonFrozen, err)
 	}
 	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
-		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system",
+		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system", Audit: claimedEvent(sb, info),
 		Set: map[string]any{"create_ms": time.Since(begin).Milliseconds(), "guest_ready_ms": info.Startup.Ready.Milliseconds()},
 	})
 	if err != nil {
