@@ -92,7 +92,7 @@ func testPrestart(t *testing.T, ctx context.Context, c *agentproto.Client) {
 
 	t.Run("a spec with volumes is created fresh", func(t *testing.T) {
 		_, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-v", Template: TemplateBusybox,
-			Volumes: []agentproto.VolumeBind{{ID: "vol-missing", Path: "/data"}}})
+			Volumes: []agentproto.VolumeBind{{ID: "vol-0123456789abcdef", Path: "/data"}}})
 		if !errors.Is(err, agentproto.ErrNotFound) || !strings.Contains(err.Error(), "not mounted") {
 			t.Errorf("Got(CreateSandbox(with a volume not mounted)) = %v; want the fresh path's not found", err)
 		}
