@@ -171,6 +171,13 @@ func (m *Manager) fillPool() {
 			sb, err := m.startMember(tpl)
 			if err != nil {
 				m.log.Warn("pre-start sandbox", "template", tpl, "err", err)
+				if errors.Is(err, agentproto.ErrNotFound) {
+					// No such template in this VM: a create that uses
+					// one by that name later pools it again.
+					p.mu.Lock()
+					p.templates = slices.DeleteFunc(p.templates, func(t string) bool { return t == tpl })
+					p.mu.Unlock()
+				}
 			}
 			if !m.addMember(tpl, sb) || err != nil {
 				break
