@@ -492,7 +492,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return s.createFailed(sb, ReasonFrozen, err)
 	}
 	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
-		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system",
+		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system", Audit: claimedEvent(sb, info),
 		Set: map[string]any{"create_ms": time.Since(begin).Milliseconds(), "guest_ready_ms": info.Startup.Ready.Milliseconds()},
 	})
 	if err != nil {
@@ -507,7 +507,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return out, fmt.Errorf("create sandbox %s: %w: it is %s (%s)", sb.ID, errdefs.ErrConflict, out.State, out.StateReason)
 	}
 	s.log.Info("sandbox running", "sandbox", sb.ID, "tenant", tenantID, "vm", vm.ID, "template", sb.Template,
-		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond))
+		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond),
+		"prestarted", info.Prestarted)
 	return out, nil
 }
 
