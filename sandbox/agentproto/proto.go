@@ -276,6 +276,8 @@ type Stats struct {
 	SandboxCgroups int `json:"sandbox_cgroups"`
 	SandboxBundles int `json:"sandbox_bundles"`
 	Sandboxes      int `json:"sandboxes"`
+	// MaxSandboxes is how many sandboxes the agent takes (capacity.go).
+	MaxSandboxes int `json:"max_sandboxes"`
 }
 
 // EgressRequest hands the host one connection of a sandbox (OpEgress).
