@@ -78,8 +78,16 @@ type Config struct {
 	// GuestReserveMiB is the memory of each VM kept for its kernel and
 	// agent: sandboxes of a VM share the rest; default 128.
 	GuestReserveMiB int
-	// MaxPerVM bounds the sandboxes placed on one VM; default 32.
+	// MaxPerVM bounds the sandboxes placed on one VM below what its memory
+	// takes (agentproto.SandboxCapacity, the agent's own cap); 0: that
+	// alone.
 	MaxPerVM int
+	// MemoryOvercommit lets the sandboxes of one VM together have memory
+	// limits up to this many times the VM's memory after GuestReserveMiB:
+	// a limit is a ceiling, and an idle sandbox uses a few MiB of it (the
+	// guest's OOM killer ends the largest when they all use it). Default
+	// 1: no overcommit.
+	MemoryOvercommit float64
 	// MaxFileBytes bounds a file read or written through the API
 	// (STOCKADE_MAX_FILE_BYTES); default 64 MiB. A tenant policy's
 	// filesystem.max_file_bytes may lower it for its tenant (FileLimit).
@@ -164,7 +172,9 @@ func (c *Config) checkAndSetDefaults() {
 	defInt(&c.DefaultTimeoutSeconds, 3600)
 	defInt(&c.DefaultExecTimeoutSeconds, 600)
 	defInt(&c.GuestReserveMiB, 128)
-	defInt(&c.MaxPerVM, 32)
+	if c.MemoryOvercommit < 1 {
+		c.MemoryOvercommit = 1
+	}
 	defInt(&c.ExecRecordBytes, 16<<10)
 	defInt(&c.MaxProcesses, DefaultMaxProcesses)
 	defInt(&c.ProcessOutputBytes, DefaultProcessOutputBytes)

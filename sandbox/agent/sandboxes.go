@@ -38,7 +38,8 @@ type ManagerConfig struct {
 	// SysBlockDir and DevDir are where template disks are looked for:
 	// /sys/block and /dev.
 	SysBlockDir, DevDir string
-	// MaxSandboxes bounds the sandboxes of the guest; default 64.
+	// MaxSandboxes bounds the sandboxes of the guest; default
+	// agentproto.SandboxCapacity of the guest's MemTotal (capacity.go).
 	MaxSandboxes int
 	// MaxFileBytes bounds one file.read or file.write; default 256 MiB.
 	MaxFileBytes int64
@@ -104,7 +105,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		cfg.DevDir = "/dev"
 	}
 	if cfg.MaxSandboxes <= 0 {
-		cfg.MaxSandboxes = 64
+		n, err := guestCapacity("/proc/meminfo")
+		if err != nil {
+			return nil, fmt.Errorf("new sandbox manager: %w", err)
+		}
+		cfg.MaxSandboxes = n
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = 256 << 20

@@ -285,6 +285,8 @@ type Stats struct {
 	// started or starting: counted in SandboxCgroups and SandboxBundles,
 	// not in Sandboxes.
 	Prestarted int `json:"prestarted,omitempty"`
+	// MaxSandboxes is how many sandboxes the agent takes (capacity.go).
+	MaxSandboxes int `json:"max_sandboxes"`
 }
 
 // EgressRequest hands the host one connection of a sandbox (OpEgress).
