@@ -257,6 +257,7 @@ func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteClose
 	ycfg := yamux.DefaultConfig()
 	ycfg.LogOutput = io.Discard
 	ycfg.AcceptBacklog = 64
+	ycfg.MaxStreamWindowSize = agentproto.StreamWindow
 	sess, err := yamux.Server(conn, ycfg)
 	if err != nil {
 		conn.Close()
