@@ -201,20 +201,25 @@ func TestSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	limits := agentproto.Limits{VCPUs: 1, MemoryMiB: 96, PidsMax: 64, DiskMiB: 32, WorkspaceMiB: 32}
+	// b is created fresh, a claims a pre-started sandbox of the pool: every
+	// check below runs on both kinds (prestart_test.go).
+	b, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-b", Template: "busybox", Limits: limits,
+		Hostname: "bravo", Env: []string{"GREETING=hi"}})
+	if err != nil {
+		t.Fatalf("CreateSandbox(b) = %v", err)
+	}
+	t.Logf("create b: %+v", b.Startup)
+	startPool(t, ctx, c)
 	a, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-a", Template: "busybox", Limits: limits,
 		Hostname: "alpha", Env: []string{"GREETING=hello"}})
 	if err != nil {
 		t.Fatalf("CreateSandbox(a) = %v", err)
 	}
-	t.Logf("create a: %+v", a.Startup)
-	b, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-b", Template: "busybox", Limits: limits})
-	if err != nil {
-		t.Fatalf("CreateSandbox(b) = %v", err)
+	t.Logf("create a (claimed): %+v", a.Startup)
+	if a.State != agentproto.SandboxRunning || a.Limits.MemoryMiB != 96 || !a.Prestarted || b.Prestarted {
+		t.Errorf("Got(CreateSandbox()) = %+v, %+v; want both running with the limits, a claimed from the pool, b not", a, b)
 	}
-	t.Logf("create b: %+v", b.Startup)
-	if a.State != agentproto.SandboxRunning || a.Limits.MemoryMiB != 96 {
-		t.Errorf("Got(CreateSandbox()) = %+v; want running with the limits", a)
-	}
+	t.Run("pre-started sandboxes", func(t *testing.T) { testPrestart(t, ctx, c) })
 
 	t.Run("create refusals", func(t *testing.T) {
 		tests := []struct {
@@ -242,15 +247,20 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("exec", func(t *testing.T) {
-		out, errOut, st, err := run(ctx, c, sh("sb-a", `echo $GREETING; id -u; id -g; pwd; hostname; echo oops >&2; exit 4`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out != "hello\n1000\n1000\n/workspace\nalpha\n" || errOut != "oops\n" || st.Code != 4 || st.Reason != "exited" {
-			t.Errorf("Got(exec) = %q, %q, %+v; want greeting, uid/gid 1000, /workspace, alpha, exit 4", out, errOut, st)
+		for _, tc := range []struct{ id, want string }{
+			{"sb-a", "hello\n1000\n1000\n/workspace\nalpha\n"},
+			{"sb-b", "hi\n1000\n1000\n/workspace\nbravo\n"},
+		} {
+			out, errOut, st, err := run(ctx, c, sh(tc.id, `echo $GREETING; id -u; id -g; pwd; hostname; echo oops >&2; exit 4`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != tc.want || errOut != "oops\n" || st.Code != 4 || st.Reason != "exited" {
+				t.Errorf("Got(exec in %s) = %q, %q, %+v; want %q, exit 4", tc.id, out, errOut, st, tc.want)
+			}
 		}
 		var got bytes.Buffer
-		st, err = c.Exec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"cat"}}, strings.NewReader("piped"), &got, nil)
+		st, err := c.Exec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"cat"}}, strings.NewReader("piped"), &got, nil)
 		if err != nil || got.String() != "piped" || st.Code != 0 {
 			t.Errorf("Got(cat with stdin) = %q, %+v, %v; want piped", got.String(), st, err)
 		}
@@ -310,14 +320,18 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("escapes fail", func(t *testing.T) {
+		// a is a sandbox claimed from the pool, b a fresh one: both pass.
 		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-a", B: "sb-b", Hostname: "alpha", Limits: limits})
+		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-b", B: "sb-a", Hostname: "bravo", Limits: limits})
 	})
 
 	// A folder's quota project and its inheritance hold a sandbox to its
 	// share of the VM's scratch disk; the owner of a folder could change
 	// both with two ioctls, which the seccomp profile refuses.
 	t.Run("quota project escape", func(t *testing.T) {
-		escapetest.QuotaProjects(ctx, t, c, "sb-a")
+		for _, id := range []string{"sb-a", "sb-b"} {
+			t.Run(id, func(t *testing.T) { escapetest.QuotaProjects(ctx, t, c, id) })
+		}
 	})
 
 	t.Run("timeout", func(t *testing.T) {

@@ -154,7 +154,7 @@ func (m *Manager) baselineExec(ctx context.Context, id string, noASLR bool) (tim
 	}
 	defer devnull.Close()
 	start := time.Now()
-	p, done, err := m.startMaybeASLR(noASLR, []string{"crun", "--root", filepath.Join(sb.dir, "crun"), "exec", id, "/bin/true"},
+	p, done, err := m.startMaybeASLR(noASLR, []string{"crun", "--root", filepath.Join(sb.dir, "crun"), "exec", sb.crunID, "/bin/true"},
 		&os.ProcAttr{Dir: sb.dir, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Files: []*os.File{devnull, devnull, devnull}})
 	if err != nil {
 		return 0, fmt.Errorf("crun exec: %w", err)

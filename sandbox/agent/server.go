@@ -90,7 +90,7 @@ func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount}
+		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount, agentproto.OpSandboxPrestart}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -257,6 +257,7 @@ func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteClose
 	ycfg := yamux.DefaultConfig()
 	ycfg.LogOutput = io.Discard
 	ycfg.AcceptBacklog = 64
+	ycfg.MaxStreamWindowSize = agentproto.StreamWindow
 	sess, err := yamux.Server(conn, ycfg)
 	if err != nil {
 		conn.Close()
@@ -344,7 +345,7 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpTemplateRelease:
+		agentproto.OpTemplateRelease, agentproto.OpSandboxPrestart:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -394,6 +395,17 @@ func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, re
 			return
 		}
 		s.reply(st, agentproto.Response{Sandbox: &info})
+	case agentproto.OpSandboxPrestart:
+		if req.Prestart == nil {
+			fail(fmt.Errorf("sandbox.prestart without its body: %w", agentproto.ErrBadRequest))
+			return
+		}
+		pool, err := m.ConfigurePrestart(*req.Prestart)
+		if err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{Prestart: &pool})
 	case agentproto.OpTemplateRelease:
 		if err := m.ReleaseTemplate(req.Template); err != nil {
 			fail(err)

@@ -64,6 +64,8 @@ func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
 	}
 	if m := s.cfg.Sandboxes; m != nil {
 		st.SandboxCgroups, st.SandboxBundles, st.Sandboxes = m.counts()
+		st.Prestarted = m.prestartCount()
+		st.MaxSandboxes = m.cfg.MaxSandboxes
 	}
 	return st, nil
 }

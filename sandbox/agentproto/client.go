@@ -52,6 +52,7 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	}
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	cfg.MaxStreamWindowSize = StreamWindow
 	// Streams the agent opens wait here; beyond the backlog yamux resets them.
 	cfg.AcceptBacklog = 32
 	keepAlive := 15 * time.Second

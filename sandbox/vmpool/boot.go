@@ -273,6 +273,7 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	rt.setClient(client)
 	s.watchAgent(rt, client)
+	s.agentReady(vm, client)
 	s.clearBackoff(vm.TenantID)
 	s.log.Info("vm running", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "boot", took.Round(time.Millisecond),
 		"agent", hello.Agent, "kernel", hello.Kernel)

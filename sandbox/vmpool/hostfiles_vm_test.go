@@ -50,6 +50,28 @@ func TestDefaultFilesMode(t *testing.T) {
 	}
 }
 
+var filesActor = audit.Actor{Kind: audit.ActorSystem, ID: "test"}
+
+// remoteService starts a VM pool whose only host is a private libvirtd on
+// qemu+tcp (remote files by default), with poolDir as its pool folder ("":
+// the default), and a tenant whose pool holds one 512 MiB VM.
+func remoteService(t *testing.T, poolDir string) (string, *hypervisortest.Libvirtd, *vmpool.Service, tenants.Tenant) {
+	t.Helper()
+	dataDir, _ := needVMs(t)
+	second := hypervisortest.StartLibvirtd(t)
+	db := freshDB(t)
+	svc := startService(t, db, vmpool.Config{URIs: []string{second.URI}, DataDir: dataDir, Logger: testLogger(t),
+		ConnectTimeout: 60 * time.Second, DomainType: "qemu", BootTimeout: 5 * time.Minute, PoolDir: poolDir})
+	tn, err := tenants.NewStore(db, nil).CreateTenantWithAdmin(ctx, filesActor, "files-a", "Remote Files", "ann@files.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.SetPool(ctx, filesActor, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
+		t.Fatal(err)
+	}
+	return dataDir, second, svc, tn
+}
+
 // TestRemoteHostFiles (real VM on a second libvirtd over qemu+tcp, its own
 // /var/lib/libvirt): the VM boots from volumes of the installation's pool
 // on that host only (kernel, initramfs, template disks and scratch disk in
@@ -57,21 +79,9 @@ func TestDefaultFilesMode(t *testing.T) {
 // hot-plugged into it comes from the pool too, a writable disk is refused;
 // its scratch volume is gone once it is destroyed.
 func TestRemoteHostFiles(t *testing.T) {
-	dataDir, _ := needVMs(t)
-	second := hypervisortest.StartLibvirtd(t)
-	db := freshDB(t)
-	svc := startService(t, db, vmpool.Config{URIs: []string{second.URI}, DataDir: dataDir, Logger: testLogger(t),
-		ConnectTimeout: 60 * time.Second, DomainType: "qemu", BootTimeout: 5 * time.Minute})
+	dataDir, second, svc, tn := remoteService(t, "")
 	poolDir := hypervisor.DefaultPoolDir(svc.InstallationID())
-	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
-	tn, err := tenants.NewStore(db, nil).CreateTenantWithAdmin(ctx, sys, "files-a", "Remote Files", "ann@files.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.SetPool(ctx, sys, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := svc.Create(ctx, sys, tn.ID)
+	vm, err := svc.Create(ctx, filesActor, tn.ID)
 	if err != nil {
 		t.Fatalf("Create = %v", err)
 	}
@@ -159,7 +169,7 @@ func TestRemoteHostFiles(t *testing.T) {
 	}
 
 	// Destroyed: its scratch volume goes with it; the shared ones stay.
-	if _, err := svc.Destroy(ctx, sys, tn.ID, vm.ID); err != nil {
+	if _, err := svc.Destroy(ctx, filesActor, tn.ID, vm.ID); err != nil {
 		t.Fatalf("Destroy = %v", err)
 	}
 	h := hypervisortest.Connect(t, hypervisor.Config{URI: second.URI, InstallationID: svc.InstallationID()})
@@ -183,20 +193,8 @@ func TestRemoteHostFiles(t *testing.T) {
 // fails the boot with a reason naming the folder (never silently), and
 // leaves no domain.
 func TestRemoteHostBadPoolDir(t *testing.T) {
-	dataDir, _ := needVMs(t)
-	second := hypervisortest.StartLibvirtd(t)
-	db := freshDB(t)
-	svc := startService(t, db, vmpool.Config{URIs: []string{second.URI}, DataDir: dataDir, Logger: testLogger(t),
-		ConnectTimeout: 60 * time.Second, DomainType: "qemu", PoolDir: "/proc/stockade-no-such-pool"})
-	sys := audit.Actor{Kind: audit.ActorSystem, ID: "test"}
-	tn, err := tenants.NewStore(db, nil).CreateTenantWithAdmin(ctx, sys, "files-b", "Bad Pool", "bob@files.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.SetPool(ctx, sys, tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := svc.Create(ctx, sys, tn.ID)
+	_, second, svc, tn := remoteService(t, "/proc/stockade-no-such-pool")
+	vm, err := svc.Create(ctx, filesActor, tn.ID)
 	if err != nil {
 		t.Fatalf("Create = %v", err)
 	}
