@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
 	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/web"
@@ -63,6 +65,9 @@ type config struct {
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (a server restart) waiting to be re-attached.
 	ExecGrace time.Duration
+	// PrestartPerTemplate is each VM's pre-started sandboxes per template
+	// (STOCKADE_PRESTART_PER_TEMPLATE); 0 disables.
+	PrestartPerTemplate int
 	// MetricsTenants is how many tenants get their own label in the usage
 	// metrics; the rest are summed under tenant="_other".
 	MetricsTenants int
@@ -132,6 +137,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
 	fs.DurationVar(&c.ExecGrace, "exec-grace", c.envDuration(getenv, "exec-grace", "STOCKADE_EXEC_GRACE", 5*time.Minute),
 		"how long running commands and terminals survive a lost agent session (a server restart) waiting to be re-attached; their output is buffered up to 1 MiB each (STOCKADE_EXEC_GRACE)")
+	fs.IntVar(&c.PrestartPerTemplate, "prestart-per-template", c.envInt(getenv, "prestart-per-template", "STOCKADE_PRESTART_PER_TEMPLATE", sandbox.DefaultPrestartPerTemplate),
+		"sandboxes each VM keeps started per template, claimed by creates without volumes; 0 disables (STOCKADE_PRESTART_PER_TEMPLATE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),
 		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
 	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),
@@ -278,6 +285,9 @@ func (c *config) check() error {
 	}
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
+	}
+	if c.PrestartPerTemplate < 0 || c.PrestartPerTemplate > agentproto.MaxPrestartPerTemplate {
+		return fmt.Errorf("STOCKADE_PRESTART_PER_TEMPLATE: must be 0 (off) to %d", agentproto.MaxPrestartPerTemplate)
 	}
 	if c.EgressRetentionDays <= 0 {
 		return errors.New("STOCKADE_EGRESS_RETENTION_DAYS: must be a positive number of days such as 90")

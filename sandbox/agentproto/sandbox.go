@@ -99,6 +99,9 @@ type SandboxInfo struct {
 	Created time.Time `json:"created"`
 	// Startup is how long create took inside the guest, by step.
 	Startup Startup `json:"startup"`
+	// Prestarted: the create claimed a pre-started sandbox of the pool
+	// (OpSandboxPrestart) rather than starting one.
+	Prestarted bool `json:"prestarted,omitempty"`
 	// Final is the sandbox's last cgroup sample, read once its processes
 	// were gone: set when it stopped (and in the answer to sandbox.destroy).
 	Final *SandboxStats `json:"final_stats,omitempty"`
@@ -326,6 +329,13 @@ const (
 	BaselineRun = "run"
 	// BaselineExec times `crun exec <sandbox> true` into a running sandbox.
 	BaselineExec = "exec"
+	// BaselineSpawn times the agent's own fork+exec of the template's
+	// `true`, spawn to exit: with one channel round trip (OpPing), the
+	// floor an exec through the API is measured against.
+	BaselineSpawn = "spawn"
+	// BaselineLoop runs the sustained task loop with raw crun (see
+	// baseline_loop.go): Concurrency workers for Duration; Count unused.
+	BaselineLoop = "loop"
 )
 
 // BaselineRequest asks for Count raw crun timings (OpBaseline).
@@ -337,11 +347,17 @@ type BaselineRequest struct {
 	// NoASLR starts crun without address randomization, as sandbox.create
 	// does: the like-for-like comparison under TCG.
 	NoASLR bool `json:"no_aslr,omitempty"`
+	// Concurrency and Duration: BaselineLoop's workers and how long they
+	// start tasks.
+	Concurrency int           `json:"concurrency,omitempty"`
+	Duration    time.Duration `json:"duration_ns,omitempty"`
 }
 
 // BaselineResult is one duration per run, in order.
 type BaselineResult struct {
 	Samples []time.Duration `json:"samples_ns"`
+	// Loop is BaselineLoop's result.
+	Loop *LoopResult `json:"loop,omitempty"`
 }
 
 // MaxBaselineCount bounds BaselineRequest.Count.

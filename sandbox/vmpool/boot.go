@@ -249,6 +249,16 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	took := time.Since(start)
 	hello := client.Hello()
+	// Booted or restored, its own identity before any tenant work (identity.go).
+	if err := s.setIdentity(ctx, client, vm); err != nil {
+		client.Close()
+		if ctx.Err() != nil {
+			s.bootCancelled(ctx, vm, hv)
+			return
+		}
+		s.failBoot(vm, hv, err)
+		return
+	}
 	// Not the task's ctx: a destroy cancels that; only Close cuts this short.
 	mctx, cancel := s.stop.Bound(context.Background())
 	ok, err := s.store.markRunning(mctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took})
@@ -263,6 +273,7 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	rt.setClient(client)
 	s.watchAgent(rt, client)
+	s.agentReady(vm, client)
 	s.clearBackoff(vm.TenantID)
 	s.log.Info("vm running", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "boot", took.Round(time.Millisecond),
 		"agent", hello.Agent, "kernel", hello.Kernel)

@@ -153,6 +153,10 @@ type Config struct {
 	// Leader says whether this replica holds the leader lease, which runs
 	// warm-pool filling and recycling; nil: always.
 	Leader func() bool
+	// AgentReady runs in the background after the handshake of every VM
+	// this service boots (ready.go): sandbox.PrestartHook configures the
+	// guest's pre-started sandboxes there. Nil: nothing.
+	AgentReady func(ctx context.Context, vm VM, c *agentproto.Client)
 }
 
 // Freezes tells whether a tenant is frozen: CheckNotFrozen's error (it

@@ -83,6 +83,9 @@ type Config struct {
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (0: the agent's default).
 	ExecGrace time.Duration
+	// PrestartPerTemplate is each VM's pre-started sandboxes per template
+	// (0: none; sandbox/prestart.go).
+	PrestartPerTemplate int
 	// MaxFileBytes bounds one file through the files API (0: the default).
 	MaxFileBytes int64
 
@@ -332,6 +335,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
 			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
+			AgentReady: a.prestartHook(cfg, log),
 		}); err != nil {
 			return err
 		}
