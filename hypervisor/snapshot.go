@@ -62,6 +62,10 @@ var (
 	ErrSnapshotMismatch = errors.New("snapshot does not match the spec")
 )
 
+// snapshotRoom is the description a saved domain carries: 4 KiB that the
+// restored domain's XML may use.
+var snapshotRoom = "stockade memory snapshot " + strings.Repeat("-", 4096)
+
 // snapshotPathRE keeps snapshot paths plain.
 var snapshotPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]{1,1000}$`)
 
@@ -88,7 +92,23 @@ func (h *Host) SaveSnapshot(ctx context.Context, id, path string) error {
 		return fmt.Errorf("save vm %s: %w", id, err)
 	}
 	defer dom.Free()
-	if err := dom.SaveFlags(path, "", libvirt.DOMAIN_SAVE_RUNNING); err != nil {
+	// The saved XML carries a description of padding: room for Restore to
+	// write a restored domain's identity (and whatever its XML encoder
+	// spells longer) into a clone's header.
+	x, err := dom.GetXMLDesc(libvirt.DOMAIN_XML_SECURE | libvirt.DOMAIN_XML_MIGRATABLE)
+	if err != nil {
+		return fmt.Errorf("save vm %s: %w", id, h.fail(err))
+	}
+	var def libvirtxml.Domain
+	if err := def.Unmarshal(x); err != nil {
+		return fmt.Errorf("save vm %s: parse domain xml: %w", id, err)
+	}
+	def.Description = snapshotRoom
+	dxml, err := def.Marshal()
+	if err != nil {
+		return fmt.Errorf("save vm %s: marshal domain xml: %w", id, err)
+	}
+	if err := dom.SaveFlags(path, dxml, libvirt.DOMAIN_SAVE_RUNNING); err != nil {
 		return fmt.Errorf("save vm %s to %s: %w", id, path, h.fail(err))
 	}
 	h.removeLog(id)
@@ -358,6 +378,7 @@ func restoredXML(saved *libvirtxml.Domain, spec DomainSpec, hdr SnapshotHeader) 
 	d.UUID = fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 	d.Metadata = &libvirtxml.DomainMetadata{XML: meta}
 	d.ID = nil
+	d.Description = ""
 	if d.Devices != nil {
 		devs := *d.Devices
 		// The serial console: the spec's file, else a pty.
