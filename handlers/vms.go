@@ -238,6 +238,7 @@ func vmRows(sts []vmpool.Status, slugs map[string]string, now time.Time) []views
 			Phase: string(vm.Phase), Progress: vm.Phase.Progress(), ProgressMax: vmpool.BootSteps, PhaseFor: now.Sub(vm.PhaseAt),
 			Uptime: st.Uptime, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, CPUPercent: st.CPUPercent,
 			AgentVersion: vm.AgentVersion, Host: vm.HostURI, CreatedAt: vm.CreatedAt, Acquired: vm.AcquiredAt != nil,
+			Boot: time.Duration(vm.BootMS) * time.Millisecond, BootKind: vm.BootKind,
 		})
 	}
 	return out

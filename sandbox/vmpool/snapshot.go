@@ -42,6 +42,10 @@ import (
 // reason recorded on the VM and logged, and the snapshot is rebuilt in the
 // background. A VM start never waits for a build.
 
+// snapshotSettle is how long a snapshot VM idles after its handshake
+// before it is saved.
+const snapshotSettle = 4 * time.Second
+
 // snapshotFormat is bumped when what a snapshot VM is changes.
 const snapshotFormat = 1
 
@@ -407,6 +411,14 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 		return snapshotMeta{}, fmt.Errorf("snapshot vm handshake: %w", err)
 	}
 	client.Close()
+	// Let the balloon's free page reporting (2 s after pages are freed)
+	// hand back what boot freed: reported pages are zero to QEMU and cost
+	// nothing in the snapshot.
+	select {
+	case <-s.cfg.Clock.After(snapshotSettle):
+	case <-ctx.Done():
+		return snapshotMeta{}, ctx.Err()
+	}
 	final := filepath.Join(dir, slot+".snap")
 	tmp := final + ".tmp-" + id
 	defer os.Remove(tmp)
