@@ -10,6 +10,7 @@ LDFLAGS := -X main.version=$(VERSION)
 DATA    ?= $(CURDIR)/var
 DEV_EMAIL ?= dev@stockade.local
 TEST_TIMEOUT ?= 60m
+BENCH_TIMEOUT ?= 45m
 # Guest images for tests live outside the checkout so clones share them;
 # they are rebuilt only when their inputs change.
 export STOCKADE_TEST_DATA_DIR ?= /var/tmp/stockade-test-data
@@ -84,14 +85,18 @@ fmt:
 	gofmt -w $$(git ls-files '*.go' | grep -v '_templ.go$$')
 	$(GO) tool templ fmt views
 
-# Writes bench.log (the whole output) and bench-results.json (every
-# benchmark's metrics and the *-ratio figures, each against a baseline
-# measured in the same run: scripts/benchjson).
+# Writes bench.log (the whole output), bench-results.json (a list of
+# {name, value, unit, baseline, ratio, commit, date}: every figure benchrec
+# recorded, each against a baseline measured in the same run) and
+# bench-failed.json (failed benchmarks and packages, and the issue's figures
+# nothing recorded), and rewrites README.md's bench table from them
+# (scripts/benchjson). Fails when anything failed or is missing.
 bench: deps build services image-test
 	@rc=0; STOCKADE_TEST_POSTGRES=$$(scripts/postgres.sh) \
-		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... >bench.log 2>&1 || rc=$$?; \
-	cat bench.log; $(GO) run ./scripts/benchjson <bench.log >bench-results.json && \
-	echo "bench-results.json: $$(grep -c '"metric"' bench-results.json) ratios"; exit $$rc
+		$(GO) test -run '^$$' -bench . -benchtime 1x -timeout $(BENCH_TIMEOUT) ./... 2>&1 | tee bench.log; rc=$${PIPESTATUS[0]}; \
+	$(GO) run ./scripts/benchjson -o bench-results.json -failed bench-failed.json -require <bench.log || rc=1; \
+	$(GO) run ./scripts/benchjson -readme README.md -results bench-results.json -failed bench-failed.json || rc=1; \
+	exit $$rc
 
 # The usage export alone (SQLite, 100,000 and 1,000,000 ledger rows): no VMs
 # needed. `make bench` runs it too.

@@ -14,6 +14,7 @@ package benchrec
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"regexp"
@@ -46,21 +47,31 @@ var validName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,79}$`)
 // Record prints r for scripts/benchjson and reports it as a metric of b.
 func Record(b testing.TB, r Result) {
 	b.Helper()
+	// Straight to stdout: b.Log lines are indented and may be cut.
+	record(os.Stdout, b, r)
+}
+
+func record(w io.Writer, b testing.TB, r Result) {
+	b.Helper()
 	if !validName.MatchString(r.Name) {
 		b.Fatalf("benchrec: bad figure name %q", r.Name)
+		return
 	}
-	if math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
-		b.Fatalf("benchrec: %s: value %v", r.Name, r.Value)
+	if bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }; bad(r.Value) || bad(r.Baseline) {
+		b.Fatalf("benchrec: %s: value %v, baseline %v", r.Name, r.Value, r.Baseline)
+		return
 	}
+	r.Ratio = 0
 	if r.Baseline != 0 {
 		r.Ratio = r.Value / r.Baseline
 	}
 	line, err := json.Marshal(r)
 	if err != nil {
 		b.Fatalf("benchrec: %v", err)
+		return
 	}
-	// Straight to stdout: b.Log lines are indented and may be cut.
-	fmt.Fprintf(os.Stdout, "\n%s%s\n", Prefix, line)
+	// At the start of a line of its own: benchjson reads only those.
+	fmt.Fprintf(w, "\n%s%s\n", Prefix, line)
 	if bb, ok := b.(*testing.B); ok {
 		if r.Baseline != 0 {
 			bb.ReportMetric(r.Ratio, r.Name+"-ratio")

@@ -150,22 +150,25 @@ func (s *Service) snapshotBuilding(id string) bool {
 	return false
 }
 
-// snapshotDir is where a host's snapshots live: DataDir/snapshots/
-// <installation>/<host>/. For a remote host that path must be on storage the
-// host's libvirtd reads too (libvirt restores from the path, this process
-// hashes and clones the file); the one place to switch to the host's
-// storage pool.
-func (s *Service) snapshotDir(hostURI string) string {
-	h := sha256.Sum256([]byte(hostURI))
-	return filepath.Join(s.cfg.DataDir, "snapshots", s.installID, hex.EncodeToString(h[:6]))
+// snapshotDir is where a host's snapshots live: the folder HostFiles gives
+// for files the host writes itself (DataDir/hosts/<installation> locally,
+// the storage pool's folder on a remote host). This process hashes and
+// clones the file there and libvirtd restores the clone, so both must see
+// that folder: "" when this process does not (a remote host on its own
+// disk), and such a host cold boots (snapshots off for it).
+func (s *Service) snapshotDir(files HostFiles) string {
+	if st, err := os.Stat(files.Dir); err != nil || !st.IsDir() {
+		return ""
+	}
+	return files.Dir
 }
 
 // snapshotSlot is the file name stem of the snapshot for a VM shape.
 func snapshotSlot(memMiB, vcpus int) string {
-	return "vm-" + strconv.Itoa(memMiB) + "m-" + strconv.Itoa(vcpus) + "c"
+	return "snapshot-vm-" + strconv.Itoa(memMiB) + "m-" + strconv.Itoa(vcpus) + "c"
 }
 
-func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM) (snapshotKey, error) {
+func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, files HostFiles) (snapshotKey, error) {
 	m, err := image.Load(s.cfg.DataDir)
 	if err != nil {
 		return snapshotKey{}, err
@@ -177,29 +180,34 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM) (sna
 	k := snapshotKey{
 		Format: snapshotFormat, Installation: s.installID, Host: vm.HostURI, DomainType: t,
 		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
-		Guest: strings.Join([]string{m.Guest.Version, m.Guest.Kernel, m.Guest.Initramfs, m.Guest.Cmdline}, " "),
+		Guest: strings.Join([]string{m.Guest.Version, files.Kernel, files.Initramfs, m.Guest.Cmdline}, " "),
 	}
-	for _, tp := range m.Templates {
-		k.Templates = append(k.Templates, tp.Name+"@"+tp.Version+"="+tp.Path)
+	for i, tp := range m.Templates {
+		if i < len(files.Templates) {
+			k.Templates = append(k.Templates, tp.Name+"@"+tp.Version+"="+files.Templates[i].Path+"@"+files.Templates[i].Target)
+		}
 	}
 	return k, nil
 }
 
 // snapshotFor returns the snapshot to restore vm from, or nil and why not
 // (starting a build when there is none or it is stale or corrupt).
-func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest) (*hypervisor.Snapshot, string) {
+func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, files HostFiles) (*hypervisor.Snapshot, string) {
 	if !s.cfg.Snapshots {
 		return nil, FallbackOff
 	}
 	if _, ok := hv.(snapshotHV); !ok {
 		return nil, FallbackOff
 	}
-	key, err := s.snapshotKeyFor(ctx, hv, vm)
+	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+	if dir == "" {
+		return nil, FallbackOff
+	}
+	key, err := s.snapshotKeyFor(ctx, hv, vm, files)
 	if err != nil {
 		s.log.Warn("vm snapshot key", "host", vm.HostURI, "err", err)
 		return nil, FallbackOff
 	}
-	dir, slot := s.snapshotDir(vm.HostURI), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
 	s.snaps.mu.Lock()
 	backoff := s.cfg.Clock.Now().Before(s.snaps.until[dir+slot])
 	_, building := s.snaps.building[dir+slot]
@@ -213,21 +221,21 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 	meta, err := readSnapshotMeta(filepath.Join(dir, slot+".json"))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		s.buildSnapshot(hv, vm, guest, key)
+		s.buildSnapshot(hv, vm, guest, files, key)
 		return nil, FallbackNone
 	case err != nil:
 		s.log.Warn("vm snapshot unreadable: rebuilding", "host", vm.HostURI, "slot", slot, "err", err)
-		s.buildSnapshot(hv, vm, guest, key)
+		s.buildSnapshot(hv, vm, guest, files, key)
 		return nil, FallbackCorrupt
 	case meta.Key != key.sum():
 		s.log.Info("vm snapshot stale (image or vm shape changed): rebuilding", "host", vm.HostURI, "slot", slot)
-		s.buildSnapshot(hv, vm, guest, key)
+		s.buildSnapshot(hv, vm, guest, files, key)
 		return nil, FallbackStale
 	}
 	p := filepath.Join(dir, slot+".snap")
 	if st, err := os.Stat(p); err != nil || st.Size() != meta.Size {
 		s.log.Warn("vm snapshot file missing or resized: rebuilding", "host", vm.HostURI, "slot", slot, "err", err)
-		s.buildSnapshot(hv, vm, guest, key)
+		s.buildSnapshot(hv, vm, guest, files, key)
 		return nil, FallbackCorrupt
 	}
 	return &hypervisor.Snapshot{Path: p, SHA256: meta.SHA256}, ""
@@ -248,19 +256,19 @@ func readSnapshotMeta(path string) (snapshotMeta, error) {
 // restoreVM restores vm from its host's snapshot, hot-plugs its scratch
 // disk and does the handshake. On failure it leaves no domain and returns
 // a nil client and the fallback reason (with detail) for the cold boot.
-func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, spec hypervisor.DomainSpec,
+func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, files HostFiles, spec hypervisor.DomainSpec,
 	scratch hypervisor.Disk) (*hypervisor.Domain, *agentproto.Client, string) {
-	snap, reason := s.snapshotFor(ctx, hv, vm, guest)
+	snap, reason := s.snapshotFor(ctx, hv, vm, guest, files)
 	if snap == nil {
 		return nil, nil, reason
 	}
 	shv := hv.(snapshotHV)
-	dir, slot := s.snapshotDir(vm.HostURI), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
 	fail := func(reason string, err error) (*hypervisor.Domain, *agentproto.Client, string) {
 		if ctx.Err() != nil {
 			return nil, nil, ""
 		}
-		s.snapshotFailed(hv, vm, guest, dir, slot, reason, err)
+		s.snapshotFailed(hv, vm, guest, files, dir, slot, reason, err)
 		return nil, nil, reason + ": " + truncate(err.Error(), 200)
 	}
 	t0 := time.Now()
@@ -315,7 +323,7 @@ func (s *Service) noteFallback(reason string) {
 // snapshotFailed handles a snapshot that would not restore: it is removed
 // and rebuilt; after two failures in a row the slot cold boots for ten
 // minutes, so a snapshot that cannot work does not cost every boot a try.
-func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, dir, slot, reason string, err error) {
+func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, dir, slot, reason string, err error) {
 	s.log.Warn("vm snapshot restore failed: cold boot; rebuilding the snapshot", "vm", vm.ID, "host", vm.HostURI,
 		"slot", slot, "reason", reason, "err", err)
 	for _, ext := range []string{".json", ".snap"} {
@@ -335,15 +343,15 @@ func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, dir, s
 	}
 	ctx, cancel := s.stop.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if key, err := s.snapshotKeyFor(ctx, hv, vm); err == nil {
-		s.buildSnapshot(hv, vm, guest, key)
+	if key, err := s.snapshotKeyFor(ctx, hv, vm, files); err == nil {
+		s.buildSnapshot(hv, vm, guest, files, key)
 	}
 }
 
 // buildSnapshot builds the snapshot for vm's host and shape in the
 // background, unless a build is under way.
-func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, key snapshotKey) {
-	dir, slot := s.snapshotDir(vm.HostURI), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, key snapshotKey) {
+	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
 	id := "snapshot-" + uuid.NewString()
 	s.snaps.mu.Lock()
 	if _, busy := s.snaps.building[dir+slot]; busy {
@@ -363,7 +371,7 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, key sna
 		ctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.BootTimeout+2*time.Minute)
 		defer cancel()
 		start := time.Now()
-		meta, err := s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, key, dir, slot)
+		meta, err := s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, files, key, dir, slot)
 		if err != nil {
 			if s.stop.Err() == nil {
 				s.log.Warn("vm snapshot build failed", "host", vm.HostURI, "slot", slot, "err", err)
@@ -382,16 +390,12 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, key sna
 // for its agent, ends the session and saves it to dir/slot.snap with its
 // sidecar.
 func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hypervisor, id string, vm VM, guest image.Guest,
-	key snapshotKey, dir, slot string) (snapshotMeta, error) {
-	// QEMU and libvirtd read it: the folders must be searchable.
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return snapshotMeta{}, fmt.Errorf("snapshot dir: %w", err)
-	}
+	files HostFiles, key snapshotKey, dir, slot string) (snapshotMeta, error) {
 	start := time.Now()
 	spec := hypervisor.DomainSpec{
 		ID: id, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
-		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName, Disks: s.templateDisks(),
+		Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: guest.Cmdline,
+		ChannelName: agentproto.ChannelName, Disks: files.Templates,
 	}
 	if _, err := hv.Create(ctx, spec); err != nil {
 		return snapshotMeta{}, err

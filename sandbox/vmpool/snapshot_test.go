@@ -138,7 +138,7 @@ func (e *snapEnv) runIn(t *testing.T, vm vmpool.VM) {
 func (e *snapEnv) snapshotFiles(t *testing.T) (snap, meta string) {
 	t.Helper()
 	dataDir, _ := needVMs(t)
-	m, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", e.svc.InstallationID(), "*", "*.json"))
+	m, _ := filepath.Glob(filepath.Join(dataDir, "hosts", e.svc.InstallationID(), "snapshot-*.json"))
 	if len(m) != 1 {
 		t.Fatalf("snapshot sidecars = %v; want one", m)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/stockade-dev/stockade/sandbox/benchrec"
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 	"github.com/stockade-dev/stockade/tenants/usage"
@@ -298,6 +299,9 @@ func BenchmarkExport(b *testing.B) {
 			b.ReportMetric(f.exportPerSec[usage.FormatJSON], "json-rows/s")
 			b.ReportMetric(mib(f.peakInuse[usage.FormatCSV]), "csv-peak-inuse-MiB")
 			b.ReportMetric(mib(f.peakInuse[usage.FormatJSON]), "json-peak-inuse-MiB")
+			if n == large {
+				benchrec.Record(b, benchrec.Result{Name: "usage_export_csv_vs_scan", Value: f.exportPerSec[usage.FormatCSV], Unit: "rows/s", Baseline: f.scanPerSec})
+			}
 			if len(figs) == 2 {
 				b.Log("\n" + benchSummary(figs))
 			}

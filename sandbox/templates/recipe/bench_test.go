@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/benchrec"
 	"github.com/stockade-dev/stockade/sandbox/templates/recipe"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
@@ -51,5 +52,5 @@ func BenchmarkRecipeBuild(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(recipeTime.Seconds()/n, "recipe-s")
 	b.ReportMetric(debootTime.Seconds()/n, "debootstrap-s")
-	b.ReportMetric(recipeTime.Seconds()/debootTime.Seconds(), "recipe_build_vs_debootstrap-ratio")
+	benchrec.Record(b, benchrec.Result{Name: "recipe_build_vs_debootstrap", Value: recipeTime.Seconds() / n, Unit: "s", Baseline: debootTime.Seconds() / n})
 }
