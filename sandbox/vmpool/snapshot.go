@@ -368,15 +368,34 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 			delete(s.snaps.building, dir+slot)
 			s.snaps.mu.Unlock()
 		}()
-		ctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.BootTimeout+2*time.Minute)
-		defer cancel()
 		start := time.Now()
-		meta, err := s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, files, key, dir, slot)
-		if err != nil {
-			if s.stop.Err() == nil {
-				s.log.Warn("vm snapshot build failed", "host", vm.HostURI, "slot", slot, "err", err)
+		var meta snapshotMeta
+		// A build that fails (a guest that did not come up on a loaded
+		// host) is tried again, three times in all, a minute apart.
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.BootTimeout+2*time.Minute)
+			m, err := s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, files, key, dir, slot)
+			cancel()
+			if err == nil {
+				meta = m
+				break
 			}
-			return
+			if s.stop.Err() != nil {
+				return
+			}
+			s.log.Warn("vm snapshot build failed", "host", vm.HostURI, "slot", slot, "attempt", attempt, "err", err)
+			if attempt == 3 {
+				return
+			}
+			select {
+			case <-s.cfg.Clock.After(time.Minute):
+			case <-s.stop.Done():
+				return
+			}
+			id = "snapshot-" + uuid.NewString()
+			s.snaps.mu.Lock()
+			s.snaps.building[dir+slot] = id
+			s.snaps.mu.Unlock()
 		}
 		s.snaps.mu.Lock()
 		s.snaps.builds++

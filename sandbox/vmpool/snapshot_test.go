@@ -81,7 +81,7 @@ func (e *snapEnv) start(t *testing.T, n int) []vmpool.VM {
 		out = append(out, vm)
 	}
 	for i, vm := range out {
-		waitFor(t, 5*time.Minute, "vm "+vm.ID+" running", func() bool {
+		waitFor(t, 10*time.Minute, "vm "+vm.ID+" running", func() bool {
 			got, err := e.svc.Store().VM(ctx, e.tn.ID, vm.ID)
 			if err != nil {
 				t.Fatalf("VM(%s) = %v", vm.ID, err)
@@ -108,7 +108,7 @@ func (e *snapEnv) destroy(t *testing.T, vms ...vmpool.VM) {
 // waitBuilds waits until n snapshots were built.
 func (e *snapEnv) waitBuilds(t *testing.T, n int64) {
 	t.Helper()
-	waitFor(t, 5*time.Minute, fmt.Sprintf("%d snapshot builds", n), func() bool { return e.svc.SnapshotCounts().Builds >= n })
+	waitFor(t, 10*time.Minute, fmt.Sprintf("%d snapshot builds", n), func() bool { return e.svc.SnapshotCounts().Builds >= n })
 }
 
 // runIn runs a command in a fresh sandbox of vm that writes and reads its
