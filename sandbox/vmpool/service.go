@@ -153,6 +153,9 @@ type Config struct {
 	// Leader says whether this replica holds the leader lease, which runs
 	// warm-pool filling and recycling; nil: always.
 	Leader func() bool
+	// Snapshots restores VMs from a memory snapshot of a booted guest
+	// instead of cold booting them (STOCKADE_VM_SNAPSHOTS; snapshot.go).
+	Snapshots bool
 	// AgentReady runs in the background after the handshake of every VM
 	// this service boots (ready.go): sandbox.PrestartHook configures the
 	// guest's pre-started sandboxes there. Nil: nothing.
@@ -249,6 +252,7 @@ type Service struct {
 	mu        sync.Mutex
 	vms       map[string]*runtime
 	backoff   map[string]backoff // per tenant, after failed warm boots
+	snaps     *snapshots
 	started   bool
 	closeOnce sync.Once
 }
@@ -276,6 +280,7 @@ func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID 
 		kickc:     make(chan string, 64),
 		vms:       map[string]*runtime{},
 		backoff:   map[string]backoff{},
+		snaps:     newSnapshots(),
 	}
 	for _, u := range cfg.URIs {
 		s.hosts = append(s.hosts, &hostConn{uri: u, reason: "not connected yet", cpu: map[string]cpuSample{}})
