@@ -38,7 +38,7 @@ func vmJSON(st vmpool.Status) api.VM {
 		ID: vm.ID, State: string(vm.State), StateReason: vm.StateReason,
 		Progress: api.VMProgress{Phase: string(vm.Phase), Step: vm.Phase.Progress(), Of: vmpool.BootSteps, Since: vm.PhaseAt.UTC().Format(timeJSON)},
 		Host:     vm.HostURI, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, ImageVersion: vm.ImageVersion,
-		AgentVersion: vm.AgentVersion, KernelVersion: vm.KernelVersion, AgentConnected: st.AgentConnected, BootMS: vm.BootMS,
+		AgentVersion: vm.AgentVersion, KernelVersion: vm.KernelVersion, AgentConnected: st.AgentConnected, BootMS: vm.BootMS, BootKind: vm.BootKind,
 		CPUTimeMS: st.CPUTime.Milliseconds(), UptimeSeconds: st.Uptime.Seconds(),
 		Acquired: vm.AcquiredAt != nil, SandboxesServed: vm.SandboxesServed,
 		CreatedAt: vm.CreatedAt.UTC().Format(timeJSON), StartedAt: timePtr(vm.StartedAt), EndedAt: timePtr(vm.EndedAt),
@@ -238,6 +238,7 @@ func vmRows(sts []vmpool.Status, slugs map[string]string, now time.Time) []views
 			Phase: string(vm.Phase), Progress: vm.Phase.Progress(), ProgressMax: vmpool.BootSteps, PhaseFor: now.Sub(vm.PhaseAt),
 			Uptime: st.Uptime, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, CPUPercent: st.CPUPercent,
 			AgentVersion: vm.AgentVersion, Host: vm.HostURI, CreatedAt: vm.CreatedAt, Acquired: vm.AcquiredAt != nil,
+			Boot: time.Duration(vm.BootMS) * time.Millisecond, BootKind: vm.BootKind,
 		})
 	}
 	return out

@@ -137,6 +137,10 @@ type Host struct {
 	typeMu  sync.Mutex
 	domType string
 
+	// verified: snapshot path -> the fileStamp at which its bytes hashed
+	// to the sum (snapshot.go), so a restore hashes a file only once.
+	verified sync.Map
+
 	wg sync.WaitGroup
 }
 

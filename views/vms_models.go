@@ -51,6 +51,8 @@ type VMRow struct {
 	Host         string
 	CreatedAt    time.Time
 	Acquired     bool // handed out (not warm)
+	Boot         time.Duration
+	BootKind     string // "restored", "cold: <why not restored>", "" before running
 }
 
 // PoolForm is the pool settings form: values as typed, and field errors.
@@ -142,6 +144,24 @@ func phaseLabel(r VMRow) string {
 		return r.State
 	}
 	return strings.ReplaceAll(r.Phase, "_", " ")
+}
+
+// bootLabel says how the VM started and how long it took; the cold
+// boot's reason goes in bootReason.
+func bootLabel(r VMRow) string {
+	kind, _, _ := strings.Cut(r.BootKind, ":")
+	if kind == "" {
+		return ""
+	}
+	return kind + " in " + showDuration(r.Boot)
+}
+
+func bootReason(r VMRow) string {
+	_, why, _ := strings.Cut(r.BootKind, ": ")
+	if why == "" {
+		return "restored from a memory snapshot of a booted guest"
+	}
+	return "cold boot; not restored: " + why
 }
 
 // operatorDestroyConfirm is what an operator confirms before destroying a

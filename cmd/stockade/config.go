@@ -65,6 +65,8 @@ type config struct {
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (a server restart) waiting to be re-attached.
 	ExecGrace time.Duration
+	// VMSnapshots restores VMs from memory snapshots instead of cold booting.
+	VMSnapshots bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (STOCKADE_PRESTART_PER_TEMPLATE); 0 disables.
 	PrestartPerTemplate int
@@ -137,6 +139,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
 	fs.DurationVar(&c.ExecGrace, "exec-grace", c.envDuration(getenv, "exec-grace", "STOCKADE_EXEC_GRACE", 5*time.Minute),
 		"how long running commands and terminals survive a lost agent session (a server restart) waiting to be re-attached; their output is buffered up to 1 MiB each (STOCKADE_EXEC_GRACE)")
+	fs.BoolVar(&c.VMSnapshots, "vm-snapshots", c.envBool(getenv, "vm-snapshots", "STOCKADE_VM_SNAPSHOTS", true),
+		"restore VMs from a memory snapshot of a booted guest instead of cold booting them; false: always cold boot (STOCKADE_VM_SNAPSHOTS)")
 	fs.IntVar(&c.PrestartPerTemplate, "prestart-per-template", c.envInt(getenv, "prestart-per-template", "STOCKADE_PRESTART_PER_TEMPLATE", sandbox.DefaultPrestartPerTemplate),
 		"sandboxes each VM keeps started per template, claimed by creates without volumes; 0 disables (STOCKADE_PRESTART_PER_TEMPLATE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),

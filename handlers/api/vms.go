@@ -14,6 +14,7 @@ type VM struct {
 	KernelVersion   string     `json:"kernel_version,omitempty"`
 	AgentConnected  bool       `json:"agent_connected"`
 	BootMS          int64      `json:"boot_ms,omitempty"`
+	BootKind        string     `json:"boot_kind,omitempty" doc:"restored (from a memory snapshot) or cold: <why it did not restore>"`
 	CPUTimeMS       int64      `json:"cpu_time_ms"`
 	CPUPercent      *float64   `json:"cpu_percent" doc:"null when not sampled yet"`
 	UptimeSeconds   float64    `json:"uptime_seconds"`

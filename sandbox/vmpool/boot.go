@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -221,31 +222,25 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	spec := hypervisor.DomainSpec{
 		ID: vm.ID, TenantID: vm.TenantID, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
 		Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName, Disks: append(files.Templates, scratch),
+		ChannelName: agentproto.ChannelName, Disks: append(slices.Clip(files.Templates), scratch),
 	}
 	start := time.Now()
-	dom, err := hv.Create(ctx, spec)
-	if err != nil {
-		if ctx.Err() != nil {
-			s.bootCancelled(ctx, vm, nil)
-			return
-		}
-		s.failBoot(vm, nil, fmt.Errorf("define: %w", err))
-		return
-	}
-	if ctx.Err() != nil {
-		s.bootCancelled(ctx, vm, hv)
-		return
-	}
-	s.phase(vm.ID, PhaseBooting)
-	client, err := s.handshake(ctx, hv, vm, s.cfg.BootTimeout, func() { s.phase(vm.ID, PhaseHandshake) })
-	if err != nil {
+	// A memory snapshot first (snapshot.go): its spec has the templates
+	// only, the scratch disk is hot-plugged at the same target.
+	rspec := spec
+	rspec.Disks = files.Templates
+	dom, client, why := s.restoreVM(ctx, hv, vm, guest, files, rspec, scratch)
+	bootKind := BootRestored
+	if client == nil {
 		if ctx.Err() != nil {
 			s.bootCancelled(ctx, vm, hv)
 			return
 		}
-		s.failBoot(vm, hv, fmt.Errorf("agent handshake: %w", err))
-		return
+		bootKind = BootCold + ": " + why
+		s.noteFallback(why)
+		if dom, client = s.coldBoot(ctx, hv, vm, spec); client == nil {
+			return
+		}
 	}
 	took := time.Since(start)
 	hello := client.Hello()
@@ -261,7 +256,7 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	// Not the task's ctx: a destroy cancels that; only Close cuts this short.
 	mctx, cancel := s.stop.Bound(context.Background())
-	ok, err := s.store.markRunning(mctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took})
+	ok, err := s.store.markRunning(mctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took, BootKind: bootKind})
 	cancel()
 	if err != nil || !ok {
 		// Destroyed or lost meanwhile: whoever did that records the end.
@@ -276,7 +271,36 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	s.agentReady(vm, client)
 	s.clearBackoff(vm.TenantID)
 	s.log.Info("vm running", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "boot", took.Round(time.Millisecond),
-		"agent", hello.Agent, "kernel", hello.Kernel)
+		"boot_kind", bootKind, "agent", hello.Agent, "kernel", hello.Kernel)
+}
+
+// coldBoot defines and starts the domain and does the handshake. On
+// failure it has handled the VM's end and returns a nil client.
+func (s *Service) coldBoot(ctx context.Context, hv Hypervisor, vm VM, spec hypervisor.DomainSpec) (*hypervisor.Domain, *agentproto.Client) {
+	dom, err := hv.Create(ctx, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.bootCancelled(ctx, vm, nil)
+			return nil, nil
+		}
+		s.failBoot(vm, nil, fmt.Errorf("define: %w", err))
+		return nil, nil
+	}
+	if ctx.Err() != nil {
+		s.bootCancelled(ctx, vm, hv)
+		return nil, nil
+	}
+	s.phase(vm.ID, PhaseBooting)
+	client, err := s.handshake(ctx, hv, vm, s.cfg.BootTimeout, func() { s.phase(vm.ID, PhaseHandshake) })
+	if err != nil {
+		if ctx.Err() != nil {
+			s.bootCancelled(ctx, vm, hv)
+			return nil, nil
+		}
+		s.failBoot(vm, hv, fmt.Errorf("agent handshake: %w", err))
+		return nil, nil
+	}
+	return dom, client
 }
 
 // bootCancelled handles a boot whose context ended: a destroy or a lost VM

@@ -73,7 +73,8 @@ type VM struct {
 	AgentVersion    string     `gorm:"column:agent_version"`
 	KernelVersion   string     `gorm:"column:kernel_version"`
 	DomainUUID      string     `gorm:"column:domain_uuid"`
-	BootMS          int64      `gorm:"column:boot_ms"` // Create -> agent handshake done
+	BootMS          int64      `gorm:"column:boot_ms"`   // Create -> agent handshake done
+	BootKind        string     `gorm:"column:boot_kind"` // "restored" (snapshot.go), or "cold: <why not>"
 	CreatedBy       string     `gorm:"column:created_by"`
 	CreatedAt       time.Time  `gorm:"column:created_at;autoCreateTime:false"`
 	StartedAt       *time.Time `gorm:"column:started_at"` // handshake done

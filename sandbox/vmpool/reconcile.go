@@ -163,6 +163,9 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 		if rt := s.lookupRuntime(d.ID); rt != nil && (rt.busy() || rt.isDestroying()) {
 			continue
 		}
+		if s.snapshotBuilding(d.ID) {
+			continue // a snapshot VM being built (snapshot.go)
+		}
 		s.destroyOrphan(ctx, h, hv, d)
 	}
 

@@ -147,9 +147,15 @@ type Config struct {
 	// remote host (STOCKADE_HOST_POOL_DIR); default
 	// /var/lib/libvirt/stockade/<installation id>.
 	PoolDir string
+	// HostFilesInterval is how often the leader visits each remote host's
+	// files (uploads, scratch sweep, GC); default HostFilesInterval.
+	HostFilesInterval time.Duration
 	// Leader says whether this replica holds the leader lease, which runs
 	// warm-pool filling and recycling; nil: always.
 	Leader func() bool
+	// Snapshots restores VMs from a memory snapshot of a booted guest
+	// instead of cold booting them (STOCKADE_VM_SNAPSHOTS; snapshot.go).
+	Snapshots bool
 	// AgentReady runs in the background after the handshake of every VM
 	// this service boots (ready.go): sandbox.PrestartHook configures the
 	// guest's pre-started sandboxes there. Nil: nothing.
@@ -219,6 +225,7 @@ func (c *Config) checkAndSetDefaults() error {
 	def(&c.ReconcileInterval, 10*time.Second)
 	def(&c.MonitorInterval, 2*time.Second)
 	def(&c.HostRefresh, 15*time.Second)
+	def(&c.HostFilesInterval, HostFilesInterval)
 	return nil
 }
 
@@ -245,6 +252,7 @@ type Service struct {
 	mu        sync.Mutex
 	vms       map[string]*runtime
 	backoff   map[string]backoff // per tenant, after failed warm boots
+	snaps     *snapshots
 	started   bool
 	closeOnce sync.Once
 }
@@ -272,6 +280,7 @@ func NewService(store *Store, ts *tenants.Store, auditLog *audit.Log, installID 
 		kickc:     make(chan string, 64),
 		vms:       map[string]*runtime{},
 		backoff:   map[string]backoff{},
+		snaps:     newSnapshots(),
 	}
 	for _, u := range cfg.URIs {
 		s.hosts = append(s.hosts, &hostConn{uri: u, reason: "not connected yet", cpu: map[string]cpuSample{}})

@@ -359,6 +359,7 @@ func (s *Store) setPhase(ctx context.Context, id string, p Phase) error {
 type ready struct {
 	AgentVersion, KernelVersion, DomainUUID string
 	Boot                                    time.Duration
+	BootKind                                string // restored, or cold with the reason
 }
 
 // markRunning moves a booting VM to running. ok is false when the VM was no
@@ -368,7 +369,7 @@ func (s *Store) markRunning(ctx context.Context, id string, r ready) (bool, erro
 	res := s.db.WithContext(ctx).Model(&VM{}).Where("id = ? AND state = ?", id, StateBooting).Updates(map[string]any{
 		"state": StateRunning, "phase": PhaseRunning, "phase_at": now, "agent_version": r.AgentVersion,
 		"kernel_version": r.KernelVersion, "domain_uuid": r.DomainUUID, "boot_ms": r.Boot.Milliseconds(),
-		"started_at": now, "last_seen_at": now, "state_reason": "",
+		"boot_kind": r.BootKind, "started_at": now, "last_seen_at": now, "state_reason": "",
 	})
 	if res.Error != nil {
 		return false, fmt.Errorf("vm %s running: %w", id, res.Error)

@@ -83,6 +83,8 @@ type Config struct {
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (0: the agent's default).
 	ExecGrace time.Duration
+	// VMSnapshots restores VMs from memory snapshots (vmpool snapshot.go).
+	VMSnapshots bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (0: none; sandbox/prestart.go).
 	PrestartPerTemplate int
@@ -335,6 +337,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
 			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
+			Snapshots:  cfg.VMSnapshots,
 			AgentReady: a.prestartHook(cfg, log),
 		}); err != nil {
 			return err
@@ -473,6 +476,11 @@ func (a *App) server(ctx context.Context, cfg Config, o Options, log *slog.Logge
 	}
 	if err := a.registerReplicaMetrics(reg); err != nil {
 		return fmt.Errorf("register replica metrics: %w", err)
+	}
+	if a.VMs != nil {
+		if err := reg.Register(newSnapshotCollector(a.VMs)); err != nil {
+			return fmt.Errorf("register vm snapshot metrics: %w", err)
+		}
 	}
 	// Per-tenant usage and cost, and every running VM's figures.
 	if err := reg.Register(usage.NewCollector(a.Usage, usage.MetricsConfig{MaxTenants: cfg.MetricsTenants, Log: log,
