@@ -118,6 +118,7 @@ func testPrestart(t *testing.T, ctx context.Context, c *agentproto.Client) {
 	})
 
 	t.Run("disabled", func(t *testing.T) {
+		waitPool(t, ctx, c, 1) // none starting: turning it off stops every member at once
 		st, err := c.ConfigurePrestart(ctx, agentproto.PrestartConfig{PerTemplate: 0})
 		if err != nil || st.PerTemplate != 0 || len(st.Pools) != 0 {
 			t.Fatalf("Got(ConfigurePrestart(0)) = %+v, %v; want no pool", st, err)
