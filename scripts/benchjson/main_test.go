@@ -109,12 +109,16 @@ func TestParseBadAndCut(t *testing.T) {
 	if _, err := parse(strings.NewReader("bench-result: {\"name\":\n"), 2); err == nil {
 		t.Errorf("Got(parse of a broken figure line) = nil error; want one")
 	}
-	run, err := parse(strings.NewReader("bench-result: {\"name\":\"a\",\"value\":1,\"unit\":\"ms\"}\nBenchmarkA-2\t"), 2)
+	run, err := parse(strings.NewReader("ok  \tx/done\t1s\nbench-result: {\"name\":\"a\",\"value\":1,\"unit\":\"ms\"}\ngoos: linux\npkg: x/cut\nBenchmarkA-2\t"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(run.Results) != 1 || len(run.Failed) != 1 || run.Failed[0].Status != "package failed" {
-		t.Errorf("Got(a log cut short) = %+v; want its figure and a package failure", run)
+	if len(run.Results) != 1 || run.Results[0].Package != "x/cut" || len(run.Failed) != 1 || run.Failed[0].Status != "package failed" || run.Failed[0].Package != "x/cut" {
+		t.Errorf("Got(a log cut short) = %+v; want its figure and a package failure, both of x/cut", run)
+	}
+	run, err = parse(strings.NewReader("goos: linux\npkg: x/cut\n"), 2)
+	if err != nil || len(run.Failed) != 1 || run.Failed[0].Package != "x/cut" {
+		t.Errorf("Got(a log cut before any figure) = %+v, %v; want x/cut failed", run, err)
 	}
 }
 
