@@ -147,6 +147,23 @@ func (h *Handlers) PreviewHost(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// PreviewHostCookie is the preview link token a request to a preview host
+// carries in its cookie: what the door of another replica resolves to
+// find the sandbox and forward the request to the owner of its channel.
+// ok is false for any other request (not a preview host, no cookie, or a
+// link in the query, which the door answers by itself: it only sets the
+// cookie).
+func (h *Handlers) PreviewHostCookie(r *http.Request) (token string, ok bool) {
+	if _, _, ok := h.previewHostOf(r.Host); !ok || r.URL.Query().Get(previewQuery) != "" {
+		return "", false
+	}
+	ck, err := r.Cookie(previewCookie)
+	if err != nil || ck.Value == "" {
+		return "", false
+	}
+	return ck.Value, true
+}
+
 // previewHostOf parses host as <port>-<sandbox id>.<preview domain>.
 func (h *Handlers) previewHostOf(host string) (int, string, bool) {
 	d := h.cfg.PreviewDomain

@@ -102,6 +102,14 @@ func (h *Host) BootCheck(ctx context.Context, domType string) error {
 	if h.cfg.ProbeKernel == "" {
 		return fmt.Errorf("boot check %s: %w: no probe kernel configured", domType, ErrInvalid)
 	}
+	kernel := h.cfg.ProbeKernel
+	if h.cfg.ProbeKernelSHA256 != "" { // a local file: the host gets it from its pool
+		p, err := h.EnsureVolume(ctx, VolumeName(KindKernel, h.cfg.ProbeKernelSHA256, ""), kernel, h.cfg.ProbeKernelSHA256)
+		if err != nil {
+			return fmt.Errorf("boot check %s: %w", domType, err)
+		}
+		kernel = p
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	spec := DomainSpec{
@@ -110,7 +118,7 @@ func (h *Host) BootCheck(ctx context.Context, domType string) error {
 		VCPUs:          1,
 		MemoryMiB:      256,
 		Type:           domType,
-		Kernel:         h.cfg.ProbeKernel,
+		Kernel:         kernel,
 		Cmdline:        probeCmdline,
 		TBCacheMiB:     64,
 	}

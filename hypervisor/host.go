@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type Config struct {
 	// once under KVM to prove KVM really runs our guests. Without it KVM is
 	// never assumed and detection answers TypeQEMU.
 	ProbeKernel string
+	// ProbeKernelSHA256, when set, says ProbeKernel is a file of this
+	// process, not of the host: it is uploaded to the host's storage pool
+	// (EnsureVolume) before the probe boots it.
+	ProbeKernelSHA256 string
 	// ProbeTimeout bounds that boot; 20 s when zero.
 	ProbeTimeout time.Duration
 
@@ -46,6 +51,10 @@ type Config struct {
 	// libvirtd: defaults to /var/log/libvirt/qemu for qemu:///system and
 	// to "" (leave logs alone) for any other URI.
 	QEMULogDir string
+
+	// PoolDir is the folder on the host of the installation's storage pool
+	// (storage.go); DefaultPoolDir(InstallationID) when empty.
+	PoolDir string
 }
 
 func (c *Config) checkAndSetDefaults() error {
@@ -60,6 +69,12 @@ func (c *Config) checkAndSetDefaults() error {
 	}
 	if !validID.MatchString(c.InstallationID) {
 		return fmt.Errorf("%w: installation id %q must be 1-63 of [A-Za-z0-9._-]", ErrInvalid, c.InstallationID)
+	}
+	if c.PoolDir == "" {
+		c.PoolDir = DefaultPoolDir(c.InstallationID)
+	}
+	if !filepath.IsAbs(c.PoolDir) {
+		return fmt.Errorf("%w: pool folder %q is not an absolute path", ErrInvalid, c.PoolDir)
 	}
 	if c.DomainType != "" && c.DomainType != TypeQEMU && c.DomainType != TypeKVM {
 		return fmt.Errorf("%w: domain type %q", ErrInvalid, c.DomainType)
@@ -117,6 +132,7 @@ type Host struct {
 
 	events *eventQueue
 	known  *identityCache
+	store  *storage
 
 	typeMu  sync.Mutex
 	domType string
@@ -152,6 +168,7 @@ func Connect(ctx context.Context, cfg Config) (*Host, error) {
 		kick:   make(chan struct{}, 1),
 		events: newEventQueue(cfg.Logger),
 		known:  newIdentityCache(),
+		store:  newStorage(),
 	}
 	sess, err := h.open(ctx)
 	if err == nil {

@@ -28,6 +28,8 @@ type HotDisk struct {
 	// (/sys/block/vdX/serial), at most 20 of [A-Za-z0-9_-]: how the guest
 	// tells hot-plugged disks apart.
 	Serial string
+	// Discard passes the guest's discards down to the file (Disk.Discard).
+	Discard bool
 }
 
 var (
@@ -58,6 +60,9 @@ func (d HotDisk) xml() (string, error) {
 	}
 	if d.ReadOnly {
 		disk.ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+	}
+	if d.Discard {
+		disk.Driver.Discard = "unmap"
 	}
 	return disk.Marshal()
 }

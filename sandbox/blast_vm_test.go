@@ -51,7 +51,7 @@ func waitOutput(t *testing.T, buf *streamBuffer, want string, timeout time.Durat
 }
 
 // qemuPIDOf reads the pid libvirt recorded for the VM's QEMU.
-func qemuPIDOf(t *testing.T, vmID string) int {
+func qemuPIDOf(t testing.TB, vmID string) int {
 	t.Helper()
 	b, err := os.ReadFile("/run/libvirt/qemu/" + hypervisor.DomainName(vmID) + ".pid")
 	if err != nil {

@@ -17,3 +17,6 @@ const MaxOrphansPerPass = maxOrphansPerPass
 
 // GuestLogBurst is guestLogBurst, for the tests of the cap.
 const GuestLogBurst = guestLogBurst
+
+// PerVM is perVM: how many sandboxes the host places on a VM of memMiB.
+func PerVM(memMiB, max int) int { return perVM(memMiB, max) }

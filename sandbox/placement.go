@@ -41,10 +41,24 @@ func (s *Service) place(ctx context.Context, actor audit.Actor, sb Sandbox, plan
 	return vmpool.VM{}, nil, fmt.Errorf("%w: no vm of the tenant had room after %d tries", vmpool.ErrUnavailable, maxPlaceAttempts)
 }
 
-// fits reports whether a VM holding load can take sb as well.
+// fits reports whether a VM holding load can take sb as well: a sandbox
+// more than the VM's agent takes (the capacity rule), and memory limits
+// within the VM's memory (times MemoryOvercommit).
 func (s *Service) fits(vm vmpool.VM, load vmLoad, sb Sandbox) bool {
-	return load.Sandboxes < s.cfg.MaxPerVM && sb.VCPUs <= vm.VCPUs &&
-		load.MemoryMiB+sb.MemoryMiB <= vm.MemoryMiB-s.cfg.GuestReserveMiB
+	limits := int(float64(vm.MemoryMiB-s.cfg.GuestReserveMiB) * s.cfg.MemoryOvercommit)
+	return load.Sandboxes < perVM(vm.MemoryMiB, s.cfg.MaxPerVM) && sb.VCPUs <= vm.VCPUs &&
+		sb.MemoryMiB <= vm.MemoryMiB-s.cfg.GuestReserveMiB && load.MemoryMiB+sb.MemoryMiB <= limits
+}
+
+// perVM is how many sandboxes a VM of memMiB holds: what its agent takes
+// (agentproto.SandboxCapacity of the MemTotal it will see), within max
+// when max is set.
+func perVM(memMiB, max int) int {
+	n := agentproto.SandboxCapacity(agentproto.GuestMemTotalMiB(memMiB))
+	if max > 0 {
+		n = min(n, max)
+	}
+	return n
 }
 
 // placeNow places sb on a VM that runs already, or answers errNoRoom. The

@@ -78,8 +78,16 @@ type Config struct {
 	// GuestReserveMiB is the memory of each VM kept for its kernel and
 	// agent: sandboxes of a VM share the rest; default 128.
 	GuestReserveMiB int
-	// MaxPerVM bounds the sandboxes placed on one VM; default 32.
+	// MaxPerVM bounds the sandboxes placed on one VM below what its memory
+	// takes (agentproto.SandboxCapacity, the agent's own cap); 0: that
+	// alone.
 	MaxPerVM int
+	// MemoryOvercommit lets the sandboxes of one VM together have memory
+	// limits up to this many times the VM's memory after GuestReserveMiB:
+	// a limit is a ceiling, and an idle sandbox uses a few MiB of it (the
+	// guest's OOM killer ends the largest when they all use it). Default
+	// 1: no overcommit.
+	MemoryOvercommit float64
 	// MaxFileBytes bounds a file read or written through the API
 	// (STOCKADE_MAX_FILE_BYTES); default 64 MiB. A tenant policy's
 	// filesystem.max_file_bytes may lower it for its tenant (FileLimit).
@@ -164,7 +172,9 @@ func (c *Config) checkAndSetDefaults() {
 	defInt(&c.DefaultTimeoutSeconds, 3600)
 	defInt(&c.DefaultExecTimeoutSeconds, 600)
 	defInt(&c.GuestReserveMiB, 128)
-	defInt(&c.MaxPerVM, 32)
+	if c.MemoryOvercommit < 1 {
+		c.MemoryOvercommit = 1
+	}
 	defInt(&c.ExecRecordBytes, 16<<10)
 	defInt(&c.MaxProcesses, DefaultMaxProcesses)
 	defInt(&c.ProcessOutputBytes, DefaultProcessOutputBytes)
@@ -492,7 +502,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return s.createFailed(sb, ReasonFrozen, err)
 	}
 	out, changed, err := s.store.transition(context.WithoutCancel(ctx), sb.ID, change{
-		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system",
+		From: []State{StateCreating}, To: StateRunning, Reason: ReasonStarted, Actor: "system", Audit: claimedEvent(sb, info),
 		Set: map[string]any{"create_ms": time.Since(begin).Milliseconds(), "guest_ready_ms": info.Startup.Ready.Milliseconds()},
 	})
 	if err != nil {
@@ -507,7 +517,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, tenantID string
 		return out, fmt.Errorf("create sandbox %s: %w: it is %s (%s)", sb.ID, errdefs.ErrConflict, out.State, out.StateReason)
 	}
 	s.log.Info("sandbox running", "sandbox", sb.ID, "tenant", tenantID, "vm", vm.ID, "template", sb.Template,
-		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond))
+		"took", time.Since(begin).Round(time.Millisecond), "guest_ready", info.Startup.Ready.Round(time.Millisecond),
+		"prestarted", info.Prestarted)
 	return out, nil
 }
 

@@ -87,10 +87,11 @@ func (c *LeaseConfig) checkAndSetDefaults() {
 // servers ever reconcile, adopt or destroy the same VMs. It is renewed in
 // the background until Release; Lost is closed if it could not be.
 type Lease struct {
-	db     *gorm.DB
-	cfg    LeaseConfig
-	holder string
-	epoch  int64
+	db      *gorm.DB
+	cfg     LeaseConfig
+	holder  string
+	epoch   int64
+	takenAt time.Time // the take's time: the first expiry is takenAt+TTL
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -172,7 +173,7 @@ func (l *Lease) take(ctx context.Context) error {
 	if res.RowsAffected == 0 || row.Holder != l.holder {
 		return &LeaseHeldError{By: row.LeaseHolder}
 	}
-	l.epoch = row.Epoch
+	l.epoch, l.takenAt = row.Epoch, now
 	return nil
 }
 
@@ -207,26 +208,40 @@ func (l *Lease) renewLoop() {
 	defer close(l.done)
 	t := l.cfg.Clock.NewTicker(l.cfg.Heartbeat)
 	defer t.Stop()
-	lastOK := l.cfg.Clock.Now()
+	// lastOK is when the last successful renewal began: the lease holds
+	// until lastOK+TTL, since that renewal wrote that expiry.
+	lastOK := l.takenAt
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.Chan():
 		}
-		ctx, cancel := clockwork.WithTimeout(context.Background(), l.cfg.Clock, l.cfg.Heartbeat)
-		ok, err := l.renew(ctx)
+		// Fencing by time: this holder gives the lease up (its loops stop)
+		// a heartbeat BEFORE the expiry another server waits for, never
+		// at it, and a renewal may not run into the last half heartbeat,
+		// so two holders never act at once (given clocks that agree
+		// within half a heartbeat).
+		start := l.now()
+		left := lastOK.Add(l.cfg.TTL).Sub(start) - l.cfg.Heartbeat/2
+		if left <= 0 {
+			l.markLost(fmt.Errorf("installation lease lost: not renewed for %s", start.Sub(lastOK)))
+			return
+		}
+		ctx, cancel := clockwork.WithTimeout(context.Background(), l.cfg.Clock, min(l.cfg.Heartbeat, left))
+		ok, err := l.renewAt(ctx, start)
 		cancel()
 		switch {
 		case err == nil && ok:
-			lastOK = l.cfg.Clock.Now()
+			lastOK = start
 		case err == nil:
 			l.markLost(fmt.Errorf("installation lease lost: another server took it"))
 			return
 		default:
 			l.cfg.Logger.Warn("renew installation lease", "err", err)
-			if l.cfg.Clock.Since(lastOK) >= l.cfg.TTL {
-				l.markLost(fmt.Errorf("installation lease lost: not renewed for %s: %w", l.cfg.TTL, err))
+			if l.cfg.Clock.Since(lastOK)+l.cfg.Heartbeat >= l.cfg.TTL {
+				l.markLost(fmt.Errorf("installation lease lost: not renewed for %s, expiring in %s: %w",
+					l.cfg.Clock.Since(lastOK).Round(time.Millisecond), (l.cfg.TTL - l.cfg.Clock.Since(lastOK)).Round(time.Millisecond), err))
 				return
 			}
 		}
@@ -234,8 +249,10 @@ func (l *Lease) renewLoop() {
 }
 
 // renew extends the lease if this process still holds it.
-func (l *Lease) renew(ctx context.Context) (bool, error) {
-	now := l.now()
+func (l *Lease) renew(ctx context.Context) (bool, error) { return l.renewAt(ctx, l.now()) }
+
+// renewAt extends the lease to now+TTL if this process still holds it.
+func (l *Lease) renewAt(ctx context.Context, now time.Time) (bool, error) {
 	res := l.db.WithContext(ctx).Model(&leaseRow{}).Where("singleton = 1 AND holder = ? AND epoch = ?", l.holder, l.epoch).
 		Updates(map[string]any{"heartbeat_at": now, "expires_at": now.Add(l.cfg.TTL)})
 	if res.Error != nil {

@@ -1,7 +1,9 @@
 package tenants_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -240,3 +242,71 @@ func TestWaitLease(t *testing.T) {
 		}
 	})
 }
+
+// TestInstallationLeaseGivenUpBeforeExpiry: a holder whose renewals fail
+// (the database refuses them) gives the lease up while it still holds,
+// a heartbeat before it expires, never at or after the moment another
+// server may take it: two holders never run the singleton loops at once.
+func TestInstallationLeaseGivenUpBeforeExpiry(t *testing.T) {
+	eachDB(t, func(t *testing.T, e *env) {
+		warned := warnSignal{make(chan struct{}, 16)}
+		a, err := tenants.AcquireLease(ctx, e.db, tenants.LeaseConfig{TTL: 20 * time.Second, Heartbeat: 5 * time.Second, Clock: e.clock,
+			Logger: slog.New(warned)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, err := tenants.CurrentLease(ctx, e.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.clock.BlockUntilContext(ctx, 1); err != nil { // the heartbeat's ticker
+			t.Fatal(err)
+		}
+		if err := e.db.Exec("ALTER TABLE installation_lease RENAME TO installation_lease_away").Error; err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := e.db.Exec("ALTER TABLE installation_lease_away RENAME TO installation_lease").Error; err != nil {
+				t.Error(err)
+			}
+			a.Release(ctx)
+		}()
+		for {
+			e.clock.Advance(5 * time.Second)
+			select {
+			case <-a.Lost():
+				if at := e.clock.Now(); !at.Before(cur.ExpiresAt) {
+					t.Fatalf("Got(lease given up at) = %s; want before its expiry %s", at.UTC(), cur.ExpiresAt.UTC())
+				}
+				return
+			case <-warned.ch: // a failed renewal: given up right after, or kept
+				select {
+				case <-a.Lost():
+					if at := e.clock.Now(); !at.Before(cur.ExpiresAt) {
+						t.Fatalf("Got(lease given up at) = %s; want before its expiry %s", at.UTC(), cur.ExpiresAt.UTC())
+					}
+					return
+				case <-time.After(2 * time.Second):
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("the holder never tried to renew")
+			}
+			if e.clock.Now().After(cur.ExpiresAt.Add(time.Minute)) {
+				t.Fatal("the holder never gave up a lease it could not renew")
+			}
+		}
+	})
+}
+
+// warnSignal signals each warning logged.
+type warnSignal struct{ ch chan struct{} }
+
+func (w warnSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (w warnSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.ch <- struct{}{}
+	}
+	return nil
+}
+func (w warnSignal) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w warnSignal) WithGroup(string) slog.Handler      { return w }

@@ -328,3 +328,39 @@ func (s *Server) forwardPreview(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+// PreviewHostRoute names requests to preview hosts (<port>-<sandbox
+// id>.<preview domain>) in the forward metrics.
+const PreviewHostRoute = "preview-host"
+
+// forwardPreviewHost is forwardPreview for whole preview hosts (which run
+// before routing): a request with its link's cookie, for a sandbox whose
+// channel another replica owns, is proxied there with the Host it asked
+// for, signed for the link; the owner's door checks the link again.
+func (s *Server) forwardPreviewHost(h *handlers.Handlers) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			tok, ok := h.PreviewHostCookie(c.Request())
+			f := s.cfg.Forward
+			if !ok {
+				return next(c)
+			}
+			if f == nil {
+				if _, err := s.forwardSig(c, ""); err != nil {
+					return err
+				}
+				return next(c)
+			}
+			tenantID, sbID, p, ok := f.Preview(c.Request().Context(), tok)
+			if fwd, err := s.forwardSig(c, p); err != nil {
+				return err
+			} else if fwd || !ok {
+				return next(c)
+			}
+			if s.forwardTo(c, PreviewHostRoute, tenantID, sbID, p, func(_ int, err error) { s.handleError(err, c) }) {
+				return nil
+			}
+			return next(c)
+		}
+	}
+}

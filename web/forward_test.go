@@ -45,7 +45,7 @@ func newReplicasWith(t testing.TB, db *gorm.DB, bOpts webtest.Options) *replicaP
 	dir := forwardtest.NewDirectory()
 	bOpts.DB, bOpts.Owners = db, dir.Replica("b")
 	r := &replicaPair{dir: dir,
-		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a"), NoOpenAPICheck: bOpts.NoOpenAPICheck}),
+		a: webtest.New(t, webtest.Options{DB: db, Owners: dir.Replica("a"), NoOpenAPICheck: bOpts.NoOpenAPICheck, PreviewDomain: bOpts.PreviewDomain}),
 		b: webtest.New(t, bOpts)}
 	dir.SetURL("a", r.a.URL)
 	dir.SetURL("b", r.b.URL)

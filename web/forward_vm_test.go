@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/audit"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
+	"github.com/stockade-dev/stockade/web"
 	"github.com/stockade-dev/stockade/web/webtest"
 )
 
@@ -55,7 +58,7 @@ func newForwardVM(tb testing.TB) *forwardVM {
 	// Benchmarks time the product alone, without the harness's check of
 	// every answer against the OpenAPI document.
 	_, bench := tb.(*testing.B)
-	e := &forwardVM{r: newReplicasWith(tb, db, webtest.Options{VMs: vms, Sandboxes: sbx, NoOpenAPICheck: bench}), sbx: sbx,
+	e := &forwardVM{r: newReplicasWith(tb, db, webtest.Options{VMs: vms, Sandboxes: sbx, NoOpenAPICheck: bench, PreviewDomain: previewDomain}), sbx: sbx,
 		system: audit.Actor{Kind: audit.ActorSystem, ID: "test"}}
 	e.tn = e.r.a.TenantNamed(tb, "fwd-vm", "Forward VM")
 	if _, err := vms.SetPool(ctx, e.system, e.tn.ID, vmpool.PoolSettings{VCPUs: 1, MemoryMiB: 512, MaxVMs: 1, RecycleAfterHours: 24}); err != nil {
@@ -142,14 +145,70 @@ func TestForwardVM(t *testing.T) {
 		if s, body := dev.JSON(t, http.MethodPost, base+"/previews", api.CreatePreviewLink{Port: 8000}, &l); s != http.StatusCreated {
 			t.Fatalf("Got(create a preview link at a) = %d %s; want 201", s, body)
 		}
-		u, err := url.Parse(l.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
 		before := metric(t, r.b, "stockade_http_requests_total", `route="/preview/:token/*"`)
-		s, body, _ := r.a.Anonymous().Request(t, http.MethodGet, u.Path, "", nil)
+		s, body, _ := r.a.Anonymous().Request(t, http.MethodGet, "/preview/"+previewToken(t, l)+"/", "", nil)
 		if got := metric(t, r.b, "stockade_http_requests_total", `route="/preview/:token/*"`) - before; got != 1 {
 			t.Errorf("Got(preview requests b served) = +%v (a answered %d %.200s); want +1", got, s, body)
+		}
+	})
+
+	t.Run("preview host", func(t *testing.T) {
+		// A whole preview host (<port>-<id>.<preview domain>) asked at a:
+		// a sets the link's cookie itself, then forwards the page request
+		// to b, which dials the sandbox's server.
+		var p api.Process
+		server := `$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:8001", Listen => 5, ReuseAddr => 1) or die "listen: $!";
+while (my $c = $s->accept) { while (<$c>) { last if /^\r?$/ } print $c "HTTP/1.0 200 OK\r\nContent-Length: 16\r\n\r\npreview-host-ok\n"; close $c }`
+		if s, body := dev.JSON(t, http.MethodPost, base+"/processes", api.StartProcess{Cmd: []string{"perl", "-MIO::Socket::INET", "-e", server}}, &p); s != http.StatusCreated {
+			t.Fatalf("Got(start a web server at a) = %d %s; want 201", s, body)
+		}
+		var l api.PreviewLink
+		if s, body := dev.JSON(t, http.MethodPost, base+"/previews", api.CreatePreviewLink{Port: 8001}, &l); s != http.StatusCreated {
+			t.Fatalf("Got(create a preview link at a) = %d %s; want 201", s, body)
+		}
+		host := "8001-" + sb.ID + "." + previewDomain
+		if !strings.Contains(l.URL, "://"+host+"/") {
+			t.Fatalf("Got(link URL) = %s; want one on %s", l.URL, host)
+		}
+		jar := map[string]string{}
+		get := func(path string) (int, string) {
+			req, err := http.NewRequest(http.MethodGet, r.a.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = host
+			for k, v := range jar {
+				req.AddCookie(&http.Cookie{Name: k, Value: v})
+			}
+			resp, err := (&http.Client{Timeout: time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			for _, c := range resp.Cookies() {
+				jar[c.Name] = c.Value
+			}
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		if s, body := get("/?stockade_preview=" + url.QueryEscape(previewToken(t, l))); s != http.StatusSeeOther || len(jar) == 0 {
+			t.Fatalf("Got(open the link at a) = %d %.200s, cookies %v; want 303 with the link's cookie", s, body, jar)
+		}
+		before := metric(t, r.a, "stockade_forwards_total", `route="`+web.PreviewHostRoute+`"`, `result="ok"`)
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			s, body := get("/")
+			if s == http.StatusOK && strings.Contains(body, "preview-host-ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_, out, _ := dev.Request(t, http.MethodGet, base+"/processes/"+strconv.FormatUint(uint64(p.PID), 10)+"/output", "", nil)
+				t.Fatalf("Got(page at a) = %d %s; want 200 with the sandbox's page (the server's output: %.500s)", s, pageText(body), out)
+			}
+			time.Sleep(500 * time.Millisecond) // the server is starting
+		}
+		if got := metric(t, r.a, "stockade_forwards_total", `route="`+web.PreviewHostRoute+`"`, `result="ok"`) - before; got < 1 {
+			t.Errorf("Got(preview host forwards at a) = +%v; want counted", got)
 		}
 	})
 
@@ -159,6 +218,29 @@ func TestForwardVM(t *testing.T) {
 			t.Errorf("Got(forwards of %s at a) = %v; want counted", route, got)
 		}
 	}
+}
+
+// pageText is a page's text without its markup, for failure messages.
+func pageText(page string) string {
+	page = regexp.MustCompile(`(?s)<head>.*</head>|<[^>]*>`).ReplaceAllString(page, " ")
+	return strings.Join(strings.Fields(page), " ")
+}
+
+// previewDomain is the preview domain of the forwarding replicas.
+const previewDomain = "preview.test"
+
+// previewToken is the token of l, from its URL on the preview domain.
+func previewToken(t *testing.T, l api.PreviewLink) string {
+	t.Helper()
+	u, err := url.Parse(l.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := u.Query().Get("stockade_preview")
+	if tok == "" {
+		t.Fatalf("Got(link URL) = %s; want its token in the query", l.URL)
+	}
+	return tok
 }
 
 // BenchmarkForwardFirstOutput: create -> first output of a command, the

@@ -62,7 +62,7 @@ func portRoutes(h *handlers.Handlers) []Route {
 // mountPreviews serves the preview link doors: /preview/:token/* on this
 // host, and whole preview hosts when a preview domain is configured.
 func (s *Server) mountPreviews(h *handlers.Handlers) {
-	s.echo.Pre(h.PreviewHost)
+	s.echo.Pre(s.forwardPreviewHost(h), h.PreviewHost)
 	s.echo.Any("/preview/:token/*", s.forwardPreview(h.Preview))
 	s.echo.Any("/preview/:token", func(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, c.Request().URL.Path+"/")

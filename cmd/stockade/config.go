@@ -18,7 +18,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/templates/oci"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 	"github.com/stockade-dev/stockade/web"
 )
 
@@ -39,6 +42,10 @@ type config struct {
 	LibvirtURIs   string
 	SecretKey     string
 	DomainType    string
+	// HostFiles and HostPoolDir: where each host's VMs find the guest's
+	// files (vmpool.ParseFilesModes) and the storage pool folder on remote hosts.
+	HostFiles   string
+	HostPoolDir string
 	// EgressAllowCIDRs are operator ranges the egress gateway may reach
 	// although private; loopback, unspecified and metadata ranges are
 	// refused (netguard.ParseAllowance).
@@ -58,6 +65,9 @@ type config struct {
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (a server restart) waiting to be re-attached.
 	ExecGrace time.Duration
+	// PrestartPerTemplate is each VM's pre-started sandboxes per template
+	// (STOCKADE_PRESTART_PER_TEMPLATE); 0 disables.
+	PrestartPerTemplate int
 	// MetricsTenants is how many tenants get their own label in the usage
 	// metrics; the rest are summed under tenant="_other".
 	MetricsTenants int
@@ -112,6 +122,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 	c.OIDCSecret = getenv("STOCKADE_OIDC_CLIENT_SECRET") // never a flag: it would show in ps
 	fs.StringVar(&c.AdminEmails, "admin-emails", getenv("STOCKADE_ADMIN_EMAILS"), "comma-separated platform operator emails (STOCKADE_ADMIN_EMAILS)")
 	fs.StringVar(&c.LibvirtURIs, "libvirt-uris", def("STOCKADE_LIBVIRT_URIS", "qemu:///system"), "comma-separated libvirt URIs (STOCKADE_LIBVIRT_URIS)")
+	fs.StringVar(&c.HostFiles, "host-files", getenv("STOCKADE_HOST_FILES"), `per host, where its VMs find the guest image and templates: "URI=local" (the data dir's files, the host shares this disk) or "URI=remote" (a storage pool on the host, uploaded through libvirt), comma-separated (STOCKADE_HOST_FILES; default: local for qemu:///system and other URIs without a network transport, remote for qemu+tcp, +tls, +ssh)`)
+	fs.StringVar(&c.HostPoolDir, "host-pool-dir", getenv("STOCKADE_HOST_POOL_DIR"), "folder of the installation's storage pool on each remote host (STOCKADE_HOST_POOL_DIR; default /var/lib/libvirt/stockade/<installation id>)")
 	fs.StringVar(&c.DomainType, "domain-type", getenv("STOCKADE_DOMAIN_TYPE"), `force the VM domain type "kvm" or "qemu" (STOCKADE_DOMAIN_TYPE; default: detected with a real boot)`)
 	fs.StringVar(&c.EgressAllowCIDRs, "egress-allow-cidrs", getenv("STOCKADE_EGRESS_ALLOW_CIDRS"), `comma list of private ranges sandboxes may reach through the egress gateway (STOCKADE_EGRESS_ALLOW_CIDRS; default none: private, link-local, CGNAT and reserved addresses are blocked; loopback, unspecified and metadata ones can never be allowed)`)
 	fs.IntVar(&c.EgressRetentionDays, "egress-retention-days", c.envInt(getenv, "egress-retention-days", "STOCKADE_EGRESS_RETENTION_DAYS", 90), "days egress events are kept (STOCKADE_EGRESS_RETENTION_DAYS)")
@@ -125,6 +137,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"how often the compliance probe runs in a sandbox of each tenant; 0: on demand only (STOCKADE_PROBE_INTERVAL)")
 	fs.DurationVar(&c.ExecGrace, "exec-grace", c.envDuration(getenv, "exec-grace", "STOCKADE_EXEC_GRACE", 5*time.Minute),
 		"how long running commands and terminals survive a lost agent session (a server restart) waiting to be re-attached; their output is buffered up to 1 MiB each (STOCKADE_EXEC_GRACE)")
+	fs.IntVar(&c.PrestartPerTemplate, "prestart-per-template", c.envInt(getenv, "prestart-per-template", "STOCKADE_PRESTART_PER_TEMPLATE", sandbox.DefaultPrestartPerTemplate),
+		"sandboxes each VM keeps started per template, claimed by creates without volumes; 0 disables (STOCKADE_PRESTART_PER_TEMPLATE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),
 		`tenants with a label of their own in the per-tenant /metrics, costliest first; the rest are summed under tenant="_other" (STOCKADE_METRICS_TENANTS)`)
 	fs.BoolVar(&c.DevIdP, "dev-idp", c.envBool(getenv, "dev-idp", "STOCKADE_DEV_IDP", false),
@@ -272,6 +286,9 @@ func (c *config) check() error {
 	if c.ComplianceInterval <= 0 {
 		return errors.New("STOCKADE_COMPLIANCE_INTERVAL: must be a positive duration such as 5m")
 	}
+	if c.PrestartPerTemplate < 0 || c.PrestartPerTemplate > agentproto.MaxPrestartPerTemplate {
+		return fmt.Errorf("STOCKADE_PRESTART_PER_TEMPLATE: must be 0 (off) to %d", agentproto.MaxPrestartPerTemplate)
+	}
 	if c.EgressRetentionDays <= 0 {
 		return errors.New("STOCKADE_EGRESS_RETENTION_DAYS: must be a positive number of days such as 90")
 	}
@@ -294,6 +311,12 @@ func (c *config) check() error {
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = -1 // on demand only
+	}
+	if _, err := vmpool.ParseFilesModes("STOCKADE_HOST_FILES", c.HostFiles); err != nil {
+		return err
+	}
+	if c.HostPoolDir != "" && !filepath.IsAbs(c.HostPoolDir) {
+		return fmt.Errorf("STOCKADE_HOST_POOL_DIR %q: must be an absolute path on the hosts", c.HostPoolDir)
 	}
 	if c.DomainType != "" && c.DomainType != "kvm" && c.DomainType != "qemu" {
 		return fmt.Errorf("STOCKADE_DOMAIN_TYPE %q: must be kvm, qemu or empty (detect)", c.DomainType)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/stockade-dev/stockade/cmd/stockade/app"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 )
 
 // serve parses the configuration, builds the server through the one
@@ -88,13 +89,18 @@ func (c *config) app() (app.Config, error) {
 			return app.Config{}, fmt.Errorf("STOCKADE_METRICS_TOKEN_FILE %s: the token must be at least 16 characters", c.MetricsTokenFile)
 		}
 	}
+	hostFiles, err := vmpool.ParseFilesModes("STOCKADE_HOST_FILES", c.HostFiles)
+	if err != nil {
+		return app.Config{}, err
+	}
 	return app.Config{
 		PublicURL: c.PublicURL, InternalURL: c.internalURL(), PreviewDomain: c.PreviewDomain, DataDir: c.DataDir, DB: c.DB, RootKey: root,
 		OIDCIssuer: c.OIDCIssuer, OIDCClientID: c.OIDCClientID, OIDCClientSecret: c.OIDCSecret,
 		OperatorEmails: c.operatorList(), Version: version,
-		LibvirtURIs: splitList(c.LibvirtURIs), DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,
+		LibvirtURIs: splitList(c.LibvirtURIs), HostFiles: hostFiles, HostPoolDir: c.HostPoolDir, DomainType: c.DomainType, ExecGrace: c.ExecGrace, MaxFileBytes: c.MaxFileBytes,
 		EgressAllowCIDRs: splitList(c.EgressAllowCIDRs), EgressRetentionDays: c.EgressRetentionDays,
-		TemplateRegistries: splitList(c.TemplateRegistries), TemplateMaxUploadBytes: c.TemplateMaxUpload,
+		PrestartPerTemplate: c.PrestartPerTemplate,
+		TemplateRegistries:  splitList(c.TemplateRegistries), TemplateMaxUploadBytes: c.TemplateMaxUpload,
 		RecordInput: c.RecordInput, RecordingRetentionDays: c.RetentionDays,
 		MaxRecordingBytes: mib(c.RecordingMaxMiB), MaxTenantRecordingBytes: mib(c.RecordingTenantMaxMiB),
 		ComplianceInterval: c.ComplianceInterval, ProbeInterval: c.ProbeInterval,

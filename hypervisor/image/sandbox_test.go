@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
+	"github.com/stockade-dev/stockade/sandbox/escapetest"
 )
 
 // scratchTestName is the file name of a test VM's scratch disk.
@@ -201,20 +201,25 @@ func TestSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	limits := agentproto.Limits{VCPUs: 1, MemoryMiB: 96, PidsMax: 64, DiskMiB: 32, WorkspaceMiB: 32}
+	// b is created fresh, a claims a pre-started sandbox of the pool: every
+	// check below runs on both kinds (prestart_test.go).
+	b, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-b", Template: "busybox", Limits: limits,
+		Hostname: "bravo", Env: []string{"GREETING=hi"}})
+	if err != nil {
+		t.Fatalf("CreateSandbox(b) = %v", err)
+	}
+	t.Logf("create b: %+v", b.Startup)
+	startPool(t, ctx, c)
 	a, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-a", Template: "busybox", Limits: limits,
 		Hostname: "alpha", Env: []string{"GREETING=hello"}})
 	if err != nil {
 		t.Fatalf("CreateSandbox(a) = %v", err)
 	}
-	t.Logf("create a: %+v", a.Startup)
-	b, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-b", Template: "busybox", Limits: limits})
-	if err != nil {
-		t.Fatalf("CreateSandbox(b) = %v", err)
+	t.Logf("create a (claimed): %+v", a.Startup)
+	if a.State != agentproto.SandboxRunning || a.Limits.MemoryMiB != 96 || !a.Prestarted || b.Prestarted {
+		t.Errorf("Got(CreateSandbox()) = %+v, %+v; want both running with the limits, a claimed from the pool, b not", a, b)
 	}
-	t.Logf("create b: %+v", b.Startup)
-	if a.State != agentproto.SandboxRunning || a.Limits.MemoryMiB != 96 {
-		t.Errorf("Got(CreateSandbox()) = %+v; want running with the limits", a)
-	}
+	t.Run("pre-started sandboxes", func(t *testing.T) { testPrestart(t, ctx, c) })
 
 	t.Run("create refusals", func(t *testing.T) {
 		tests := []struct {
@@ -242,15 +247,20 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("exec", func(t *testing.T) {
-		out, errOut, st, err := run(ctx, c, sh("sb-a", `echo $GREETING; id -u; id -g; pwd; hostname; echo oops >&2; exit 4`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out != "hello\n1000\n1000\n/workspace\nalpha\n" || errOut != "oops\n" || st.Code != 4 || st.Reason != "exited" {
-			t.Errorf("Got(exec) = %q, %q, %+v; want greeting, uid/gid 1000, /workspace, alpha, exit 4", out, errOut, st)
+		for _, tc := range []struct{ id, want string }{
+			{"sb-a", "hello\n1000\n1000\n/workspace\nalpha\n"},
+			{"sb-b", "hi\n1000\n1000\n/workspace\nbravo\n"},
+		} {
+			out, errOut, st, err := run(ctx, c, sh(tc.id, `echo $GREETING; id -u; id -g; pwd; hostname; echo oops >&2; exit 4`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != tc.want || errOut != "oops\n" || st.Code != 4 || st.Reason != "exited" {
+				t.Errorf("Got(exec in %s) = %q, %q, %+v; want %q, exit 4", tc.id, out, errOut, st, tc.want)
+			}
 		}
 		var got bytes.Buffer
-		st, err = c.Exec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"cat"}}, strings.NewReader("piped"), &got, nil)
+		st, err := c.Exec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"cat"}}, strings.NewReader("piped"), &got, nil)
 		if err != nil || got.String() != "piped" || st.Code != 0 {
 			t.Errorf("Got(cat with stdin) = %q, %+v, %v; want piped", got.String(), st, err)
 		}
@@ -310,70 +320,17 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("escapes fail", func(t *testing.T) {
-		// A process of a, to look for from b.
-		marker, err := c.StartExec(ctx, agentproto.ExecRequest{Sandbox: "sb-a", Argv: []string{"sleep", "7777"}}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer marker.Close()
-		tests := []struct{ name, script, want string }{
-			{"capabilities", "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '",
-				"CapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2\n"},
-			// busybox words EPERM from mount(2) this way.
-			{"mount", "mount -t tmpfs none /tmp 2>&1; echo $?", "mount: permission denied (are you root?)\n1\n"},
-			{"unshare userns", "unshare -U -r true 2>&1; echo $?", "unshare: unshare(0x10000000): Operation not permitted\n1\n"},
-			{"load a module", "echo x > /tmp/m.ko; insmod /tmp/m.ko 2>&1; echo $?", "insmod: can't insert '/tmp/m.ko': Operation not permitted\n1\n"},
-			{"raw socket", "ping -c 1 -W 1 127.0.0.1 >/dev/null 2>&1; echo $?", "1\n"},
-			{"packet socket", "arping -c 1 -w 1 -I lo 127.0.0.1 >/dev/null 2>&1; echo $?", "1\n"},
-			{"virtio port", "ls /dev | grep -c vport; ls /sys/class/virtio-ports | wc -l; mknod /tmp/p c 248 1 2>/dev/null; echo $?", "0\n0\n1\n"},
-			{"agent files", "ls /run/stockade /init 2>/dev/null | wc -l; ls /.stockade", "0\ninit\n"},
-			{"init is out of reach", "cat /proc/1/environ >/dev/null 2>&1; echo $?; ls /proc/1/fd >/dev/null 2>&1; echo $?", "1\n1\n"},
-			{"init ignores kill", "kill -9 1; kill -TERM 1; kill -SEGV 1; echo alive", "alive\n"},
-			{"hostname", "hostname evil 2>/dev/null; echo $?; hostname", "1\nalpha\n"},
-			{"network", "ls /sys/class/net; ip link show lo | grep -c UP", "lo\n1\n"},
-			{"own cgroup", "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory.swap.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max",
-				fmt.Sprintf("%d\n0\n64\n100000 100000\n", 96<<20)},
-			// crun starts without address randomization; commands have it.
-			{"aslr", "cat /proc/self/personality", "00000000\n"},
-			{"sysrq", "echo b > /proc/sysrq-trigger 2>/dev/null; echo $?", "1\n"},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				out, errOut, _, err := run(ctx, c, sh("sb-a", tc.script))
-				if err != nil || out != tc.want {
-					t.Errorf("Got(%s) = %q (stderr %q), %v; want %q", tc.script, out, errOut, err, tc.want)
-				}
-			})
-		}
-		out, _, _, _ := run(ctx, c, sh("sb-b", "ps -o pid,args"))
-		if strings.Contains(out, "7777") || !strings.Contains(out, "1 /.stockade/init sandbox-init") {
-			t.Errorf("Got(ps in b) = %q; want b's own init as PID 1 and not a's sleep", out)
-		}
-		out, _, _, _ = run(ctx, c, sh("sb-a", "ps -o args | grep -c '^sleep 7777'"))
-		if out != "1\n" {
-			t.Errorf("Got(ps in a) = %q; want a's own sleep", out)
-		}
+		// a is a sandbox claimed from the pool, b a fresh one: both pass.
+		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-a", B: "sb-b", Hostname: "alpha", Limits: limits})
+		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-b", B: "sb-a", Hostname: "bravo", Limits: limits})
 	})
 
 	// A folder's quota project and its inheritance hold a sandbox to its
 	// share of the VM's scratch disk; the owner of a folder could change
 	// both with two ioctls, which the seccomp profile refuses.
 	t.Run("quota project escape", func(t *testing.T) {
-		bin, err := os.ReadFile(buildQuotaEscape(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.WriteFile(ctx, agentproto.FileWriteRequest{Sandbox: "sb-a", Path: "/workspace/escape", Mode: 0o755}, bytes.NewReader(bin)); err != nil {
-			t.Fatal(err)
-		}
-		defer run(ctx, c, sh("sb-a", "rm -f /workspace/escape"))
-		out, errOut, _, err := run(ctx, c, sh("sb-a", "mkdir -p /workspace/d /tmp/d; /workspace/escape /workspace /workspace/d /tmp/d"))
-		want := ""
-		for _, p := range []string{"/workspace", "/workspace/d", "/tmp/d"} {
-			want += p + " fssetxattr: operation not permitted\n" + p + " setflags: operation not permitted\n"
-		}
-		if out != want || err != nil {
-			t.Errorf("Got(changing quota projects) = %q, %q, %v; want %q", out, errOut, err, want)
+		for _, id := range []string{"sb-a", "sb-b"} {
+			t.Run(id, func(t *testing.T) { escapetest.QuotaProjects(ctx, t, c, id) })
 		}
 	})
 
@@ -726,77 +683,3 @@ func p50Of(s []agentproto.Startup, f func(agentproto.Startup) time.Duration) tim
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// quotaEscapeSource tries, on each folder named, to move it out of its
-// quota project (FS_IOC_FSSETXATTR with project 0, no inheritance) and to
-// stop it passing the project on (FS_IOC_SETFLAGS without
-// FS_PROJINHERIT_FL), and prints what each got.
-const quotaEscapeSource = `package main
-
-import (
-	"fmt"
-	"os"
-	"syscall"
-	"unsafe"
-)
-
-func ioctl(fd uintptr, req uintptr, p unsafe.Pointer) error {
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(p)); e != 0 {
-		return e
-	}
-	return nil
-}
-
-func main() {
-	for _, p := range os.Args[1:] {
-		f, err := os.Open(p)
-		if err != nil {
-			fmt.Println(p, err)
-			continue
-		}
-		var fa struct{ XFlags, ExtSize, NExtents, ProjID, CowExtSize uint32; pad [8]byte }
-		res := "get: " + fmt.Sprint(ioctl(f.Fd(), 0x801c581f, unsafe.Pointer(&fa)))
-		if res == "get: <nil>" {
-			fa.ProjID, fa.XFlags = 0, fa.XFlags&^0x200
-			err := ioctl(f.Fd(), 0x401c5820, unsafe.Pointer(&fa))
-			res = "ok"
-			if err != nil {
-				res = err.Error()
-			}
-		}
-		fmt.Println(p, "fssetxattr:", res)
-		var flags int64
-		res = "get: " + fmt.Sprint(ioctl(f.Fd(), 0x80086601, unsafe.Pointer(&flags)))
-		if res == "get: <nil>" {
-			flags &^= 0x20000000
-			err := ioctl(f.Fd(), 0x40086602, unsafe.Pointer(&flags))
-			res = "ok"
-			if err != nil {
-				res = err.Error()
-			}
-		}
-		fmt.Println(p, "setflags:", res)
-		f.Close()
-	}
-}
-`
-
-// buildQuotaEscape builds quotaEscapeSource static and returns its path.
-func buildQuotaEscape(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module escape\n\ngo 1.21\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(quotaEscapeSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "escape")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build the quota escape: %v: %s", err, b)
-	}
-	return out
-}

@@ -73,6 +73,8 @@ func (m *Manager) Baseline(ctx context.Context, req agentproto.BaselineRequest) 
 			d, err = m.baselineRun(ctx, req.Template, req.NoASLR)
 		case agentproto.BaselineExec:
 			d, err = m.baselineExec(ctx, req.Sandbox, req.NoASLR)
+		case agentproto.BaselineSpawn:
+			d, err = m.baselineSpawn(ctx, req.Template)
 		default:
 			err = fmt.Errorf("baseline kind %q: %w", req.Kind, agentproto.ErrBadRequest)
 		}
@@ -155,7 +157,7 @@ func (m *Manager) baselineExec(ctx context.Context, id string, noASLR bool) (tim
 	}
 	defer devnull.Close()
 	start := time.Now()
-	p, done, err := m.startMaybeASLR(noASLR, []string{"crun", "--root", filepath.Join(sb.dir, "crun"), "exec", id, "/bin/true"},
+	p, done, err := m.startMaybeASLR(noASLR, []string{"crun", "--root", filepath.Join(sb.dir, "crun"), "exec", sb.crunID, "/bin/true"},
 		&os.ProcAttr{Dir: sb.dir, Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Files: []*os.File{devnull, devnull, devnull}})
 	if err != nil {
 		return 0, fmt.Errorf("crun exec: %w", err)

@@ -130,10 +130,10 @@ func (m *Manager) serveEgress(sb *sandbox, ln net.Listener) {
 func (m *Manager) pipeEgress(sb *sandbox, c *net.TCPConn) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	ec, err := agentproto.OpenEgress(ctx, m.link.stream, sb.id)
+	ec, err := agentproto.OpenEgress(ctx, m.link.stream, sb.hostID())
 	cancel()
 	if err != nil {
-		m.log.Warn("egress", "sandbox", sb.id, "err", err)
+		m.log.Warn("egress", "sandbox", sb.hostID(), "err", err)
 		c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"+
 			"stockade egress: the gateway is not reachable from this sandbox right now\n")

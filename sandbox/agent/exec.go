@@ -195,7 +195,7 @@ func (m *Manager) serveExec(ctx context.Context, st net.Conn, req *agentproto.Ex
 		return
 	}
 	p, err := m.spawn(ctx, sb, spawnRequest{
-		Argv: req.Argv, Env: req.Env, Dir: req.Dir, Stdin: req.Stdin || req.TTY, TTY: req.TTY, Size: req.Size,
+		Argv: req.Argv, Env: sb.execEnv(req.Env), Dir: req.Dir, Stdin: req.Stdin || req.TTY, TTY: req.TTY, Size: req.Size,
 	})
 	if err != nil {
 		sb.end()

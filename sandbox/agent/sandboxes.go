@@ -38,7 +38,8 @@ type ManagerConfig struct {
 	// SysBlockDir and DevDir are where template disks are looked for:
 	// /sys/block and /dev.
 	SysBlockDir, DevDir string
-	// MaxSandboxes bounds the sandboxes of the guest; default 64.
+	// MaxSandboxes bounds the sandboxes of the guest; default
+	// agentproto.SandboxCapacity of the guest's MemTotal (capacity.go).
 	MaxSandboxes int
 	// MaxFileBytes bounds one file.read or file.write; default 256 MiB.
 	MaxFileBytes int64
@@ -71,6 +72,9 @@ type Manager struct {
 	link hostLink // egress.go
 
 	execs execTable // detach.go
+
+	poolOnce sync.Once
+	pool     *prestartPool // prestart.go
 }
 
 // NewManager checks cfg, fills its defaults and sets up the cgroups.
@@ -101,7 +105,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		cfg.DevDir = "/dev"
 	}
 	if cfg.MaxSandboxes <= 0 {
-		cfg.MaxSandboxes = 64
+		n, err := guestCapacity("/proc/meminfo")
+		if err != nil {
+			return nil, fmt.Errorf("new sandbox manager: %w", err)
+		}
+		cfg.MaxSandboxes = n
 	}
 	if cfg.MaxFileBytes <= 0 {
 		cfg.MaxFileBytes = 256 << 20
@@ -212,7 +220,10 @@ func (m *Manager) template(ctx context.Context, name string, hotplugged bool) (t
 
 // sandbox is one sandbox and what it holds in the guest.
 type sandbox struct {
+	// id is the host's id; a pool member's own until it is claimed
+	// (prestart.go), crunID the container's and dir's, cgroup's name.
 	id      string
+	crunID  string
 	spec    agentproto.SandboxSpec // Limits with defaults
 	dir     string                 // bundle
 	rootfs  string                 // the overlay: the sandbox's / as the agent sees it
@@ -232,6 +243,11 @@ type sandbox struct {
 	active     int
 	initPID    int // in the guest's PID namespace
 	watch      *net.UnixConn
+	initGone   chan struct{} // closed when watch ends: the init died
+	// prestarted: claimed from the pool; claimEnv is the claim's env,
+	// added to every command's (prestart.go).
+	prestarted bool
+	claimEnv   []string
 	final      *agentproto.SandboxStats // sampled when it stopped
 	pause      pauseState               // pause.go
 
@@ -251,7 +267,7 @@ func (sb *sandbox) info() agentproto.SandboxInfo {
 func (sb *sandbox) infoLocked() agentproto.SandboxInfo {
 	info := agentproto.SandboxInfo{
 		ID: sb.id, Template: sb.spec.Template, State: sb.state, Reason: sb.reason, Paused: sb.pause.paused,
-		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup, Final: sb.final,
+		Limits: sb.spec.Limits, Created: sb.created, Startup: sb.startup, Final: sb.final, Prestarted: sb.prestarted,
 	}
 	if sb.final != nil {
 		// SampledAtGuest still holds its monotonic reading here.
@@ -365,14 +381,13 @@ func (m *Manager) Create(ctx context.Context, spec agentproto.SandboxSpec) (agen
 	if err := checkSpec(spec); err != nil {
 		return agentproto.SandboxInfo{}, fmt.Errorf("create sandbox: %w", err)
 	}
-	start := time.Now()
-	sb := &sandbox{
-		id: spec.ID, spec: spec, created: start, lastActive: start, state: agentproto.SandboxCreating,
-		dir:      filepath.Join(m.cfg.StateDir, "sandboxes", spec.ID),
-		cgroup:   filepath.Join(m.cgroups, spec.ID),
-		stopping: make(chan struct{}), stopped: make(chan struct{}), relife: make(chan time.Duration, 1),
+	if info, ok := m.claim(ctx, spec); ok {
+		m.poolTemplate(spec)
+		return info, nil
 	}
-	sb.rootfs = filepath.Join(sb.dir, "rootfs")
+	m.evictForRoom()
+	start := time.Now()
+	sb := m.newSandbox(spec, start)
 	m.mu.Lock()
 	if _, ok := m.sandboxes[spec.ID]; ok {
 		m.mu.Unlock()
@@ -388,21 +403,47 @@ func (m *Manager) Create(ctx context.Context, spec agentproto.SandboxSpec) (agen
 
 	if err := m.start(ctx, sb, start); err != nil {
 		// Nothing of a failed sandbox stays: not even its record.
-		tctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if terr := m.teardown(tctx, sb); terr != nil {
-			m.log.Error("clean up failed sandbox", "sandbox", sb.id, "err", terr)
-		}
-		cancel()
+		m.discard(sb)
 		m.mu.Lock()
 		delete(m.sandboxes, spec.ID)
 		m.mu.Unlock()
 		return agentproto.SandboxInfo{}, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	go m.supervise(sb)
+	m.poolTemplate(spec)
 	info := sb.info()
 	m.log.Info("sandbox created", "sandbox", sb.id, "template", spec.Template,
 		"mounts", info.Startup.Mounts, "crun", info.Startup.Crun, "ready", info.Startup.Ready)
 	return info, nil
+}
+
+// newSandbox is the record of a sandbox about to start, named spec.ID in
+// the guest.
+func (m *Manager) newSandbox(spec agentproto.SandboxSpec, start time.Time) *sandbox {
+	sb := &sandbox{
+		id: spec.ID, crunID: spec.ID, spec: spec, created: start, lastActive: start, state: agentproto.SandboxCreating,
+		dir:      filepath.Join(m.cfg.StateDir, "sandboxes", spec.ID),
+		cgroup:   filepath.Join(m.cgroups, spec.ID),
+		stopping: make(chan struct{}), stopped: make(chan struct{}), relife: make(chan time.Duration, 1),
+	}
+	sb.rootfs = filepath.Join(sb.dir, "rootfs")
+	return sb
+}
+
+// discard removes what a sandbox that failed to start made.
+func (m *Manager) discard(sb *sandbox) {
+	sb.stopOnce.Do(func() {
+		sb.mu.Lock()
+		sb.state, sb.reason = agentproto.SandboxStopped, agentproto.ReasonKilled
+		sb.mu.Unlock()
+		close(sb.stopping)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.teardown(ctx, sb); err != nil {
+			m.log.Error("clean up failed sandbox", "sandbox", sb.id, "err", err)
+		}
+		close(sb.stopped)
+	})
 }
 
 func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
@@ -427,7 +468,7 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 		InitPath:       m.cfg.InitPath,
 		Env:            sandboxEnv(append(egressEnv(caEnv), sb.spec.Env...)),
 		Limits:         sb.spec.Limits,
-		CgroupPath:     "/" + cgroupParent + "/" + sb.id,
+		CgroupPath:     "/" + cgroupParent + "/" + sb.crunID,
 		TemplateDevice: tpl.dev,
 	})
 	cfg.Mounts = append(cfg.Mounts, vols...)
@@ -466,9 +507,21 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	initGone := make(chan struct{})
+	go func() {
+		defer close(initGone)
+		var ignored initReply
+		for {
+			fds, err := recvInit(watch, &ignored)
+			closeFDs(fds)
+			if err != nil {
+				return
+			}
+		}
+	}()
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	sb.initPID, sb.watch = pid, watch
+	sb.initPID, sb.watch, sb.initGone = pid, watch, initGone
 	sb.startup.Crun, sb.startup.Ready = crunDone, time.Since(t0)
 	sb.state = agentproto.SandboxRunning
 	sb.lastActive = time.Now()
@@ -518,7 +571,7 @@ func (m *Manager) crunRun(ctx context.Context, sb *sandbox, ln *os.File) error {
 	}
 	defer devnull.Close()
 	argv := []string{"crun", "--root", filepath.Join(sb.dir, "crun"), "run", "--detach",
-		"--bundle", sb.dir, "--pid-file", filepath.Join(sb.dir, "init.pid"), "--preserve-fds", "1", sb.id}
+		"--bundle", sb.dir, "--pid-file", filepath.Join(sb.dir, "init.pid"), "--preserve-fds", "1", sb.crunID}
 	p, done, err := m.startMaybeASLR(true, argv, &os.ProcAttr{
 		Dir:   sb.dir,
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -660,18 +713,7 @@ func (m *Manager) supervise(sb *sandbox) {
 		defer t.Stop()
 		idle = t.C
 	}
-	initGone := make(chan struct{})
-	go func() {
-		defer close(initGone)
-		var ignored initReply
-		for {
-			fds, err := recvInit(sb.watch, &ignored)
-			closeFDs(fds)
-			if err != nil {
-				return
-			}
-		}
-	}()
+	initGone := sb.initGone
 	for {
 		select {
 		case now := <-lifetime:

@@ -52,6 +52,9 @@ type Config struct {
 	// Sandboxes serves the sandbox, exec, file and baseline ops; nil
 	// answers them not_implemented.
 	Sandboxes *Manager
+	// Kernel is the RNG and clock vm.identity sets; nil means the real
+	// ones for PID 1 and no vm.identity otherwise (identity.go).
+	Kernel *KernelControl
 }
 
 // Server serves the agent protocol, one session per Serve call.
@@ -64,11 +67,15 @@ type Server struct {
 	crunVer string
 
 	powerOnce sync.Once
+	ident     identityState
 }
 
 // capabilities lists the ops this agent implements.
 func (s *Server) capabilities() []string {
 	ops := []agentproto.Op{agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpShutdown}
+	if s.cfg.Kernel != nil {
+		ops = append(ops, agentproto.OpVMIdentity)
+	}
 	if s.cfg.Sandboxes != nil {
 		ops = append(ops, sandboxOps()...)
 		ops = append(ops, fsOps()...)
@@ -83,7 +90,7 @@ func sandboxOps() []agentproto.Op {
 	return []agentproto.Op{agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList,
 		agentproto.OpSandboxStats, agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount}
+		agentproto.OpTemplateRelease, agentproto.OpVolumeMount, agentproto.OpVolumeUnmount, agentproto.OpSandboxPrestart}
 }
 
 // NewServer checks cfg and fills its defaults.
@@ -117,6 +124,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = time.Second
+	}
+	if cfg.Kernel == nil && cfg.PID1 {
+		cfg.Kernel = RealKernel()
 	}
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
 }
@@ -215,7 +225,7 @@ func (l *linkSession) end() { l.pw.Close() }
 
 type sessionConn struct {
 	*io.PipeReader
-	w *agentproto.LinkWriter
+	w io.Writer // each yamux frame in one link frame: agentproto.JoinFrames
 }
 
 func (c sessionConn) Write(p []byte) (int, error) { return c.w.Write(p) }
@@ -226,7 +236,7 @@ func (s *Server) startSession(ctx context.Context, wg *sync.WaitGroup, w *agentp
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := s.serveSession(ctx, ls.n, sessionConn{PipeReader: pr, w: w}); err != nil && ctx.Err() == nil {
+		if err := s.serveSession(ctx, ls.n, sessionConn{PipeReader: pr, w: agentproto.JoinFrames(w)}); err != nil && ctx.Err() == nil {
 			s.log.Warn("session", "session", ls.n, "err", err)
 		}
 	}()
@@ -247,6 +257,7 @@ func (s *Server) serveSession(ctx context.Context, n int, conn io.ReadWriteClose
 	ycfg := yamux.DefaultConfig()
 	ycfg.LogOutput = io.Discard
 	ycfg.AcceptBacklog = 64
+	ycfg.MaxStreamWindowSize = agentproto.StreamWindow
 	sess, err := yamux.Server(conn, ycfg)
 	if err != nil {
 		conn.Close()
@@ -329,10 +340,12 @@ func (s *Server) handle(ctx context.Context, ss *session, st net.Conn) {
 		s.reply(st, agentproto.Response{Stats: &stats})
 	case agentproto.OpShutdown:
 		s.shutdown(st)
+	case agentproto.OpVMIdentity:
+		s.serveIdentity(st, req)
 	case agentproto.OpSandboxCreate, agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats,
 		agentproto.OpExec, agentproto.OpFileRead, agentproto.OpFileWrite, agentproto.OpBaseline,
 		agentproto.OpExecAttach, agentproto.OpExecList, agentproto.OpSandboxLifetime, agentproto.OpPortDial,
-		agentproto.OpTemplateRelease:
+		agentproto.OpTemplateRelease, agentproto.OpSandboxPrestart:
 		if s.cfg.Sandboxes == nil {
 			err := fmt.Errorf("op %s: %w", req.Op, agentproto.ErrNotImplemented)
 			s.reply(st, agentproto.Response{Error: agentproto.ErrorFor(err)})
@@ -382,6 +395,17 @@ func (s *Server) handleSandbox(ctx context.Context, ss *session, st net.Conn, re
 			return
 		}
 		s.reply(st, agentproto.Response{Sandbox: &info})
+	case agentproto.OpSandboxPrestart:
+		if req.Prestart == nil {
+			fail(fmt.Errorf("sandbox.prestart without its body: %w", agentproto.ErrBadRequest))
+			return
+		}
+		pool, err := m.ConfigurePrestart(*req.Prestart)
+		if err != nil {
+			fail(err)
+			return
+		}
+		s.reply(st, agentproto.Response{Prestart: &pool})
 	case agentproto.OpTemplateRelease:
 		if err := m.ReleaseTemplate(req.Template); err != nil {
 			fail(err)

@@ -35,7 +35,7 @@ func KernelRelease() string {
 }
 
 func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
-	st := agentproto.Stats{Uptime: Uptime(), CPUs: runtime.NumCPU()}
+	st := agentproto.Stats{Uptime: Uptime(), CPUs: runtime.NumCPU(), Generation: s.ident.current()}
 	load, err := os.ReadFile(filepath.Join(s.cfg.ProcDir, "loadavg"))
 	if err != nil {
 		return st, fmt.Errorf("read loadavg: %w", err)
@@ -64,6 +64,8 @@ func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
 	}
 	if m := s.cfg.Sandboxes; m != nil {
 		st.SandboxCgroups, st.SandboxBundles, st.Sandboxes = m.counts()
+		st.Prestarted = m.prestartCount()
+		st.MaxSandboxes = m.cfg.MaxSandboxes
 	}
 	return st, nil
 }

@@ -244,6 +244,9 @@ func (m *Manager) ReleaseTemplate(name string) error {
 	if !validTemplateName.MatchString(name) {
 		return fmt.Errorf("template %q: %w", name, agentproto.ErrBadRequest)
 	}
+	if err := m.evictTemplate(name); err != nil { // prestart.go
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, sb := range m.sandboxes {

@@ -52,6 +52,7 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 	}
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	cfg.MaxStreamWindowSize = StreamWindow
 	// Streams the agent opens wait here; beyond the backlog yamux resets them.
 	cfg.AcceptBacklog = 32
 	keepAlive := 15 * time.Second
@@ -68,7 +69,7 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser, opts ClientOptions) (*Cl
 		conn.Close()
 		return nil, fmt.Errorf("agent session: %w", err)
 	}
-	sess, err := yamux.Client(link, cfg)
+	sess, err := yamux.Client(joinConn(link), cfg)
 	if err != nil {
 		link.Close()
 		return nil, fmt.Errorf("agent session: %w", err)

@@ -2,6 +2,8 @@ package agentproto
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,12 +29,22 @@ const maxEgressStreams = 512
 // EgressConn carries a connection's bytes over a stream as ChannelData
 // frames (OpEgress, after the Response). An empty frame ends one direction
 // (CloseWrite); a ChannelError frame ends the stream with an error.
+//
+// It is the bulk path of egress: a frame's data is read straight into the
+// caller's buffer and written from one reused buffer (ReadFrom fills it
+// from the source directly), so no frame costs an allocation or an extra
+// copy (under TCG each copy of a download is a visible share of the
+// guest's CPU).
 type EgressConn struct {
 	net.Conn
 
 	wmu  sync.Mutex
-	rbuf []byte
-	eof  bool
+	wbuf []byte // header + up to chunkSize of data, under wmu
+
+	// remain is what is left of the data frame being read; hdr its header.
+	remain int
+	hdr    [5]byte
+	eof    bool
 }
 
 // NewEgressConn frames the bytes of st, a stream past its Request/Response.
@@ -40,46 +52,100 @@ func NewEgressConn(st net.Conn) *EgressConn { return &EgressConn{Conn: st} }
 
 // Read returns the data of the next frames; io.EOF after the peer's CloseWrite.
 func (c *EgressConn) Read(p []byte) (int, error) {
-	for len(c.rbuf) == 0 {
+	for c.remain == 0 {
 		if c.eof {
 			return 0, io.EOF
 		}
-		f, err := ReadFrame(c.Conn)
-		if err != nil {
-			return 0, err
+		if _, err := io.ReadFull(c.Conn, c.hdr[:]); err != nil {
+			return 0, fmt.Errorf("egress stream: read frame header: %w", err)
 		}
-		switch f.Channel {
+		n := binary.BigEndian.Uint32(c.hdr[1:5])
+		if n > MaxFrameSize {
+			return 0, fmt.Errorf("egress stream: frame of %d bytes: %w", n, ErrTooLarge)
+		}
+		switch Channel(c.hdr[0]) {
 		case ChannelData:
-			if len(f.Data) == 0 {
+			if n == 0 {
 				c.eof = true
 				continue
 			}
-			c.rbuf = f.Data
+			c.remain = int(n)
 		case ChannelError:
-			return 0, fmt.Errorf("egress stream: peer error %q: %w", f.Data, ErrRemote)
+			msg := make([]byte, n)
+			if _, err := io.ReadFull(c.Conn, msg); err != nil {
+				return 0, fmt.Errorf("egress stream: read error frame: %w", err)
+			}
+			return 0, fmt.Errorf("egress stream: peer error %q: %w", msg, ErrRemote)
 		default:
-			return 0, fmt.Errorf("egress stream: frame on channel %d: %w", f.Channel, ErrProtocol)
+			return 0, fmt.Errorf("egress stream: frame on channel %d: %w", c.hdr[0], ErrProtocol)
 		}
 	}
-	n := copy(p, c.rbuf)
-	c.rbuf = c.rbuf[n:]
-	return n, nil
+	if len(p) > c.remain {
+		p = p[:c.remain]
+	}
+	n, err := c.Conn.Read(p)
+	c.remain -= n
+	if errors.Is(err, io.EOF) {
+		// The stream ended inside a frame: a cut, not the peer's CloseWrite.
+		return n, fmt.Errorf("egress stream: read frame data: %w", io.ErrUnexpectedEOF)
+	}
+	return n, err
 }
 
 // Write sends p in frames of at most chunkSize bytes.
 func (c *EgressConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.wbuf == nil {
+		c.wbuf = make([]byte, 5+chunkSize)
+	}
 	n := 0
 	for len(p) > 0 {
-		k := min(len(p), chunkSize)
-		if err := WriteFrame(c.Conn, ChannelData, p[:k]); err != nil {
+		k := copy(c.wbuf[5:], p)
+		if err := c.sendLocked(c.wbuf, k); err != nil {
 			return n, err
 		}
 		n += k
 		p = p[k:]
 	}
 	return n, nil
+}
+
+// ReadFrom sends what r yields until its EOF, each read straight into a
+// frame's buffer (the lock is held only while a frame is sent, not while
+// r blocks).
+func (c *EgressConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, 5+chunkSize)
+	var total int64
+	for {
+		k, rerr := r.Read(buf[5:])
+		if k > 0 {
+			c.wmu.Lock()
+			err := c.sendLocked(buf, k)
+			c.wmu.Unlock()
+			if err != nil {
+				return total, err
+			}
+			total += int64(k)
+		}
+		if errors.Is(rerr, io.EOF) {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// sendLocked writes buf's first 5+k bytes as the frame of the k bytes of
+// data after its header (under wmu).
+func (c *EgressConn) sendLocked(buf []byte, k int) error {
+	buf[0] = byte(ChannelData)
+	binary.BigEndian.PutUint32(buf[1:5], uint32(k))
+	if _, err := c.Conn.Write(buf[:5+k]); err != nil {
+		return fmt.Errorf("write frame: %w", err)
+	}
+	return nil
 }
 
 // CloseWrite tells the peer no more bytes come this way.

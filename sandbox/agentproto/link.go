@@ -44,6 +44,15 @@ const (
 	LinkClose LinkKind = 3
 )
 
+// StreamWindow is the yamux flow-control window of every stream, both ends
+// (yamux's MaxStreamWindowSize; its default is 256 KiB). Under TCG a
+// host <-> guest round trip takes 10-20 ms, longer on a loaded host, while
+// a stream carries 10-20 MB/s: 256 KiB in flight (a window update goes out
+// when half of it is read) left the sender waiting on updates. It is also
+// the most a stream buffers for a reader that does not read: a sandbox
+// connection that stops reading holds at most this much in the agent.
+const StreamWindow = 1 << 20
+
 // MaxLinkData bounds the data of one link frame.
 const MaxLinkData = 32 << 10
 
@@ -62,14 +71,22 @@ type LinkFrame struct {
 
 // AppendLinkFrame appends f, encoded and delimited, to dst.
 func AppendLinkFrame(dst []byte, f LinkFrame) []byte {
-	raw := make([]byte, 0, linkOverhead+len(f.Data))
+	dst, _ = appendLinkFrame(dst, nil, f)
+	return dst
+}
+
+// appendLinkFrame is AppendLinkFrame building the frame's plain bytes in
+// scratch (reused by the caller: one allocation less per frame); it returns
+// scratch too.
+func appendLinkFrame(dst, scratch []byte, f LinkFrame) ([]byte, []byte) {
+	raw := scratch[:0]
 	raw = append(raw, byte(f.Kind))
 	raw = binary.BigEndian.AppendUint64(raw, f.Session)
 	raw = append(raw, f.Data...)
 	raw = binary.BigEndian.AppendUint32(raw, crc32.Checksum(raw, crc32.MakeTable(crc32.Castagnoli)))
 	dst = append(dst, 0)
 	dst = cobsEncode(dst, raw)
-	return append(dst, 0)
+	return append(dst, 0), raw
 }
 
 // cobsEncode appends the COBS encoding of src (no zero bytes) to dst.
@@ -116,6 +133,8 @@ func cobsDecode(dst, src []byte) ([]byte, error) {
 type LinkReader struct {
 	br      *bufio.Reader
 	dropped int
+	// buf holds the last frame decoded: Next reuses it.
+	buf []byte
 }
 
 // NewLinkReader reads frames from r.
@@ -128,7 +147,9 @@ func (r *LinkReader) Dropped() int { return r.dropped }
 
 // Next returns the next valid frame. Errors are the underlying reader's; an
 // io.EOF leaves the reader usable (a virtio-serial port reads EOF while no
-// host is connected).
+// host is connected). The frame's Data is valid until the next call: the
+// decoding buffer is reused (under TCG an allocation per frame costs more
+// than decoding it).
 func (r *LinkReader) Next() (LinkFrame, error) {
 	for {
 		enc, err := r.br.ReadSlice(0)
@@ -151,7 +172,10 @@ func (r *LinkReader) Next() (LinkFrame, error) {
 		if len(enc) == 0 {
 			continue
 		}
-		raw, derr := cobsDecode(make([]byte, 0, len(enc)), enc)
+		raw, derr := cobsDecode(r.buf[:0], enc)
+		if raw != nil && cap(raw) <= maxLinkEncoded {
+			r.buf = raw
+		}
 		if derr != nil || len(raw) < linkOverhead {
 			r.dropped++
 			continue
@@ -171,22 +195,38 @@ type LinkWriter struct {
 	mu      *sync.Mutex
 	w       io.Writer
 	session uint64
+	// enc and raw are reused under mu: the encoded frames of one Write and
+	// one frame's plain bytes.
+	enc, raw []byte
 }
+
+// maxLinkScratch bounds the encoding buffer a LinkWriter keeps between
+// writes; a larger write's buffer is dropped after it.
+const maxLinkScratch = 256 << 10
 
 // NewLinkWriter writes session's frames to w; writers sharing w must share mu.
 func NewLinkWriter(w io.Writer, mu *sync.Mutex, session uint64) *LinkWriter {
 	return &LinkWriter{mu: mu, w: w, session: session}
 }
 
-// Write sends p as data frames.
+// Write sends p as data frames, in one write to the channel.
 func (lw *LinkWriter) Write(p []byte) (int, error) {
-	var buf []byte
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	buf := lw.enc[:0]
 	for rest := p; len(rest) > 0; {
 		n := min(len(rest), MaxLinkData)
-		buf = AppendLinkFrame(buf, LinkFrame{Kind: LinkData, Session: lw.session, Data: rest[:n]})
+		buf, lw.raw = appendLinkFrame(buf, lw.raw, LinkFrame{Kind: LinkData, Session: lw.session, Data: rest[:n]})
 		rest = rest[n:]
 	}
-	if err := lw.send(buf); err != nil {
+	err := lw.sendLocked(buf)
+	if cap(buf) <= maxLinkScratch {
+		lw.enc = buf
+	}
+	if cap(lw.raw) > maxLinkScratch {
+		lw.raw = nil
+	}
+	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -194,12 +234,12 @@ func (lw *LinkWriter) Write(p []byte) (int, error) {
 
 // Control sends a frame without data (LinkOpen, LinkClose).
 func (lw *LinkWriter) Control(kind LinkKind) error {
-	return lw.send(AppendLinkFrame(nil, LinkFrame{Kind: kind, Session: lw.session}))
-}
-
-func (lw *LinkWriter) send(b []byte) error {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	return lw.sendLocked(AppendLinkFrame(nil, LinkFrame{Kind: kind, Session: lw.session}))
+}
+
+func (lw *LinkWriter) sendLocked(b []byte) error {
 	if _, err := lw.w.Write(b); err != nil {
 		return fmt.Errorf("write link frame: %w", err)
 	}

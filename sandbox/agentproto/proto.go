@@ -164,6 +164,7 @@ type Request struct {
 	Template   string             `json:"template,omitempty"` // OpTemplateRelease
 	Volume     *VolumeRequest     `json:"volume,omitempty"`
 	Identity   *IdentityRequest   `json:"identity,omitempty"`
+	Prestart   *PrestartConfig    `json:"prestart,omitempty"` // OpSandboxPrestart (prestart.go)
 }
 
 // Response answers a Request. Error set means the op failed; otherwise the
@@ -183,6 +184,7 @@ type Response struct {
 	Baseline     *BaselineResult `json:"baseline,omitempty"`
 	Fs           *FsResult       `json:"fs,omitempty"`
 	Identity     *IdentityResult `json:"identity,omitempty"`
+	Prestart     *PrestartStatus `json:"prestart,omitempty"` // OpSandboxPrestart (prestart.go)
 }
 
 // Error codes carried in Error.Code.
@@ -276,6 +278,15 @@ type Stats struct {
 	SandboxCgroups int `json:"sandbox_cgroups"`
 	SandboxBundles int `json:"sandbox_bundles"`
 	Sandboxes      int `json:"sandboxes"`
+	// Generation is the last vm.identity's (the host's VM id), empty before
+	// the first.
+	Generation string `json:"generation,omitempty"`
+	// Prestarted counts the pool's pre-started sandboxes (OpSandboxPrestart),
+	// started or starting: counted in SandboxCgroups and SandboxBundles,
+	// not in Sandboxes.
+	Prestarted int `json:"prestarted,omitempty"`
+	// MaxSandboxes is how many sandboxes the agent takes (capacity.go).
+	MaxSandboxes int `json:"max_sandboxes"`
 }
 
 // EgressRequest hands the host one connection of a sandbox (OpEgress).

@@ -99,6 +99,9 @@ type SandboxInfo struct {
 	Created time.Time `json:"created"`
 	// Startup is how long create took inside the guest, by step.
 	Startup Startup `json:"startup"`
+	// Prestarted: the create claimed a pre-started sandbox of the pool
+	// (OpSandboxPrestart) rather than starting one.
+	Prestarted bool `json:"prestarted,omitempty"`
 	// Final is the sandbox's last cgroup sample, read once its processes
 	// were gone: set when it stopped (and in the answer to sandbox.destroy).
 	Final *SandboxStats `json:"final_stats,omitempty"`
@@ -326,6 +329,10 @@ const (
 	BaselineRun = "run"
 	// BaselineExec times `crun exec <sandbox> true` into a running sandbox.
 	BaselineExec = "exec"
+	// BaselineSpawn times the agent's own fork+exec of the template's
+	// `true`, spawn to exit: with one channel round trip (OpPing), the
+	// floor an exec through the API is measured against.
+	BaselineSpawn = "spawn"
 	// BaselineLoop runs the sustained task loop with raw crun (see
 	// baseline_loop.go): Concurrency workers for Duration; Count unused.
 	BaselineLoop = "loop"

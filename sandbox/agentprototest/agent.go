@@ -25,6 +25,7 @@ type Reply func(st net.Conn, req agentproto.Request)
 func Serve(conn net.Conn, reply Reply) (*yamux.Session, error) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	cfg.MaxStreamWindowSize = agentproto.StreamWindow
 	cfg.EnableKeepAlive = false // a fake agent must not write before the host opened
 	sess, err := yamux.Server(Link(conn), cfg)
 	if err != nil {

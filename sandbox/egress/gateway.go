@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -493,7 +494,8 @@ func (s *conn) forward(req *http.Request, up net.Conn) {
 		s.fail(http.StatusBadGateway, fmt.Errorf("write request upstream: %w", err))
 		return
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	br := bufio.NewReader(up)
+	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		s.fail(http.StatusBadGateway, fmt.Errorf("read response: %w", err))
 		return
@@ -509,9 +511,63 @@ func (s *conn) forward(req *http.Request, up net.Conn) {
 	// Framed by the response itself: done when its body is, whatever the
 	// upstream does with the connection after.
 	resp.Close = true
+	if s.inj == nil && rawBody(req, resp) {
+		if err := s.passBody(resp, br, up); err != nil {
+			s.ev.Error = err.Error()
+		}
+		// resp.Body never saw its bytes: closed, it must not wait for them.
+		up.Close()
+		return
+	}
 	if err := resp.Write(s.c); err != nil {
 		s.ev.Error = err.Error()
 	}
+}
+
+// rawBody says whether resp's body may go to the sandbox as the upstream
+// sent it: a Content-Length body (not chunked, not the bodyless answer to
+// a HEAD), with nothing to scrub (the caller checks).
+func rawBody(req *http.Request, resp *http.Response) bool {
+	return req.Method != http.MethodHead && resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 &&
+		resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
+}
+
+// passBody writes resp's head as Response.Write would, then its body of
+// Content-Length bytes from br (what the head's read buffered) and up
+// (straight from the socket: splice(2) when both ends are sockets, one
+// copy otherwise). The body is bounded by the head's length as
+// Response.Write bounds it.
+func (s *conn) passBody(resp *http.Response, br *bufio.Reader, up net.Conn) error {
+	var head bytes.Buffer
+	text := strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)+" ")
+	if text == "" || text == resp.Status {
+		text = http.StatusText(resp.StatusCode)
+	}
+	fmt.Fprintf(&head, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, text)
+	h := resp.Header.Clone()
+	for _, k := range []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer"} {
+		h.Del(k)
+	}
+	h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	h.Set("Connection", "close")
+	h.Write(&head)
+	head.WriteString("\r\n")
+	if _, err := s.c.Write(head.Bytes()); err != nil {
+		return err
+	}
+	n := resp.ContentLength
+	if k := min(int64(br.Buffered()), n); k > 0 {
+		m, err := io.CopyN(s.c, br, k)
+		n -= m
+		if err != nil {
+			return err
+		}
+	}
+	m, err := s.c.ReadFrom(&io.LimitedReader{R: up, N: n})
+	if err == nil && m < n {
+		err = fmt.Errorf("upstream body cut at %d of %d bytes: %w", resp.ContentLength-n+m, resp.ContentLength, io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 func stripHopHeaders(h http.Header) {
@@ -620,7 +676,13 @@ func splice(c net.Conn, cr io.Reader, up net.Conn) error {
 		}
 		errc <- err
 	}()
-	_, derr := io.Copy(c, up)
+	var derr error
+	if cc, ok := c.(*countConn); ok {
+		// ReadFrom straight from the socket (splice(2) socket to socket).
+		_, derr = cc.ReadFrom(up)
+	} else {
+		_, derr = io.Copy(c, up)
+	}
 	if derr == nil {
 		derr = closeWrite(c)
 	}
@@ -675,6 +737,54 @@ func (c *countConn) Write(p []byte) (int, error) {
 }
 
 func (c *countConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// meterChunk is how much a ReadFrom moves between updates of the
+// counters: the live counter lags an open connection by at most this.
+const meterChunk = 1 << 20
+
+// ReadFrom hands r to the connection's own ReadFrom (a TCP connection
+// splices from a socket; an agent stream reads into its frame buffer) a
+// meterChunk at a time, counting each. r may be an *io.LimitedReader (its
+// N is honoured and updated); it is unwrapped so the connection sees the
+// socket itself.
+func (c *countConn) ReadFrom(r io.Reader) (int64, error) {
+	rf, ok := c.Conn.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(onlyWriter{c}, r)
+	}
+	limit := int64(-1)
+	lr, limited := r.(*io.LimitedReader)
+	if limited {
+		r, limit = lr.R, lr.N
+	}
+	var total int64
+	for limit != 0 {
+		chunk := int64(meterChunk)
+		if limit > 0 {
+			chunk = min(chunk, limit)
+		}
+		n, err := rf.ReadFrom(&io.LimitedReader{R: r, N: chunk})
+		total += n
+		c.down.Add(n)
+		c.cnt.down.Add(n)
+		if limit > 0 {
+			limit -= n
+			lr.N = limit
+		}
+		if err != nil {
+			return total, err
+		}
+		if n < chunk { // r's EOF
+			return total, nil
+		}
+	}
+	return total, nil
+}
+
+// onlyWriter hides a ReadFrom (io.Copy would call it again).
+type onlyWriter struct{ w io.Writer }
+
+func (w onlyWriter) Write(p []byte) (int, error) { return w.w.Write(p) }
 
 // capReader fails after n bytes (n < 0: no bound): the proxy request head
 // is bounded.

@@ -432,32 +432,52 @@ func (r *Registry) loop() {
 	defer close(r.done)
 	t := r.cfg.Clock.NewTicker(r.cfg.Heartbeat)
 	defer t.Stop()
-	lastOK := r.cfg.Clock.Now()
+	lastOK := r.now()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-t.Chan():
 		}
-		ctx, cancel := clockwork.WithTimeout(context.Background(), r.cfg.Clock, r.cfg.Heartbeat)
-		err := r.beat(ctx)
-		cancel()
-		if err == nil {
-			lastOK = r.cfg.Clock.Now()
-			continue
-		}
-		r.cfg.Logger.Warn("replica heartbeat", "err", err)
-		if r.cfg.Clock.Since(lastOK) >= r.cfg.VMLeaseTTL {
-			// Not renewed for a whole lease: another replica may own them now.
-			r.loseAll("not renewed for " + r.cfg.VMLeaseTTL.String())
-		}
+		lastOK = r.tick(lastOK)
 	}
+}
+
+// tick is one heartbeat: it renews the registration and the VM leases and
+// returns when the last successful renewal began (lastOK, or now). Fencing
+// by time: the leases that renewal wrote hold until lastOK+VMLeaseTTL, and
+// this replica lets go of its VMs' channels a heartbeat BEFORE that, never
+// at or after the expiry another replica adopts them at; a renewal may not
+// run into the last half heartbeat. So two replicas never hold one VM's
+// channel at once (given clocks that agree within half a heartbeat).
+func (r *Registry) tick(lastOK time.Time) time.Time {
+	start := r.now()
+	left := lastOK.Add(r.cfg.VMLeaseTTL).Sub(start) - r.cfg.Heartbeat/2
+	if left <= 0 {
+		r.loseAll("not renewed for " + start.Sub(lastOK).String())
+		left = r.cfg.Heartbeat // still register again and renew: the VMs are adopted anew
+	}
+	ctx, cancel := clockwork.WithTimeout(context.Background(), r.cfg.Clock, min(r.cfg.Heartbeat, left))
+	err := r.beatAt(ctx, start)
+	cancel()
+	if err == nil {
+		return start
+	}
+	r.cfg.Logger.Warn("replica heartbeat", "err", err)
+	if since := r.cfg.Clock.Since(lastOK); since+r.cfg.Heartbeat >= r.cfg.VMLeaseTTL {
+		// The next heartbeat would come after the leases expired: another
+		// replica may own them by then.
+		r.loseAll("not renewed for " + since.Round(time.Millisecond).String() + " of a " + r.cfg.VMLeaseTTL.String() + " lease")
+	}
+	return lastOK
 }
 
 // beat renews the registration and every VM lease this replica holds, then
 // lets go of the leases another replica took.
-func (r *Registry) beat(ctx context.Context) error {
-	now := r.now()
+func (r *Registry) beat(ctx context.Context) error { return r.beatAt(ctx, r.now()) }
+
+// beatAt is beat with the leases' new expiry counted from now.
+func (r *Registry) beatAt(ctx context.Context, now time.Time) error {
 	db := r.db.WithContext(ctx)
 	res := db.Model(&Replica{}).Where("id = ?", r.cfg.ID).Updates(map[string]any{"heartbeat_at": now, "expires_at": now.Add(r.cfg.TTL)})
 	if res.Error != nil {

@@ -183,3 +183,42 @@ func TestAdoptRace(t *testing.T) {
 		})
 	}
 }
+
+// TestVMLeasesLetGoBeforeExpiry: a replica whose heartbeats fail (the
+// database refuses them) lets go of its VMs' channels while their leases
+// still hold, a heartbeat before they expire: never at or after the
+// moment another replica may adopt them, so no VM has two owners at once.
+func TestVMLeasesLetGoBeforeExpiry(t *testing.T) {
+	for _, d := range dbtest.Databases(t) {
+		t.Run(d.Name, func(t *testing.T) {
+			clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+			a := newRegistry(t, d.DB, clock, "http://a.internal:1")
+			var lostAt []time.Time
+			a.OnLost(func(string) { lostAt = append(lostAt, clock.Now()) })
+			claim(t, d.DB, a, "vm-1")
+			lastOK := a.tick(a.now())
+			var l Lease
+			if err := d.DB.Take(&l, "vm_id = ?", "vm-1").Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := d.DB.Exec("ALTER TABLE vm_leases RENAME TO vm_leases_away").Error; err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := d.DB.Exec("ALTER TABLE vm_leases_away RENAME TO vm_leases").Error; err != nil {
+					t.Error(err)
+				}
+			})
+			for len(lostAt) == 0 && clock.Now().Before(l.ExpiresAt.Add(time.Minute)) {
+				clock.Advance(a.cfg.Heartbeat)
+				lastOK = a.tick(lastOK)
+			}
+			if len(lostAt) != 1 || !lostAt[0].Before(l.ExpiresAt) {
+				t.Fatalf("Got(channel let go at) = %v; want once, before the lease's expiry %s", lostAt, l.ExpiresAt)
+			}
+			if a.Owns("vm-1") {
+				t.Error("Got(a owns vm-1 after letting go) = true; want false")
+			}
+		})
+	}
+}

@@ -82,6 +82,14 @@ type Config struct {
 	// Outbox gets run.completed for the tenant's outgoing webhooks, in the
 	// transaction ending each run. Nil: none.
 	Outbox Outbox
+
+	// ReplicaID is this replica's id (sandbox/replicas), recorded on the
+	// runs it executes, and LiveReplicas lists the replicas alive now: with
+	// them Recover ends only the runs of replicas that are gone. Both
+	// empty with one server: every running run at start-up is this
+	// process's predecessor's.
+	ReplicaID    string
+	LiveReplicas func(ctx context.Context) ([]string, error)
 }
 
 func (c *Config) setDefaults() {
@@ -354,17 +362,12 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 }
 
-// Recover is for start-up: runs left running by a previous process are
+// Recover is for start-up (with replicas: each leader term's start):
+// runs left running by a previous process (by a replica that is gone) are
 // ended failed and their sandboxes destroyed; queued runs are started.
 func (e *Engine) Recover(ctx context.Context) error {
-	gone, err := e.store.Interrupted(ctx)
-	if err != nil {
+	if err := e.RecoverOrphans(ctx); err != nil {
 		return err
-	}
-	for _, r := range gone {
-		if r.SandboxID != "" {
-			e.destroy(ctx, r)
-		}
 	}
 	queued, err := e.store.Queued(ctx, 1000)
 	if err != nil {
@@ -373,6 +376,40 @@ func (e *Engine) Recover(ctx context.Context) error {
 	for _, r := range queued {
 		if err := e.Start(r); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			return err
+		}
+	}
+	return nil
+}
+
+// RecoverOrphans ends failed the running runs no live process executes:
+// with one server, all of them (call it at start-up only); with replicas,
+// those whose owner replica's registration is gone (the leader calls it
+// periodically), never this replica's own or another live one's. Their
+// sandboxes are destroyed.
+func (e *Engine) RecoverOrphans(ctx context.Context) error {
+	var (
+		gone []Run
+		err  error
+	)
+	if e.cfg.LiveReplicas == nil {
+		gone, err = e.store.Interrupted(ctx)
+	} else {
+		var ids []string
+		if ids, err = e.cfg.LiveReplicas(ctx); err != nil {
+			return fmt.Errorf("recover runs: %w", err)
+		}
+		live := map[string]bool{e.cfg.ReplicaID: true}
+		for _, id := range ids {
+			live[id] = true
+		}
+		gone, err = e.store.interruptedExcept(ctx, live, "interrupted: the replica running it is gone")
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range gone {
+		if r.SandboxID != "" {
+			e.destroy(ctx, r)
 		}
 	}
 	return nil
@@ -415,6 +452,7 @@ func (e *Engine) execute(ctx context.Context, r Run, a *active) (Run, error) {
 	}
 	// Recorded whatever ctx says: a cancel from here on ends the run
 	// through the sandbox path below, as cancelled.
+	r.OwnerReplica = e.cfg.ReplicaID
 	if err := e.store.start(context.WithoutCancel(ctx), &r); err != nil {
 		return r, err
 	}

@@ -85,30 +85,32 @@ type Artifact struct {
 
 // Run is one run of a workflow version, as stored.
 type Run struct {
-	ID              string     `gorm:"column:id;primaryKey" json:"id"`
-	TenantID        string     `gorm:"column:tenant_id" json:"-"`
-	Workflow        string     `gorm:"column:workflow" json:"workflow"`
-	WorkflowVersion int        `gorm:"column:workflow_version" json:"workflow_version"`
-	Number          int        `gorm:"column:number" json:"number"`
-	State           State      `gorm:"column:state" json:"state"`
-	StateReason     string     `gorm:"column:state_reason" json:"state_reason,omitempty"`
-	TriggerKind     string     `gorm:"column:trigger_kind" json:"trigger"`
-	DeliveryID      string     `gorm:"column:delivery_id" json:"delivery_id,omitempty"`
-	Repository      string     `gorm:"column:repository" json:"repository,omitempty"`
-	Ref             string     `gorm:"column:ref" json:"ref,omitempty"`
-	SHA             string     `gorm:"column:sha" json:"sha,omitempty"`
-	PRNumber        int        `gorm:"column:pr_number" json:"pr_number,omitempty"`
-	Sender          string     `gorm:"column:sender" json:"sender,omitempty"`
-	Trust           string     `gorm:"column:trust" json:"trust,omitempty"`
-	TrustReason     string     `gorm:"column:trust_reason" json:"trust_reason,omitempty"`
-	CreatedBy       string     `gorm:"column:created_by" json:"created_by,omitempty"`
-	RerunOf         string     `gorm:"column:rerun_of" json:"rerun_of,omitempty"`
-	SandboxID       string     `gorm:"column:sandbox_id" json:"sandbox_id,omitempty"`
-	ArtifactsJSON   string     `gorm:"column:artifacts" json:"-"`
-	Cost            float64    `gorm:"column:cost" json:"cost"`
-	CreatedAt       time.Time  `gorm:"column:created_at;autoCreateTime:false" json:"created_at"`
-	StartedAt       *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
-	EndedAt         *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
+	ID              string `gorm:"column:id;primaryKey" json:"id"`
+	TenantID        string `gorm:"column:tenant_id" json:"-"`
+	Workflow        string `gorm:"column:workflow" json:"workflow"`
+	WorkflowVersion int    `gorm:"column:workflow_version" json:"workflow_version"`
+	Number          int    `gorm:"column:number" json:"number"`
+	State           State  `gorm:"column:state" json:"state"`
+	StateReason     string `gorm:"column:state_reason" json:"state_reason,omitempty"`
+	TriggerKind     string `gorm:"column:trigger_kind" json:"trigger"`
+	DeliveryID      string `gorm:"column:delivery_id" json:"delivery_id,omitempty"`
+	Repository      string `gorm:"column:repository" json:"repository,omitempty"`
+	Ref             string `gorm:"column:ref" json:"ref,omitempty"`
+	SHA             string `gorm:"column:sha" json:"sha,omitempty"`
+	PRNumber        int    `gorm:"column:pr_number" json:"pr_number,omitempty"`
+	Sender          string `gorm:"column:sender" json:"sender,omitempty"`
+	Trust           string `gorm:"column:trust" json:"trust,omitempty"`
+	TrustReason     string `gorm:"column:trust_reason" json:"trust_reason,omitempty"`
+	CreatedBy       string `gorm:"column:created_by" json:"created_by,omitempty"`
+	RerunOf         string `gorm:"column:rerun_of" json:"rerun_of,omitempty"`
+	SandboxID       string `gorm:"column:sandbox_id" json:"sandbox_id,omitempty"`
+	// OwnerReplica is the replica executing the run ("" with one server).
+	OwnerReplica  string     `gorm:"column:owner_replica" json:"-"`
+	ArtifactsJSON string     `gorm:"column:artifacts" json:"-"`
+	Cost          float64    `gorm:"column:cost" json:"cost"`
+	CreatedAt     time.Time  `gorm:"column:created_at;autoCreateTime:false" json:"created_at"`
+	StartedAt     *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
+	EndedAt       *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
 }
 
 // TableName is the GORM table of Run.

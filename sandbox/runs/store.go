@@ -232,7 +232,7 @@ func (s *Store) List(ctx context.Context, tenantID string, f Filter) ([]Run, err
 func (s *Store) start(ctx context.Context, r *Run) error {
 	now := s.clock.Now()
 	res := s.db.WithContext(ctx).Model(&Run{}).Where("id = ? AND tenant_id = ? AND state = ?", r.ID, r.TenantID, StateQueued).
-		Updates(map[string]any{"state": StateRunning, "started_at": now})
+		Updates(map[string]any{"state": StateRunning, "started_at": now, "owner_replica": r.OwnerReplica})
 	if res.Error != nil {
 		return fmt.Errorf("start run %s: %w", r.ID, res.Error)
 	}
@@ -333,13 +333,27 @@ func (s *Store) Queued(ctx context.Context, limit int) ([]Run, error) {
 // (its engine is gone: nothing will finish them) as failed, and returns
 // them so their sandboxes can be destroyed.
 func (s *Store) Interrupted(ctx context.Context) ([]Run, error) {
+	return s.interruptedExcept(ctx, nil, "interrupted: the control plane restarted during the run")
+}
+
+// interruptedExcept ends failed, with reason, the running runs whose owner
+// replica is not in live (a run without an owner is nobody's: always
+// ended), and returns them.
+func (s *Store) interruptedExcept(ctx context.Context, live map[string]bool, reason string) ([]Run, error) {
 	var rs []Run
 	if err := s.db.WithContext(ctx).Where("state = ?", StateRunning).Find(&rs).Error; err != nil {
 		return nil, fmt.Errorf("list interrupted runs: %w", err)
 	}
 	out := rs[:0]
 	for i := range rs {
-		if err := s.finish(ctx, &rs[i], StateFailed, "interrupted: the control plane restarted during the run", nil, 0); err != nil {
+		if rs[i].OwnerReplica != "" && live[rs[i].OwnerReplica] {
+			continue
+		}
+		why := reason
+		if rs[i].OwnerReplica != "" {
+			why = fmt.Sprintf("%s (replica %s)", reason, rs[i].OwnerReplica)
+		}
+		if err := s.finish(ctx, &rs[i], StateFailed, why, nil, 0); err != nil {
 			if errors.Is(err, errdefs.ErrConflict) {
 				continue
 			}

@@ -184,18 +184,10 @@ func (h *Hub) Ended() End {
 
 // pump copies the terminal's output to everyone until it ends.
 func (h *Hub) pump() {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := h.pty.Read(buf)
-		if n > 0 {
-			h.output(buf[:n])
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				h.cfg.Log.Debug("terminal read ended", "session", h.cfg.ID, "err", err)
-			}
-			break
-		}
+	if op, ok := h.pty.(OutputPusher); ok {
+		op.PushOutput(h.output)
+	} else {
+		h.read()
 	}
 	exit, err := h.pty.Wait()
 	var ex *Exit
@@ -215,6 +207,23 @@ func (h *Hub) pump() {
 		reason = exitReason(ex, err)
 	}
 	h.finish(reason, ex)
+}
+
+// read copies what the terminal prints to everyone until it ends.
+func (h *Hub) read() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := h.pty.Read(buf)
+		if n > 0 {
+			h.output(buf[:n])
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				h.cfg.Log.Debug("terminal read ended", "session", h.cfg.ID, "err", err)
+			}
+			return
+		}
+	}
 }
 
 func exitReason(ex *Exit, err error) string {

@@ -19,6 +19,16 @@ type PTY interface {
 	Wait() (Exit, error)
 }
 
+// OutputPusher is what a PTY may also do: hand its output, piece by piece
+// and in order, to out from the goroutine that receives it, instead of
+// being read (a sandbox's terminal: no pipe and no reader goroutine
+// between the agent connection and the hub, one wake-up less per echo).
+// PushOutput returns once the output ended; out must not keep p. Output
+// that comes before PushOutput is called waits for it, as in a pipe.
+type OutputPusher interface {
+	PushOutput(out func(p []byte))
+}
+
 // Exit is how a terminal's process ended.
 type Exit struct {
 	Code   int

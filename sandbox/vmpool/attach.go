@@ -30,26 +30,32 @@ var ErrNoDiskSlot = errors.New("no free disk slot in the vm")
 type AttachedDisk = hypervisor.HotDisk
 
 func (s *Service) hotplugVM(ctx context.Context, tenantID, vmID string) (*runtime, hotplugger, error) {
+	rt, hp, _, err := s.hotplugVMOn(ctx, tenantID, vmID)
+	return rt, hp, err
+}
+
+// hotplugVMOn is hotplugVM that also returns the VM's host.
+func (s *Service) hotplugVMOn(ctx context.Context, tenantID, vmID string) (*runtime, hotplugger, string, error) {
 	vm, err := s.store.VM(ctx, tenantID, vmID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	if vm.State != StateRunning {
-		return nil, nil, fmt.Errorf("disks of vm %s: %w: the vm is %s", vmID, errdefs.ErrConflict, vm.State)
+		return nil, nil, "", fmt.Errorf("disks of vm %s: %w: the vm is %s", vmID, errdefs.ErrConflict, vm.State)
 	}
 	rt := s.lookupRuntime(vmID)
 	if rt == nil {
-		return nil, nil, fmt.Errorf("disks of vm %s: %w: not running here", vmID, ErrUnavailable)
+		return nil, nil, "", fmt.Errorf("disks of vm %s: %w: not running here", vmID, ErrUnavailable)
 	}
 	_, hv, err := s.liveHost(vm.HostURI)
 	if err != nil {
-		return nil, nil, fmt.Errorf("disks of vm %s: %w", vmID, err)
+		return nil, nil, "", fmt.Errorf("disks of vm %s: %w", vmID, err)
 	}
 	hp, ok := hv.(hotplugger)
 	if !ok {
-		return nil, nil, fmt.Errorf("disks of vm %s: %w: the host cannot hot-plug disks", vmID, ErrUnavailable)
+		return nil, nil, "", fmt.Errorf("disks of vm %s: %w: the host cannot hot-plug disks", vmID, ErrUnavailable)
 	}
-	return rt, hp, nil
+	return rt, hp, vm.HostURI, nil
 }
 
 // Disks lists the disks of the tenant's running VM.
@@ -63,13 +69,14 @@ func (s *Service) Disks(ctx context.Context, tenantID, vmID string) ([]AttachedD
 
 // EnsureDisk attaches the file at path to the tenant's running VM under
 // serial unless a disk with that serial is there already, in the first
-// free slot. It reports whether it attached it now. Before attaching,
+// free slot. On a remote host a read-only file is attached from its
+// volume in the host's pool, uploaded first when missing (hostfiles.go). It reports whether it attached it now. Before attaching,
 // free (when set) may detach disks to make room: it is called with the
 // VM's disks, under the VM's lock, and returns the serials to detach
 // (each released in the guest by its caller's release first).
 func (s *Service) EnsureDisk(ctx context.Context, tenantID, vmID, path, serial string, readOnly bool,
 	free func(ctx context.Context, disks []AttachedDisk) error) (bool, error) {
-	rt, hp, err := s.hotplugVM(ctx, tenantID, vmID)
+	rt, hp, uri, err := s.hotplugVMOn(ctx, tenantID, vmID)
 	if err != nil {
 		return false, err
 	}
@@ -94,6 +101,9 @@ func (s *Service) EnsureDisk(ctx context.Context, tenantID, vmID, path, serial s
 	}
 	if target == "" {
 		return false, fmt.Errorf("attach %s to vm %s: %w", serial, vmID, ErrNoDiskSlot)
+	}
+	if path, err = s.diskOnHost(ctx, uri, path, readOnly); err != nil {
+		return false, fmt.Errorf("attach %s to vm %s: %w", serial, vmID, err)
 	}
 	if err := hp.AttachDisk(ctx, vmID, hypervisor.HotDisk{Path: path, Target: target, ReadOnly: readOnly, Serial: serial}); err != nil {
 		return false, err

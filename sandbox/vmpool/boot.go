@@ -204,16 +204,24 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 		return
 	}
 	s.phase(vm.ID, PhaseDefining)
-	disks := s.templateDisks()
-	scratch, err := s.createScratch(ctx, vm.ID, len(disks))
+	files, err := s.HostFiles(ctx, vm.HostURI, guest)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.bootCancelled(ctx, vm, nil)
+			return
+		}
+		s.failBoot(vm, nil, fmt.Errorf("boot: %w", err))
+		return
+	}
+	scratch, err := s.createScratch(ctx, vm, len(files.Templates))
 	if err != nil {
 		s.failBoot(vm, nil, fmt.Errorf("boot: %w", err))
 		return
 	}
 	spec := hypervisor.DomainSpec{
 		ID: vm.ID, TenantID: vm.TenantID, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
-		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName, Disks: append(disks, scratch),
+		Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: guest.Cmdline,
+		ChannelName: agentproto.ChannelName, Disks: append(files.Templates, scratch),
 	}
 	start := time.Now()
 	dom, err := hv.Create(ctx, spec)
@@ -241,6 +249,16 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	took := time.Since(start)
 	hello := client.Hello()
+	// Booted or restored, its own identity before any tenant work (identity.go).
+	if err := s.setIdentity(ctx, client, vm); err != nil {
+		client.Close()
+		if ctx.Err() != nil {
+			s.bootCancelled(ctx, vm, hv)
+			return
+		}
+		s.failBoot(vm, hv, err)
+		return
+	}
 	// Not the task's ctx: a destroy cancels that; only Close cuts this short.
 	mctx, cancel := s.stop.Bound(context.Background())
 	ok, err := s.store.markRunning(mctx, vm.ID, ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: dom.UUID, Boot: took})
@@ -255,28 +273,10 @@ func (s *Service) boot(ctx context.Context, rt *runtime, vm VM, guest image.Gues
 	}
 	rt.setClient(client)
 	s.watchAgent(rt, client)
+	s.agentReady(vm, client)
 	s.clearBackoff(vm.TenantID)
 	s.log.Info("vm running", "vm", vm.ID, "tenant", vm.TenantID, "host", vm.HostURI, "boot", took.Round(time.Millisecond),
 		"agent", hello.Agent, "kernel", hello.Kernel)
-}
-
-// templateDisks are the sandbox templates of the built image, attached
-// read-only to every VM: the agent finds each one by its ext4 label, in
-// whatever slot it sits (sandbox/agent templates.go).
-func (s *Service) templateDisks() []hypervisor.Disk {
-	m, err := image.Load(s.cfg.DataDir)
-	if err != nil {
-		s.log.Warn("no sandbox templates for the vm", "err", err)
-		return nil
-	}
-	var out []hypervisor.Disk
-	for i, t := range m.Templates {
-		if i >= 'z'-'b' { // the last slot is the scratch disk's
-			break
-		}
-		out = append(out, hypervisor.Disk{Path: t.Path, Target: "vd" + string(rune('b'+i)), ReadOnly: true})
-	}
-	return out
 }
 
 // bootCancelled handles a boot whose context ended: a destroy or a lost VM

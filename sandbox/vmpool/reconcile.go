@@ -241,6 +241,18 @@ func (s *Service) adopt(ctx context.Context, rt *runtime, hv Hypervisor, vm VM, 
 			eventPtr(SystemActor().Event(vm.TenantID, audit.TypeVMFailed, "vm", vm.ID, map[string]any{"reason": reason})))
 		return
 	}
+	if err := s.setIdentity(ctx, client, vm); err != nil {
+		if vm.State == StateBooting {
+			client.Close()
+			if ctx.Err() == nil {
+				s.failBoot(vm, hv, err)
+			}
+			return
+		}
+		// A running VM got its identity when it booted: this call only
+		// sets its clock again, and its tenants' work goes on without it.
+		s.log.Warn("adopt: vm identity", "vm", vm.ID, "err", err)
+	}
 	hello := client.Hello()
 	r := ready{AgentVersion: hello.Agent, KernelVersion: hello.Kernel, DomainUUID: d.UUID}
 	// Not ctx: the adopt timeout bounds the handshake only; Close cuts this short.
@@ -343,6 +355,7 @@ func (s *Service) reconcileAll(ctx context.Context) {
 		}
 	}
 	s.sweepScratch(ctx)
+	s.syncHostFiles()
 }
 
 // reconcileTenant boots VMs until the tenant has its warm count of idle

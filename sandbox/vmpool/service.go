@@ -59,9 +59,23 @@ func ConnectLibvirt(ctx context.Context, uri, installationID string, log *slog.L
 // or "qemu" ("" detects); probeKernel is a guest kernel the host boots once
 // to prove KVM really works before trusting it.
 func LibvirtConnector(domainType, probeKernel string) Connector {
+	return libvirtConnector(domainType, probeKernel, "", nil, nil)
+}
+
+// libvirtConnector also says where each host's storage pool goes (poolDir,
+// "" for the default) and, for the probe, which hosts get their files
+// through their pool (remote) and the probe kernel's checksum.
+func libvirtConnector(domainType, probeKernel, poolDir string, remote func(uri string) bool, sums map[string]string) Connector {
 	return func(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error) {
-		h, err := hypervisor.Connect(ctx, hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log,
-			DomainType: domainType, ProbeKernel: probeKernel, ProbeTimeout: 8 * time.Second})
+		cfg := hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log,
+			DomainType: domainType, ProbeKernel: probeKernel, ProbeTimeout: 8 * time.Second, PoolDir: poolDir}
+		if remote != nil && remote(uri) && probeKernel != "" {
+			cfg.ProbeKernelSHA256 = sums[probeKernel]
+			if cfg.ProbeKernelSHA256 == "" {
+				cfg.ProbeKernel = "" // no checksum to upload it by: no probe, TCG
+			}
+		}
+		h, err := hypervisor.Connect(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -124,9 +138,22 @@ type Config struct {
 	// Leases are the per-VM channel leases of several replicas
 	// (sandbox/replicas); nil: this process owns every VM.
 	Leases Leases
+	// HostFiles says per host URI where its VMs find the guest's files
+	// (STOCKADE_HOST_FILES, hostfiles.go): FilesLocal, the data dir's own
+	// paths, or FilesRemote, the host's storage pool filled through
+	// libvirt. A host not named gets DefaultFilesMode(uri).
+	HostFiles map[string]FilesMode
+	// PoolDir is the folder of the installation's storage pool on each
+	// remote host (STOCKADE_HOST_POOL_DIR); default
+	// /var/lib/libvirt/stockade/<installation id>.
+	PoolDir string
 	// Leader says whether this replica holds the leader lease, which runs
 	// warm-pool filling and recycling; nil: always.
 	Leader func() bool
+	// AgentReady runs in the background after the handshake of every VM
+	// this service boots (ready.go): sandbox.PrestartHook configures the
+	// guest's pre-started sandboxes there. Nil: nothing.
+	AgentReady func(ctx context.Context, vm VM, c *agentproto.Client)
 }
 
 // Freezes tells whether a tenant is frozen: CheckNotFrozen's error (it
@@ -166,10 +193,13 @@ func (c *Config) checkAndSetDefaults() error {
 		// The guest kernel doubles as the KVM probe; a stock kernel panics
 		// at once without a root file system, under KVM in well under 8 s.
 		kernel := ""
+		var sums map[string]string
 		if m, err := image.Load(c.DataDir); err == nil {
-			kernel = m.Guest.Kernel
+			kernel, sums = m.Guest.Kernel, m.Checksums
 		}
-		c.Connect = LibvirtConnector(c.DomainType, kernel)
+		modes := c.HostFiles
+		c.Connect = libvirtConnector(c.DomainType, kernel, c.PoolDir,
+			func(uri string) bool { return filesMode(modes, uri) == FilesRemote }, sums)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -209,6 +239,8 @@ type Service struct {
 	hosts     []*hostConn // read through hostList; AddHost appends
 	bootSlots chan struct{}
 	kickc     chan string // tenants to reconcile now
+
+	files filesState // remote hosts' files (hostfiles_sync.go)
 
 	mu        sync.Mutex
 	vms       map[string]*runtime

@@ -79,6 +79,10 @@ const (
 	TypeSandboxPaused  = "sandbox.paused"
 	TypeSandboxResumed = "sandbox.resumed"
 
+	// A create served by a pre-started sandbox of its VM (sandbox/prestart.go),
+	// written as it starts running; details: vm, claim_ms.
+	TypeSandboxPrestartClaimed = "sandbox.prestart_claimed"
+
 	TypeTerminalOpened       = "terminal.opened"
 	TypeTerminalJoined       = "terminal.joined"
 	TypeTerminalControlTaken = "terminal.control_taken"
@@ -227,6 +231,8 @@ var codes = map[string]string{
 	TypeSandboxPreviewRevoked: "SS8101I",
 	TypeSandboxPaused:         "SS8060I",
 	TypeSandboxResumed:        "SS8061I",
+
+	TypeSandboxPrestartClaimed: "SS8070I",
 
 	TypeVolumeCreated:  "SL1000I",
 	TypeVolumeResized:  "SL1001I",

@@ -97,6 +97,9 @@ type Options struct {
 	Owners forward.Owners
 	// TemplateMaxUploadBytes bounds template image uploads (0: 2 GiB).
 	TemplateMaxUploadBytes int64
+	// PreviewDomain serves preview links at <port>-<sandbox id>.<domain>
+	// (requests name it in their Host); empty: /preview/<token>/ only.
+	PreviewDomain string
 }
 
 // Env is a running app.
@@ -131,7 +134,7 @@ func New(t testing.TB, o Options) *Env {
 	a, err := app.New(ctx, app.Config{
 		PublicURL: publicURL, DataDir: dataDir, RootKey: []byte(rootKey), OperatorEmails: o.Operators, Version: "test",
 		SessionIdle: o.SessionIdle, SessionAbsolute: o.SessionAbsolute, BodyTimeout: o.BodyTimeout,
-		TemplateMaxUploadBytes: o.TemplateMaxUploadBytes,
+		TemplateMaxUploadBytes: o.TemplateMaxUploadBytes, PreviewDomain: o.PreviewDomain,
 	}, app.Options{
 		Log: slog.New(slog.DiscardHandler), Clock: o.Clock, DevIdPMutateClaims: o.MutateClaims, DB: db,
 		VMs: o.VMs, Sandboxes: o.Sandboxes, Terminals: o.Terminals, Secrets: o.Secrets, Policies: o.Policies, Egress: o.Egress,

@@ -77,9 +77,15 @@ type Config struct {
 	// forces kvm or qemu ("" detects).
 	LibvirtURIs []string
 	DomainType  string
+	// HostFiles and HostPoolDir: vmpool.Config's (remote hosts' files).
+	HostFiles   map[string]vmpool.FilesMode
+	HostPoolDir string
 	// ExecGrace is how long commands and terminals outlive a lost agent
 	// session (0: the agent's default).
 	ExecGrace time.Duration
+	// PrestartPerTemplate is each VM's pre-started sandboxes per template
+	// (0: none; sandbox/prestart.go).
+	PrestartPerTemplate int
 	// MaxFileBytes bounds one file through the files API (0: the default).
 	MaxFileBytes int64
 
@@ -327,7 +333,9 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock.Now), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
+			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
+			AgentReady: a.prestartHook(cfg, log),
 		}); err != nil {
 			return err
 		}
@@ -416,7 +424,8 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		// ends; results go where the workflow says.
 		a.Runs = runs.NewEngine(runs.NewStore(a.DB, clock.Now), a.Workflows, a.Sandboxes, runs.Config{Outbox: a.Integrations,
 			ArtifactDir: filepath.Join(cfg.DataDir, "artifacts"), Logger: log, GitURL: cfg.GitHubURL,
-			Notifier: runs.NotifyWith(a.sender, cfg.PublicURL), Costs: runs.LedgerCosts(a.Usage)})
+			Notifier: runs.NotifyWith(a.sender, cfg.PublicURL), Costs: runs.LedgerCosts(a.Usage),
+			ReplicaID: a.replicaID(), LiveReplicas: a.liveReplicas()})
 		a.ownRun = true
 	}
 	return nil
@@ -540,11 +549,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.stops = append(a.stops, func() { stop(); wait() })
 	if a.ownRun && a.Leader != nil {
 		// With replicas the leader recovers runs, at each term's start.
-		a.singleton(ctx, "run recovery", func(ctx context.Context) {
-			if err := a.Runs.Recover(ctx); err != nil && ctx.Err() == nil {
-				a.log.Error("recover workflow runs", "err", err)
-			}
-		})
+		a.singleton(ctx, "run recovery", a.recoverRuns)
 	} else if a.ownRun {
 		if err := a.Runs.Recover(ctx); err != nil {
 			return err

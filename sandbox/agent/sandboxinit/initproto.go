@@ -122,7 +122,14 @@ func sendInit(c *net.UnixConn, v any, fds ...int) error {
 // recvInit reads one message into v and returns the descriptors it carried
 // (close-on-exec). EOF arrives as io.EOF-like net errors.
 func recvInit(c *net.UnixConn, v any) ([]int, error) {
-	buf := make([]byte, maxInitMessage+1)
+	// A buffer the size of the message, not of the bound: a connection
+	// waiting (every sandbox's hello, and the agent's end of it) holds no
+	// 256 KiB buffer, and a command's spawn touches a few KiB.
+	size, err := nextMessageSize(c)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, min(size, maxInitMessage)+1)
 	oob := make([]byte, unix.CmsgSpace(4*maxInitFDs)+64)
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -173,4 +180,31 @@ func closeFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
+}
+
+// nextMessageSize waits for the next message and returns its length
+// without reading it (MSG_PEEK|MSG_TRUNC answers a seqpacket message's
+// full length); read deadlines apply. 0 is end of file, or an empty
+// message: the read that follows tells which.
+func nextMessageSize(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("recv init message: %w", err)
+	}
+	var n int
+	var serr error
+	if err := raw.Read(func(fd uintptr) bool {
+		for {
+			n, _, serr = unix.Recvfrom(int(fd), nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+			if serr != unix.EINTR {
+				return serr != unix.EAGAIN
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, fmt.Errorf("recv init message: %w", serr)
+	}
+	return n, nil
 }

@@ -1,0 +1,395 @@
+package hypervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+)
+
+// Memory snapshots (snapshot.go). SaveSnapshot writes a running domain's
+// memory and device state to a file with libvirt's own save
+// (virDomainSaveFlags; the domain ends). Restore starts a NEW domain from
+// it, with its own name, UUID and metadata and the same devices.
+//
+// libvirt's restore (virDomainRestoreFlags) insists, in its ABI check of a
+// replacement XML, that the restored domain keeps the saved UUID, so two VMs
+// restored from one file would collide. Restore therefore clones the file
+// per restore and rewrites the domain XML in the clone's header (name,
+// UUID, metadata, console), which libvirt then restores without an ABI
+// check: the devices are the saved ones, byte for byte. The clone is read
+// once (hashed against the snapshot's sum on the way, so a damaged file is
+// refused before any QEMU sees it) and removed as soon as libvirt has
+// loaded it. QEMU's `-incoming exec:` straight from the shared file would
+// skip the copy, but libvirt runs QEMU with `-sandbox spawn=deny`.
+//
+// The file is libvirt's save format: a 92-byte header (magic
+// "LibvirtQemudSave", version, data length, was-running, compressed,
+// cookie offset, unused words), the NUL-terminated domain XML, libvirt's
+// cookie, then QEMU's migration stream ("QEVM"...).
+//
+// The snapshot's path is read by this process and by libvirtd alike: on a
+// remote host it must be on storage both see (see vmpool's snapshot dir).
+
+// Save-file layout (libvirt 9 src/qemu/qemu_saveimage.h, virQEMUSaveHeader).
+const (
+	saveMagic          = "LibvirtQemudSave"
+	saveHeaderLen      = 92
+	saveDataLenOffset  = 20 // uint32s in host byte order (little-endian here)
+	saveCompressedOff  = 28
+	saveCookieOffsetAt = 32
+	qemuStreamMagic    = "QEVM"
+)
+
+// Snapshot errors, wrapped with the detail.
+var (
+	// ErrSnapshotCorrupt: the file is not a whole, unaltered snapshot.
+	ErrSnapshotCorrupt = errors.New("snapshot corrupt")
+	// ErrSnapshotMismatch: the snapshot was saved from a domain unlike the
+	// spec (memory, vCPUs, type, kernel, command line or disks differ).
+	ErrSnapshotMismatch = errors.New("snapshot does not match the spec")
+)
+
+// snapshotPathRE keeps snapshot paths plain.
+var snapshotPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]{1,1000}$`)
+
+// Snapshot names a saved domain's file and the SHA-256 of its bytes.
+type Snapshot struct {
+	Path   string
+	SHA256 string // hex; Restore refuses a file that does not hash to it
+}
+
+// SaveSnapshot saves our running domain id to path; the domain ends (it is
+// transient: libvirt forgets it). The guest must hold nothing specific to
+// that VM that its restored copies must not share.
+func (h *Host) SaveSnapshot(ctx context.Context, id, path string) error {
+	if !snapshotPathRE.MatchString(path) {
+		return fmt.Errorf("save vm %s: %w: snapshot path %q must be absolute, of [A-Za-z0-9/._+-]", id, ErrInvalid, path)
+	}
+	s, release, err := h.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("save vm %s: %w", id, err)
+	}
+	defer release()
+	dom, _, err := h.lookupOurs(s, id)
+	if err != nil {
+		return fmt.Errorf("save vm %s: %w", id, err)
+	}
+	defer dom.Free()
+	if err := dom.SaveFlags(path, "", libvirt.DOMAIN_SAVE_RUNNING); err != nil {
+		return fmt.Errorf("save vm %s to %s: %w", id, path, h.fail(err))
+	}
+	h.removeLog(id)
+	return nil
+}
+
+// Restore creates a domain for spec (its ID, TenantID and ConsoleLog; the
+// rest must match what the snapshot was saved from, or ErrSnapshotMismatch)
+// whose guest resumes from snap. Like Create it is transient and an
+// existing domain with the same name is ErrConflict; a damaged file is
+// ErrSnapshotCorrupt and nothing is started.
+func (h *Host) Restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Domain, error) {
+	d, err := h.restore(ctx, spec, snap)
+	if err != nil {
+		return nil, fmt.Errorf("restore vm %s: %w", spec.ID, err)
+	}
+	return d, nil
+}
+
+func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Domain, error) {
+	if !snapshotPathRE.MatchString(snap.Path) {
+		return nil, fmt.Errorf("%w: snapshot path %q must be absolute, of [A-Za-z0-9/._+-]", ErrInvalid, snap.Path)
+	}
+	switch spec.InstallationID {
+	case "":
+		spec.InstallationID = h.cfg.InstallationID
+	case h.cfg.InstallationID:
+	default:
+		return nil, fmt.Errorf("%w: installation %q is not this host's %q", ErrInvalid, spec.InstallationID, h.cfg.InstallationID)
+	}
+	if spec.Type == "" {
+		t, err := h.DomainType(ctx)
+		if err != nil {
+			return nil, err
+		}
+		spec.Type = t
+	}
+	want, err := BuildDomain(spec)
+	if err != nil {
+		return nil, err
+	}
+	clone := snap.Path + ".restore-" + spec.ID
+	if err := cloneSnapshot(snap, clone, want, spec); err != nil {
+		return nil, err
+	}
+	defer os.Remove(clone)
+
+	s, release, err := h.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	name := DomainName(spec.ID)
+	if dom, err := s.conn.LookupDomainByName(name); err == nil {
+		dom.Free()
+		return nil, fmt.Errorf("%w: domain %s exists", ErrConflict, name)
+	} else if libvirtCode(err) != libvirt.ERR_NO_DOMAIN {
+		return nil, h.fail(err)
+	}
+	h.known.put(name, identity{ID: spec.ID, TenantID: spec.TenantID, InstallationID: spec.InstallationID})
+	if err := s.conn.DomainRestoreFlags(clone, "", libvirt.DOMAIN_SAVE_RUNNING); err != nil {
+		cerr := h.fail(err)
+		if other, lerr := s.conn.LookupDomainByName(name); lerr == nil {
+			other.Free()
+			return nil, fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+		h.known.forget(name)
+		h.removeLog(spec.ID)
+		return nil, cerr
+	}
+	dom, err := s.conn.LookupDomainByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up restored domain: %w", h.fail(err))
+	}
+	defer dom.Free()
+	uuid, err := dom.GetUUIDString()
+	if err != nil {
+		_ = dom.Destroy()
+		return nil, fmt.Errorf("read uuid: %w", h.fail(err))
+	}
+	return &Domain{ID: spec.ID, TenantID: spec.TenantID, Name: name, UUID: uuid}, nil
+}
+
+// cloneSnapshot copies snap to dst, checking its hash on the way, and
+// rewrites the clone's domain XML for spec.
+func cloneSnapshot(snap Snapshot, dst string, want *libvirtxml.Domain, spec DomainSpec) (err error) {
+	src, err := os.Open(snap.Path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
+	}
+	hdr, err := CheckSnapshot(src, st.Size())
+	if err != nil {
+		return err
+	}
+	saved, err := hdr.domain(src)
+	if err != nil {
+		return err
+	}
+	if err := matchSnapshot(saved, want); err != nil {
+		return err
+	}
+	xml, err := restoredXML(saved, spec, hdr)
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("clone snapshot: %w", cerr)
+		}
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	sum := sha256.New()
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	n, err := io.CopyBuffer(io.MultiWriter(out, sum), src, make([]byte, 1<<20))
+	if err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); n != st.Size() || got != snap.SHA256 {
+		return fmt.Errorf("%w: %s hashes to %s; want %s", ErrSnapshotCorrupt, snap.Path, got, snap.SHA256)
+	}
+	if _, err := out.WriteAt(xml, saveHeaderLen); err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	return nil
+}
+
+// SnapshotHeader is what CheckSnapshot reads of a save file.
+type SnapshotHeader struct {
+	XMLLen       int64 // bytes of the NUL-terminated domain XML after the header
+	StreamOffset int64 // where QEMU's migration stream starts
+}
+
+// CheckSnapshot checks that r (a save file of size bytes) is an
+// uncompressed libvirt save file with a QEMU migration stream where its
+// header says.
+func CheckSnapshot(r io.ReaderAt, size int64) (SnapshotHeader, error) {
+	var hdr [saveHeaderLen]byte
+	if _, err := r.ReadAt(hdr[:], 0); err != nil {
+		return SnapshotHeader{}, fmt.Errorf("%w: read header: %w", ErrSnapshotCorrupt, err)
+	}
+	if string(hdr[:len(saveMagic)]) != saveMagic {
+		return SnapshotHeader{}, fmt.Errorf("%w: not a libvirt save file", ErrSnapshotCorrupt)
+	}
+	if c := binary.LittleEndian.Uint32(hdr[saveCompressedOff:]); c != 0 {
+		return SnapshotHeader{}, fmt.Errorf("%w: compressed (format %d); restore reads raw streams only", ErrSnapshotCorrupt, c)
+	}
+	n := int64(binary.LittleEndian.Uint32(hdr[saveDataLenOffset:]))
+	xmlLen := int64(binary.LittleEndian.Uint32(hdr[saveCookieOffsetAt:]))
+	if xmlLen == 0 || xmlLen > n {
+		xmlLen = n // no cookie
+	}
+	off := saveHeaderLen + n
+	if off+int64(len(qemuStreamMagic)) > size {
+		return SnapshotHeader{}, fmt.Errorf("%w: truncated (xml of %d bytes, file of %d)", ErrSnapshotCorrupt, n, size)
+	}
+	var magic [len(qemuStreamMagic)]byte
+	if _, err := r.ReadAt(magic[:], off); err != nil {
+		return SnapshotHeader{}, fmt.Errorf("%w: read stream: %w", ErrSnapshotCorrupt, err)
+	}
+	if string(magic[:]) != qemuStreamMagic {
+		return SnapshotHeader{}, fmt.Errorf("%w: no QEMU stream at byte %d", ErrSnapshotCorrupt, off)
+	}
+	return SnapshotHeader{XMLLen: xmlLen, StreamOffset: off}, nil
+}
+
+// domain parses the domain XML in the header.
+func (hdr SnapshotHeader) domain(r io.ReaderAt) (*libvirtxml.Domain, error) {
+	b := make([]byte, hdr.XMLLen)
+	if _, err := r.ReadAt(b, saveHeaderLen); err != nil {
+		return nil, fmt.Errorf("%w: read domain xml: %w", ErrSnapshotCorrupt, err)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(string(bytes.TrimRight(b, "\x00"))); err != nil {
+		return nil, fmt.Errorf("%w: domain xml: %w", ErrSnapshotCorrupt, err)
+	}
+	return &d, nil
+}
+
+// matchSnapshot reports how the saved domain differs from want in what the
+// guest's memory depends on.
+func matchSnapshot(saved, want *libvirtxml.Domain) error {
+	var diffs []string
+	cmp := func(what string, a, b any) {
+		if a != b {
+			diffs = append(diffs, fmt.Sprintf("%s %v, spec %v", what, a, b))
+		}
+	}
+	cmp("type", saved.Type, want.Type)
+	if saved.Memory != nil && want.Memory != nil {
+		cmp("memory KiB", memKiB(saved.Memory), memKiB(want.Memory))
+	}
+	if saved.VCPU != nil && want.VCPU != nil {
+		cmp("vcpus", saved.VCPU.Value, want.VCPU.Value)
+	}
+	if saved.OS != nil && want.OS != nil {
+		cmp("kernel", saved.OS.Kernel, want.OS.Kernel)
+		cmp("initramfs", saved.OS.Initrd, want.OS.Initrd)
+		cmp("cmdline", saved.OS.Cmdline, want.OS.Cmdline)
+	}
+	cmp("disks", diskList(saved), diskList(want))
+	if len(diffs) > 0 {
+		return fmt.Errorf("%w: %s", ErrSnapshotMismatch, strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+func memKiB(m *libvirtxml.DomainMemory) uint {
+	switch strings.ToLower(m.Unit) {
+	case "mib", "m":
+		return m.Value << 10
+	case "gib", "g":
+		return m.Value << 20
+	case "b", "bytes":
+		return m.Value >> 10
+	}
+	return m.Value // KiB, libvirt's default
+}
+
+func diskList(d *libvirtxml.Domain) string {
+	if d.Devices == nil {
+		return ""
+	}
+	var out []string
+	for _, disk := range d.Devices.Disks {
+		p := ""
+		if disk.Source != nil && disk.Source.File != nil {
+			p = disk.Source.File.File
+		}
+		t := ""
+		if disk.Target != nil {
+			t = disk.Target.Dev
+		}
+		out = append(out, fmt.Sprintf("%s=%s(ro=%t)", t, p, disk.ReadOnly != nil))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// restoredXML is saved with spec's identity, padded with spaces to the
+// header's XML length (it must not be longer: the cookie follows it).
+func restoredXML(saved *libvirtxml.Domain, spec DomainSpec, hdr SnapshotHeader) ([]byte, error) {
+	d := *saved
+	meta, err := marshalMetadata(identity{ID: spec.ID, TenantID: spec.TenantID, InstallationID: spec.InstallationID})
+	if err != nil {
+		return nil, err
+	}
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return nil, fmt.Errorf("new uuid: %w", err)
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	d.Name = DomainName(spec.ID)
+	d.UUID = fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+	d.Metadata = &libvirtxml.DomainMetadata{XML: meta}
+	d.ID = nil
+	if d.Devices != nil {
+		devs := *d.Devices
+		// The serial console: the spec's file, else a pty.
+		devs.Serials = slices.Clone(devs.Serials)
+		for i := range devs.Serials {
+			sr := devs.Serials[i]
+			if spec.ConsoleLog != "" {
+				sr.Source = &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: spec.ConsoleLog, Append: "off"}}
+			} else {
+				sr.Source = &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}}
+			}
+			devs.Serials[i] = sr
+		}
+		devs.Consoles = nil // libvirt derives the console from the serial
+		// Channel sockets: libvirt picks a fresh path per domain.
+		devs.Channels = slices.Clone(devs.Channels)
+		for i := range devs.Channels {
+			c := devs.Channels[i]
+			if c.Source != nil && c.Source.UNIX != nil {
+				c.Source = &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: c.Source.UNIX.Mode}}
+			}
+			devs.Channels[i] = c
+		}
+		d.Devices = &devs
+	}
+	s, err := d.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("marshal restored domain: %w", err)
+	}
+	room := int(hdr.XMLLen) - 1 // the NUL stays
+	if len(s) > room {
+		return nil, fmt.Errorf("%w: the restored domain's xml (%d bytes) does not fit the saved one's (%d)", ErrSnapshotMismatch, len(s), room)
+	}
+	return append([]byte(s), bytes.Repeat([]byte{' '}, room-len(s))...), nil
+}
