@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,24 @@ func TestFilesAndReadme(t *testing.T) {
 	}
 	if err := run("", failed, false, readme, res, 2); err == nil {
 		t.Errorf("Got(-readme without markers) = nil; want an error")
+	}
+}
+
+// TestTargets: every target's name is one benchrec accepts, named once,
+// with its description; the issue's ten are required.
+func TestTargets(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-z][a-z0-9_]{0,79}$`)
+	seen, required := map[string]bool{}, 0
+	for _, tg := range targets {
+		if !valid.MatchString(tg.name) || seen[tg.name] || tg.what == "" {
+			t.Errorf("Got(target %+v); want a valid name used once, with what it measures", tg)
+		}
+		seen[tg.name] = true
+		if tg.required {
+			required++
+		}
+	}
+	if required != 10 {
+		t.Errorf("Got(%d required targets); want the issue's 10", required)
 	}
 }
