@@ -38,6 +38,7 @@ var targets = []target{
 	{name: "idle_sandbox_guest_mib", what: "guest memory per idle sandbox", max: 1, min: none(), onValue: true, unit: "MiB", required: true},
 	{name: "egress_vs_channel", what: "egress inside a sandbox vs agent-channel file read", max: none(), min: 0.9, required: true},
 	{name: "sustained_tasks_c8_vs_raw", what: "sustained tasks/minute at concurrency 8 vs the raw crun loop in the VM", max: none(), min: 0.8, required: true},
+	{name: "freed_guest_memory_returned_ratio", what: "guest memory freed by idle sandboxes' exit that free page reporting returned to the host (MiB returned vs freed)", max: none(), min: none()},
 	{name: "sustained_tasks_c4_vs_raw", what: "sustained tasks/minute at concurrency 4 vs the raw crun loop", max: none(), min: none()},
 	{name: "sustained_tasks_c1_vs_raw", what: "sustained tasks/minute at concurrency 1 vs the raw crun loop", max: none(), min: none()},
 	{name: "vm_cold_start_vs_busybox", what: "VM cold start, define -> agent handshake, vs a busybox-init guest", max: none(), min: none()},
