@@ -3,26 +3,18 @@ package vmpool_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stockade-dev/stockade/hypervisor"
-	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
-	"github.com/stockade-dev/stockade/hypervisor/image"
 	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/escapetest"
+	"github.com/stockade-dev/stockade/sandbox/vmpool"
 )
 
 // restoredVM is a VM restored from a memory snapshot, with its agent
-// session (identity given).
+// session.
 type restoredVM struct {
 	id, uuid string
 	agent    *agentproto.Client
@@ -117,88 +109,24 @@ func escapesIn(t *testing.T, vm restoredVM) {
 	t.Run("quota project escape", func(t *testing.T) { escapetest.QuotaProjects(ctx, t, vm.agent, "esc-a") })
 }
 
-// TestRestoredVMsOwnIdentity (real VMs): a guest of the built image boots
-// and says hello only (nothing reads its boot id; no identity), as the
-// pool's snapshot VM does, and is saved; two VMs restored from that one
-// file, each given its identity after its handshake as the pool does, share
-// no random bytes, boot id or stale clock, and the escape checks of the
-// sandbox suite pass in a restored one.
-func TestRestoredVMsOwnIdentity(t *testing.T) {
-	dataDir, guest := needVMs(t)
-	m, err := image.Load(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var disks []hypervisor.Disk
-	for i, tpl := range m.Templates {
-		disks = append(disks, hypervisor.Disk{Path: tpl.Path, Target: "vd" + string(rune('b'+i)), ReadOnly: true})
-	}
-	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
-	dir := hypervisortest.VMDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	spec := func(id string) hypervisor.DomainSpec {
-		return hypervisor.DomainSpec{ID: id, TenantID: "tenant-ident", VCPUs: 1, MemoryMiB: 1024,
-			Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline,
-			ChannelName: agentproto.ChannelName, Disks: disks}
-	}
-	dial := func(id string) *agentproto.Client {
-		t.Helper()
-		ch, err := h.OpenChannel(ctx, id, agentproto.ChannelName)
+// checkRestored is the acceptance of VMs the pool restored from one memory
+// snapshot (TestSnapshotBoot): each has its own VM id and libvirt UUID, and
+// the identity the pool gave it after its handshake (its generation is its
+// VM id; other random bytes and another boot id than any other's, its clock
+// the host's); the sandbox suite's escape checks pass in one of them.
+func (e *snapEnv) checkRestored(t *testing.T, vms []vmpool.VM) {
+	t.Helper()
+	var rvms []restoredVM
+	for _, vm := range vms {
+		if vm.BootKind != vmpool.BootRestored {
+			t.Fatalf("Got(boot kind of %s) = %q; want %q", vm.ID, vm.BootKind, vmpool.BootRestored)
+		}
+		c, err := e.svc.Agent(ctx, e.tn.ID, vm.ID)
 		if err != nil {
-			t.Fatalf("OpenChannel(%s) = %v", id, err)
+			t.Fatalf("Agent(%s) = %v", vm.ID, err)
 		}
-		c, err := agentproto.Dial(ctx, ch, agentproto.ClientOptions{Name: "identity-test"})
-		if err != nil {
-			t.Fatalf("Dial(%s) = %v", id, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+		rvms = append(rvms, restoredVM{id: vm.ID, uuid: vm.DomainUUID, agent: c})
 	}
-
-	base := hypervisortest.NewID("snapbase-")
-	if _, err := h.Create(ctx, spec(base)); err != nil {
-		t.Fatalf("Create(%s) = %v", base, err)
-	}
-	dial(base).Close()
-	snap := hypervisor.Snapshot{Path: filepath.Join(dir, "base.snap")}
-	if err := h.SaveSnapshot(ctx, base, snap.Path); err != nil {
-		t.Fatalf("SaveSnapshot = %v", err)
-	}
-	f, err := os.Open(snap.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.New()
-	_, err = io.Copy(sum, f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap.SHA256 = hex.EncodeToString(sum.Sum(nil))
-
-	var vms []restoredVM
-	for range 2 {
-		id := hypervisortest.NewID("restored-")
-		d, err := h.Restore(ctx, spec(id), snap)
-		if err != nil {
-			t.Fatalf("Restore(%s) = %v", id, err)
-		}
-		scratch := filepath.Join(dir, id+".img")
-		if err := image.CreateScratch(ctx, scratch, 1024); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.AttachDisk(ctx, id, hypervisor.HotDisk{Path: scratch, Target: "vd" + string(rune('b'+len(disks))), Discard: true}); err != nil {
-			t.Fatalf("AttachDisk(%s) = %v", id, err)
-		}
-		c := dial(id)
-		seed := make([]byte, 64)
-		rand.Read(seed)
-		if _, err := c.SetIdentity(ctx, agentproto.IdentityRequest{Seed: seed, Now: time.Now(), Generation: id}); err != nil {
-			t.Fatalf("SetIdentity(%s) = %v", id, err)
-		}
-		vms = append(vms, restoredVM{id: id, uuid: d.UUID, agent: c})
-	}
-	checkOwnIdentities(t, vms)
-	escapesIn(t, vms[0])
+	checkOwnIdentities(t, rvms)
+	escapesIn(t, rvms[0])
 }
