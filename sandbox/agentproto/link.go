@@ -258,6 +258,7 @@ func NewLinkSession() uint64 {
 type hostLink struct {
 	conn    io.ReadWriteCloser
 	w       *LinkWriter
+	join    *headerJoiner // yamux's writes, through w
 	session uint64
 	pr      *io.PipeReader
 	once    sync.Once
@@ -271,6 +272,7 @@ func newHostLink(conn io.ReadWriteCloser) (*hostLink, error) {
 	session := NewLinkSession()
 	pr, pw := io.Pipe()
 	l := &hostLink{conn: conn, w: NewLinkWriter(conn, &sync.Mutex{}, session), session: session, pr: pr}
+	l.join = &headerJoiner{w: l.w}
 	if err := l.w.Control(LinkOpen); err != nil {
 		return nil, fmt.Errorf("open link session: %w", err)
 	}
@@ -294,7 +296,56 @@ func newHostLink(conn io.ReadWriteCloser) (*hostLink, error) {
 }
 
 func (l *hostLink) Read(p []byte) (int, error)  { return l.pr.Read(p) }
-func (l *hostLink) Write(p []byte) (int, error) { return l.w.Write(p) }
+func (l *hostLink) Write(p []byte) (int, error) { return l.join.Write(p) }
+
+// yamuxHeaderSize is the size of a yamux frame header: version, type,
+// flags (2), stream id (4), length (4).
+const yamuxHeaderSize = 12
+
+// headerJoiner sits between yamux and a LinkWriter: yamux writes a data
+// frame as two writes, its 12-byte header then the body, which made two
+// channel writes (two libvirt stream messages, two virtio-serial buffers
+// the guest reads and decodes). It holds a data header back until its
+// body comes and writes both as one. Every other write (window updates,
+// pings, go-away: headers without a body) passes at once. yamux writes
+// from one goroutine; mu guards against any other.
+type headerJoiner struct {
+	mu   sync.Mutex
+	w    io.Writer
+	hdr  [yamuxHeaderSize]byte
+	held bool
+	buf  []byte
+}
+
+func (j *headerJoiner) Write(p []byte) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.held {
+		j.held = false
+		if int(binary.BigEndian.Uint32(j.hdr[8:12])) == len(p) {
+			j.buf = append(append(j.buf[:0], j.hdr[:]...), p...)
+			_, err := j.w.Write(j.buf)
+			if cap(j.buf) > maxLinkScratch {
+				j.buf = nil
+			}
+			if err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+		// Not its body (yamux never does this): the header goes alone.
+		if _, err := j.w.Write(j.hdr[:]); err != nil {
+			return 0, err
+		}
+	}
+	// version 0, type 0 (data), a length: a body follows.
+	if len(p) == yamuxHeaderSize && p[0] == 0 && p[1] == 0 && binary.BigEndian.Uint32(p[8:12]) > 0 {
+		copy(j.hdr[:], p)
+		j.held = true
+		return len(p), nil
+	}
+	return j.w.Write(p)
+}
 
 // Close tells the agent the session is over (best effort, briefly) and
 // closes the channel.
