@@ -48,10 +48,11 @@ type EgressConn struct {
 }
 
 // egressChunk bounds a frame's data so that the frame (its 5-byte header
-// included), one yamux data frame's body, fills exactly one link frame
-// (chunkSize would spill 5 bytes into a second one, each a frame to
-// checksum and decode in the guest).
-const egressChunk = MaxLinkData - 5
+// included) and the yamux header before it fill exactly one link frame
+// (chunkSize would spill into a second one, each a frame to checksum and
+// decode in the guest; both ends write a yamux header and body as one,
+// JoinFrames).
+const egressChunk = MaxLinkData - 5 - yamuxHeaderSize
 
 // NewEgressConn frames the bytes of st, a stream past its Request/Response.
 func NewEgressConn(st net.Conn) *EgressConn { return &EgressConn{Conn: st} }

@@ -94,8 +94,9 @@ const hostRounds = 15
 // direct one crosses it once, and costs about twice the CPU time
 // (cpu-time-ratio; the gateway's own code is ~10 % of the samples, and the
 // ratio is the same whether it splices or copies with 32 KiB to 1 MiB
-// buffers). On an idle 2-core host the second leg runs on the other core
-// (ratio ~1); on a loaded one it competes for it. The same gateway with
+// buffers). Measured at load averages 4 to 24 on 2 cores, the ratio
+// follows that CPU-time ratio (~0.5); only a core to spare (the 1.00 of
+// an earlier quiet run) hides the second leg. The same gateway with
 // the client on an in-memory connection (as the host's own connections
 // reach it, DialAs) is the memory-gateway-* metrics: without the client's
 // TCP reads it often beats the direct download.
