@@ -172,8 +172,10 @@ func (h *Host) ensurePoolOn(conn *libvirt.Connect) error {
 	return nil
 }
 
-// definePool defines and builds the pool; a pool whose folder cannot be
-// made is undefined again (nothing half-made stays).
+// definePool defines, builds and starts the pool. Another replica may be
+// doing the same at once (defining the same XML again is harmless; a pool
+// it started meanwhile is fine); a folder that cannot be made leaves the
+// pool undefined again unless it is running (nothing half-made stays).
 func (h *Host) definePool(conn *libvirt.Connect, name string) (*libvirt.StoragePool, error) {
 	def := libvirtxml.StoragePool{
 		Type: "dir", Name: name,
@@ -186,29 +188,33 @@ func (h *Host) definePool(conn *libvirt.Connect, name string) (*libvirt.StorageP
 		return nil, fmt.Errorf("pool definition: %w", err)
 	}
 	pool, err := conn.StoragePoolDefineXML(doc, 0)
-	if libvirtCode(err) == libvirt.ERR_OPERATION_FAILED || libvirtCode(err) == libvirt.ERR_STORAGE_POOL_BUILT {
-		// Another replica defined it meanwhile.
-		if p, lerr := conn.LookupStoragePoolByName(name); lerr == nil {
-			return p, nil
-		}
-	}
 	if err != nil {
+		if p, lerr := conn.LookupStoragePoolByName(name); lerr == nil {
+			return p, nil // another replica defined it meanwhile
+		}
 		return nil, fmt.Errorf("define pool: %w", err)
 	}
-	if err := pool.Build(0); err != nil {
-		_ = pool.Undefine()
+	active := func() bool { a, err := pool.IsActive(); return err == nil && a }
+	undo := func(what string, err error) (*libvirt.StoragePool, error) {
+		if !active() {
+			_ = pool.Undefine()
+		}
 		pool.Free()
-		return nil, fmt.Errorf("%w: make the pool's folder %q: %w", ErrInvalid, h.cfg.PoolDir, err)
+		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalid, what, h.cfg.PoolDir, err)
 	}
-	if err := pool.Create(0); err != nil {
-		_ = pool.Undefine()
-		pool.Free()
-		return nil, fmt.Errorf("%w: start the pool in %q: %w", ErrInvalid, h.cfg.PoolDir, err)
+	if active() {
+		return pool, nil
+	}
+	if err := pool.Build(0); err != nil && !active() {
+		return undo("make the pool's folder", err)
+	}
+	if err := pool.Create(0); err != nil && !active() {
+		return undo("start the pool in", err)
 	}
 	if err := pool.SetAutostart(true); err != nil {
 		h.log.Warn("storage pool autostart", "pool", name, "err", err)
 	}
-	h.log.Info("storage pool created", "pool", name, "dir", h.cfg.PoolDir)
+	h.log.Info("storage pool ready", "pool", name, "dir", h.cfg.PoolDir)
 	return pool, nil
 }
 

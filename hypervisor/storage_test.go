@@ -385,3 +385,35 @@ func TestStoragePoolBadDir(t *testing.T) {
 		t.Errorf("Got(Connect with a relative pool folder) = %v; want ErrInvalid", err)
 	}
 }
+
+// TestEnsurePoolRace (second host): several replicas making the same new
+// pool at once all succeed, and the pool runs.
+func TestEnsurePoolRace(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		id := hypervisortest.NewID("test-")
+		hosts := make([]*hypervisor.Host, 4)
+		for i := range hosts {
+			hosts[i], _ = storageHost(t, id)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		errs := make([]error, len(hosts))
+		var wg sync.WaitGroup
+		for i, h := range hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = h.EnsurePool(ctx)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("Got(EnsurePool #%d of 4 at once) = %v; want nil", i, err)
+			}
+		}
+		if _, err := hosts[0].Volumes(ctx); err != nil {
+			t.Errorf("Got(Volumes after the race) = %v; want the pool running", err)
+		}
+		cancel()
+	}
+}

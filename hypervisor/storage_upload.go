@@ -46,6 +46,9 @@ func (h *Host) EnsureVolume(ctx context.Context, name, localPath, sha256Hex stri
 		return "", fmt.Errorf("ensure volume %s: %w", name, err)
 	}
 	size := uint64(fi.Size())
+	if p, ok := h.knownVolume(ctx, name, size); ok {
+		return p, nil
+	}
 	for {
 		h.store.mu.Lock()
 		if u := h.store.inflight[name]; u != nil {
@@ -73,6 +76,35 @@ func (h *Host) EnsureVolume(ctx context.Context, name, localPath, sha256Hex stri
 		close(u.done)
 		return u.path, u.err
 	}
+}
+
+// knownVolume is the fast path of a boot: a volume this process verified,
+// still there with its size, looked up on the control connection.
+func (h *Host) knownVolume(ctx context.Context, name string, size uint64) (string, bool) {
+	h.store.mu.Lock()
+	known, ok := h.store.verified[name]
+	h.store.mu.Unlock()
+	if !ok || known != size {
+		return "", false
+	}
+	var path string
+	err := h.withPool(ctx, func(pool *libvirt.StoragePool) error {
+		v, err := pool.LookupStorageVolByName(name)
+		if err != nil {
+			return err
+		}
+		defer v.Free()
+		info, err := v.GetInfo()
+		if err != nil {
+			return err
+		}
+		if info.Capacity != size {
+			return fmt.Errorf("%w: volume %s changed size", ErrConflict, name)
+		}
+		path, err = v.GetPath()
+		return err
+	})
+	return path, err == nil
 }
 
 func (h *Host) ensureVolume(ctx context.Context, name, localPath, sum string, size uint64) (string, error) {

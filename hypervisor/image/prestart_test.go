@@ -101,7 +101,24 @@ func testPrestart(t *testing.T, ctx context.Context, c *agentproto.Client) {
 		}
 	})
 
+	t.Run("the claim's lifetime", func(t *testing.T) {
+		waitPool(t, ctx, c, 1)
+		info, err := c.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "sb-l", Template: TemplateBusybox, LifetimeSeconds: 2})
+		if err != nil || !info.Prestarted {
+			t.Fatalf("Got(CreateSandbox(lifetime 2 s)) = %+v, %v; want it claimed", info, err)
+		}
+		defer c.DestroySandbox(ctx, "sb-l")
+		_, _, st, err := run(ctx, c, agentproto.ExecRequest{Sandbox: "sb-l", Argv: []string{"sleep", "60"}})
+		if err != nil || st.Reason != agentproto.ReasonTimeout {
+			t.Errorf("Got(exec past the claim's lifetime) = %+v, %v; want reason timeout", st, err)
+		}
+		if got, err := c.DestroySandbox(ctx, "sb-l"); err != nil || got.Reason != agentproto.ReasonTimeout {
+			t.Errorf("Got(DestroySandbox(sb-l)) = %+v, %v; want it ended by its lifetime", got, err)
+		}
+	})
+
 	t.Run("disabled", func(t *testing.T) {
+		waitPool(t, ctx, c, 1) // none starting: turning it off stops every member at once
 		st, err := c.ConfigurePrestart(ctx, agentproto.PrestartConfig{PerTemplate: 0})
 		if err != nil || st.PerTemplate != 0 || len(st.Pools) != 0 {
 			t.Fatalf("Got(ConfigurePrestart(0)) = %+v, %v; want no pool", st, err)

@@ -58,6 +58,9 @@ func baselineConfig(rootfs, cgroupPath string, args []string) ociSpec {
 
 // Baseline times raw crun: see agentproto.BaselineRequest.
 func (m *Manager) Baseline(ctx context.Context, req agentproto.BaselineRequest) (agentproto.BaselineResult, error) {
+	if req.Kind == agentproto.BaselineLoop {
+		return m.baselineLoop(ctx, req) // baseline_loop.go
+	}
 	if req.Count < 1 || req.Count > agentproto.MaxBaselineCount {
 		return agentproto.BaselineResult{}, fmt.Errorf("baseline: count %d: %w", req.Count, agentproto.ErrBadRequest)
 	}

@@ -8,9 +8,10 @@ const (
 	// working set, the agent and the templates' page cache.
 	CapacityReserveMiB = 128
 	// SandboxReserveMiB is the guest memory counted per sandbox: about
-	// twice what an idle one costs (README "Density"), so a guest filled
-	// with idle sandboxes still has room for some of them to work. What a
-	// sandbox may use beyond that is bounded by its own memory limit.
+	// 1.5 times what an idle one costs (3.9 MiB: README "Density"), so a
+	// guest filled with idle sandboxes still has room for some of them to
+	// work. What a sandbox may use beyond that is bounded by its own
+	// memory limit.
 	SandboxReserveMiB = 6
 	// MaxSandboxesPerGuest bounds the count whatever the memory: the
 	// agent's descriptors (a few per sandbox) and PIDs.

@@ -98,6 +98,11 @@ func (c *Client) Baseline(ctx context.Context, req BaselineRequest) (BaselineRes
 	if resp.Baseline == nil || len(resp.Baseline.Samples) > MaxBaselineCount {
 		return BaselineResult{}, fmt.Errorf("baseline %s: no result or too many samples: %w", req.Kind, ErrProtocol)
 	}
+	if req.Kind == BaselineLoop {
+		if err := resp.Baseline.Loop.Check(req); err != nil {
+			return BaselineResult{}, err
+		}
+	}
 	return *resp.Baseline, nil
 }
 

@@ -11,7 +11,10 @@
 // may open streams: the host opens one per request; the agent opens one
 // towards the host per connection a sandbox makes to its egress proxy
 // listener (OpEgress, egress.go), which the host serves with
-// ClientOptions.Egress.
+// ClientOptions.Egress. Both ends pass each yamux data frame (header and
+// body), and a new stream's SYN with its request, to the link in one write
+// (join.go), so a small message crosses the channel as one link frame; the
+// bytes are the same as without it.
 //
 // # Streams
 //

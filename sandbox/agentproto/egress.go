@@ -39,13 +39,19 @@ type EgressConn struct {
 	net.Conn
 
 	wmu  sync.Mutex
-	wbuf []byte // header + up to chunkSize of data, under wmu
+	wbuf []byte // header + up to egressChunk of data, under wmu
 
 	// remain is what is left of the data frame being read; hdr its header.
 	remain int
 	hdr    [5]byte
 	eof    bool
 }
+
+// egressChunk bounds a frame's data so that the frame (its 5-byte header
+// included), one yamux data frame's body, fills exactly one link frame
+// (chunkSize would spill 5 bytes into a second one, each a frame to
+// checksum and decode in the guest).
+const egressChunk = MaxLinkData - 5
 
 // NewEgressConn frames the bytes of st, a stream past its Request/Response.
 func NewEgressConn(st net.Conn) *EgressConn { return &EgressConn{Conn: st} }
@@ -92,12 +98,12 @@ func (c *EgressConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Write sends p in frames of at most chunkSize bytes.
+// Write sends p in frames of at most egressChunk bytes.
 func (c *EgressConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.wbuf == nil {
-		c.wbuf = make([]byte, 5+chunkSize)
+		c.wbuf = make([]byte, 5+egressChunk)
 	}
 	n := 0
 	for len(p) > 0 {
@@ -115,7 +121,7 @@ func (c *EgressConn) Write(p []byte) (int, error) {
 // frame's buffer (the lock is held only while a frame is sent, not while
 // r blocks).
 func (c *EgressConn) ReadFrom(r io.Reader) (int64, error) {
-	buf := make([]byte, 5+chunkSize)
+	buf := make([]byte, 5+egressChunk)
 	var total int64
 	for {
 		k, rerr := r.Read(buf[5:])

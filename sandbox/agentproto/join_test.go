@@ -102,8 +102,13 @@ func TestJoinFramesWholeFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []byte
+	// A body that looks like a header (a SYN, a data header) is a body.
+	bodies := [][]byte{{0, 1, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 5}}
 	for i, n := range sizes {
-		p := bytes.Repeat([]byte{byte(i + 1)}, n)
+		bodies = append(bodies, bytes.Repeat([]byte{byte(i + 1)}, n))
+	}
+	for _, p := range bodies {
+		n := len(p)
 		if _, err := st.Write(p); err != nil {
 			t.Fatalf("write %d bytes: %v", n, err)
 		}
@@ -121,7 +126,8 @@ func TestJoinFramesWholeFrames(t *testing.T) {
 }
 
 // A lone small write (a keystroke) is on the wire, whole, by the time
-// yamux's Write returns: the joiner never holds it for later.
+// yamux's Write returns: the joiner never holds it for later. A new
+// stream's SYN goes with its first message (the request).
 func TestJoinFramesLoneWriteGoesAtOnce(t *testing.T) {
 	client, server, wire := joinedPair(t)
 	go func() {
@@ -134,15 +140,47 @@ func TestJoinFramesLoneWriteGoesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"a", "b", "\r"} {
+	if got := wire.log(); len(got) != 0 {
+		t.Fatalf("Got(wire after OpenStream) = %q; want the SYN held for the request", got)
+	}
+	for i, key := range []string{"request", "a", "b", "\r"} {
 		before := len(wire.log())
 		if _, err := st.Write([]byte(key)); err != nil {
 			t.Fatal(err)
 		}
 		got := wire.log()[before:]
-		if len(got) != 1 || len(got[0]) != 12+len(key) || !bytes.HasSuffix(got[0], []byte(key)) {
-			t.Fatalf("Got(wire after writing %q) = %q; want one write: its frame's header and %q", key, got, key)
+		frames := 1
+		if i == 0 {
+			frames = 2 // the SYN and the request
 		}
+		if n, whole := wholeFrames(bytes.Join(got, nil)); len(got) != 1 || !whole || n != frames || !bytes.HasSuffix(got[0], []byte(key)) {
+			t.Fatalf("Got(wire after writing %q) = %q; want one write of %d whole frames ending in %q", key, got, frames, key)
+		}
+	}
+}
+
+// A stream closed before it wrote anything still opens and closes on the
+// wire: its SYN goes with its FIN.
+func TestJoinFramesSYNThenClose(t *testing.T) {
+	client, server, wire := joinedPair(t)
+	accepted := make(chan error, 1)
+	go func() {
+		st, err := server.AcceptStream()
+		if err == nil {
+			_, err = io.ReadAll(st)
+		}
+		accepted <- err
+	}()
+	st, err := client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := <-accepted; err != nil {
+		t.Fatalf("Got(server accept and read to EOF) = %v; want nil", err)
+	}
+	if got := wire.log(); len(got) != 1 {
+		t.Errorf("Got(wire) = %q; want one write: SYN and FIN", got)
 	}
 }
 
@@ -154,7 +192,8 @@ func TestJoinFramesPassesOtherFrames(t *testing.T) {
 		name string
 		hdr  []byte
 	}{
-		{"window update", []byte{0, 1, 0, 1, 0, 0, 0, 3, 0, 4, 0, 0}},
+		{"window update", []byte{0, 1, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0}},
+		{"ACK of a new stream", []byte{0, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0}},
 		{"ping", []byte{0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9}},
 		{"empty data frame with FIN", []byte{0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 0}},
 	}

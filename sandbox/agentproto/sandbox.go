@@ -333,6 +333,9 @@ const (
 	// `true`, spawn to exit: with one channel round trip (OpPing), the
 	// floor an exec through the API is measured against.
 	BaselineSpawn = "spawn"
+	// BaselineLoop runs the sustained task loop with raw crun (see
+	// baseline_loop.go): Concurrency workers for Duration; Count unused.
+	BaselineLoop = "loop"
 )
 
 // BaselineRequest asks for Count raw crun timings (OpBaseline).
@@ -344,11 +347,17 @@ type BaselineRequest struct {
 	// NoASLR starts crun without address randomization, as sandbox.create
 	// does: the like-for-like comparison under TCG.
 	NoASLR bool `json:"no_aslr,omitempty"`
+	// Concurrency and Duration: BaselineLoop's workers and how long they
+	// start tasks.
+	Concurrency int           `json:"concurrency,omitempty"`
+	Duration    time.Duration `json:"duration_ns,omitempty"`
 }
 
 // BaselineResult is one duration per run, in order.
 type BaselineResult struct {
 	Samples []time.Duration `json:"samples_ns"`
+	// Loop is BaselineLoop's result.
+	Loop *LoopResult `json:"loop,omitempty"`
 }
 
 // MaxBaselineCount bounds BaselineRequest.Count.

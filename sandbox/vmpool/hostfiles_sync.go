@@ -11,14 +11,15 @@ import (
 
 // Remote hosts' files, kept (hostfiles_sync.go). The leader visits each
 // connected remote host every HostFilesInterval (the first visit within a
-// reconcile of its connecting): it uploads the current guest image's files
+// reconcile of its connecting; Config.HostFilesInterval): it uploads the current guest image's files
 // that are missing, so the first boot there rarely waits for them, removes
 // the scratch volumes of ended VMs, and deletes (GC) the shared volumes no
 // domain uses that are neither the current image's nor ensured lately by
 // this process (KeepRecent: a boot of the image before a rebuild, a tenant
 // template that is plugged in and out).
 
-// HostFilesInterval is how often the leader visits each remote host's files.
+// HostFilesInterval is how often the leader visits each remote host's
+// files unless Config.HostFilesInterval says otherwise.
 const HostFilesInterval = 5 * time.Minute
 
 // KeepRecent is how long a volume ensured by this process stays safe from GC.
@@ -88,7 +89,7 @@ func (s *Service) syncHostFiles() {
 		go func(uri string) {
 			defer s.wg.Done()
 			s.visitHostFiles(uri)
-			s.files.end(s.cfg.Clock.Now().Add(HostFilesInterval), uri)
+			s.files.end(s.cfg.Clock.Now().Add(s.cfg.HostFilesInterval), uri)
 		}(h.uri)
 	}
 }

@@ -2,6 +2,8 @@ package vmpool_test
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -61,7 +63,8 @@ func remoteService(t *testing.T, poolDir string) (string, *hypervisortest.Libvir
 	second := hypervisortest.StartLibvirtd(t)
 	db := freshDB(t)
 	svc := startService(t, db, vmpool.Config{URIs: []string{second.URI}, DataDir: dataDir, Logger: testLogger(t),
-		ConnectTimeout: 60 * time.Second, DomainType: "qemu", BootTimeout: 5 * time.Minute, PoolDir: poolDir})
+		ConnectTimeout: 60 * time.Second, DomainType: "qemu", BootTimeout: 5 * time.Minute, PoolDir: poolDir,
+		HostFilesInterval: 2 * time.Second, ReconcileInterval: time.Second})
 	tn, err := tenants.NewStore(db, nil).CreateTenantWithAdmin(ctx, filesActor, "files-a", "Remote Files", "ann@files.test")
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +84,21 @@ func remoteService(t *testing.T, poolDir string) (string, *hypervisortest.Libvir
 func TestRemoteHostFiles(t *testing.T) {
 	dataDir, second, svc, tn := remoteService(t, "")
 	poolDir := hypervisor.DefaultPoolDir(svc.InstallationID())
+	// Left on the host by an older image and a crash: for GC and the sweep.
+	h := hypervisortest.Connect(t, hypervisor.Config{URI: second.URI, InstallationID: svc.InstallationID()})
+	junk := filepath.Join(t.TempDir(), "old")
+	if err := os.WriteFile(junk, []byte("an initramfs of an older image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("an initramfs of an older image"))
+	stale := hypervisor.VolumeName(hypervisor.KindInitramfs, hex.EncodeToString(sum[:]), "")
+	if _, err := h.EnsureVolume(ctx, stale, junk, hex.EncodeToString(sum[:])); err != nil {
+		t.Fatal(err)
+	}
+	orphan := hypervisor.ScratchVolumeName("01a00000-0000-7000-8000-000000000000")
+	if _, err := h.UploadVolume(ctx, orphan, junk); err != nil {
+		t.Fatal(err)
+	}
 	vm, err := svc.Create(ctx, filesActor, tn.ID)
 	if err != nil {
 		t.Fatalf("Create = %v", err)
@@ -168,24 +186,37 @@ func TestRemoteHostFiles(t *testing.T) {
 		t.Errorf("Got(EnsureDisk(writable) on a remote host) = %v; want ErrUnavailable", err)
 	}
 
-	// Destroyed: its scratch volume goes with it; the shared ones stay.
+	// Destroyed: its scratch volume goes with it; the shared ones stay. The
+	// leader's visits have deleted the older image's volume and swept the
+	// orphan scratch volume (waited for: a visit every 2 s).
 	if _, err := svc.Destroy(ctx, filesActor, tn.ID, vm.ID); err != nil {
 		t.Fatalf("Destroy = %v", err)
 	}
-	h := hypervisortest.Connect(t, hypervisor.Config{URI: second.URI, InstallationID: svc.InstallationID()})
-	vols, err := h.Volumes(ctx)
-	if err != nil {
-		t.Fatal(err)
+	names := map[string]bool{}
+	deadline := time.Now().Add(2 * time.Minute) // a bound on the wait, not the assertion
+	for {
+		vols, err := h.Volumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = map[string]bool{}
+		for _, v := range vols {
+			names[v.Name] = true
+		}
+		if (!names[stale] && !names[orphan]) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	var names []string
-	for _, v := range vols {
-		names = append(names, v.Name)
-		if v.Name == hypervisor.ScratchVolumeName(vm.ID) {
-			t.Errorf("Got(volumes after Destroy) has %s; want the scratch volume gone", v.Name)
+	for _, gone := range []string{hypervisor.ScratchVolumeName(vm.ID), stale, orphan} {
+		if names[gone] {
+			t.Errorf("Got(volumes after Destroy) = %v; want %s gone", names, gone)
 		}
 	}
-	if len(vols) < 3 {
-		t.Errorf("Got(volumes after Destroy) = %v; want the kernel, initramfs and templates kept", names)
+	for _, p := range paths[:len(paths)-1] {
+		if !names[filepath.Base(p)] {
+			t.Errorf("Got(volumes after Destroy) = %v; want %s kept (the current image)", names, filepath.Base(p))
+		}
 	}
 }
 

@@ -147,6 +147,9 @@ type Config struct {
 	// remote host (STOCKADE_HOST_POOL_DIR); default
 	// /var/lib/libvirt/stockade/<installation id>.
 	PoolDir string
+	// HostFilesInterval is how often the leader visits each remote host's
+	// files (uploads, scratch sweep, GC); default HostFilesInterval.
+	HostFilesInterval time.Duration
 	// Leader says whether this replica holds the leader lease, which runs
 	// warm-pool filling and recycling; nil: always.
 	Leader func() bool
@@ -222,6 +225,7 @@ func (c *Config) checkAndSetDefaults() error {
 	def(&c.ReconcileInterval, 10*time.Second)
 	def(&c.MonitorInterval, 2*time.Second)
 	def(&c.HostRefresh, 15*time.Second)
+	def(&c.HostFilesInterval, HostFilesInterval)
 	return nil
 }
 

@@ -182,6 +182,7 @@ func TestSnapshotBoot(t *testing.T) {
 	for _, vm := range two {
 		e.runIn(t, vm)
 	}
+	t.Run("OwnIdentities", func(t *testing.T) { e.checkRestored(t, two) }) // identity_vm_test.go
 	e.destroy(t, two...)
 	if got := e.svc.SnapshotCounts().Restores; got != 2 {
 		t.Errorf("Got(restores) = %d; want 2", got)

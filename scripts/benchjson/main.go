@@ -108,6 +108,7 @@ func parse(r io.Reader, procs int) (Run, error) {
 	pending := 0            // run.Results[pending:] wait for their benchmark's name
 	reason := -1            // index in run.Failed of the failure whose log follows
 	lastPanic := ""         // in this block
+	blockPkg := ""          // its "pkg:" line, for a block the log cuts short
 	name := func(n string) {
 		for i := pending; i < len(run.Results); i++ {
 			run.Results[i].Benchmark = n
@@ -121,7 +122,7 @@ func parse(r io.Reader, procs int) (Run, error) {
 		for i := failed; i < len(run.Failed); i++ {
 			run.Failed[i].Package = pkg
 		}
-		results, failed, pending, lastPanic = len(run.Results), len(run.Failed), len(run.Results), ""
+		results, failed, pending, lastPanic, blockPkg = len(run.Results), len(run.Failed), len(run.Results), "", ""
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -157,6 +158,10 @@ func parse(r io.Reader, procs int) (Run, error) {
 			run.Results = append(run.Results, e)
 			continue
 		}
+		if p, ok := strings.CutPrefix(raw, "pkg: "); ok {
+			blockPkg = p
+			continue
+		}
 		if m := panicRE.FindStringSubmatch(line); m != nil {
 			lastPanic = m[1]
 			continue
@@ -188,9 +193,10 @@ func parse(r io.Reader, procs int) (Run, error) {
 			name(clean(m[1]))
 		}
 	}
-	if len(run.Results) > results || len(run.Failed) > failed {
+	if len(run.Results) > results || len(run.Failed) > failed || blockPkg != "" {
 		// A log cut short: the last block never ended.
 		run.Failed = append(run.Failed, Failure{Status: "package failed", Reason: "the log ends before the package's result line"})
+		endBlock(blockPkg)
 	}
 	return run, sc.Err()
 }

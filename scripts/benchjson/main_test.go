@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -109,12 +110,16 @@ func TestParseBadAndCut(t *testing.T) {
 	if _, err := parse(strings.NewReader("bench-result: {\"name\":\n"), 2); err == nil {
 		t.Errorf("Got(parse of a broken figure line) = nil error; want one")
 	}
-	run, err := parse(strings.NewReader("bench-result: {\"name\":\"a\",\"value\":1,\"unit\":\"ms\"}\nBenchmarkA-2\t"), 2)
+	run, err := parse(strings.NewReader("ok  \tx/done\t1s\nbench-result: {\"name\":\"a\",\"value\":1,\"unit\":\"ms\"}\ngoos: linux\npkg: x/cut\nBenchmarkA-2\t"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(run.Results) != 1 || len(run.Failed) != 1 || run.Failed[0].Status != "package failed" {
-		t.Errorf("Got(a log cut short) = %+v; want its figure and a package failure", run)
+	if len(run.Results) != 1 || run.Results[0].Package != "x/cut" || len(run.Failed) != 1 || run.Failed[0].Status != "package failed" || run.Failed[0].Package != "x/cut" {
+		t.Errorf("Got(a log cut short) = %+v; want its figure and a package failure, both of x/cut", run)
+	}
+	run, err = parse(strings.NewReader("goos: linux\npkg: x/cut\n"), 2)
+	if err != nil || len(run.Failed) != 1 || run.Failed[0].Package != "x/cut" {
+		t.Errorf("Got(a log cut before any figure) = %+v, %v; want x/cut failed", run, err)
 	}
 }
 
@@ -241,5 +246,24 @@ func TestFilesAndReadme(t *testing.T) {
 	}
 	if err := run("", failed, false, readme, res, 2); err == nil {
 		t.Errorf("Got(-readme without markers) = nil; want an error")
+	}
+}
+
+// TestTargets: every target's name is one benchrec accepts, named once,
+// with its description; the issue's ten are required.
+func TestTargets(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-z][a-z0-9_]{0,79}$`)
+	seen, required := map[string]bool{}, 0
+	for _, tg := range targets {
+		if !valid.MatchString(tg.name) || seen[tg.name] || tg.what == "" {
+			t.Errorf("Got(target %+v); want a valid name used once, with what it measures", tg)
+		}
+		seen[tg.name] = true
+		if tg.required {
+			required++
+		}
+	}
+	if required != 10 {
+		t.Errorf("Got(%d required targets); want the issue's 10", required)
 	}
 }

@@ -38,12 +38,11 @@ var targets = []target{
 	{name: "idle_sandbox_guest_mib", what: "guest memory per idle sandbox", max: 1, min: none(), onValue: true, unit: "MiB", required: true},
 	{name: "egress_vs_channel", what: "egress inside a sandbox vs agent-channel file read", max: none(), min: 0.9, required: true},
 	{name: "sustained_tasks_c8_vs_raw", what: "sustained tasks/minute at concurrency 8 vs the raw crun loop in the VM", max: none(), min: 0.8, required: true},
+	{name: "freed_guest_memory_returned_ratio", what: "guest memory freed by idle sandboxes' exit that free page reporting returned to the host (MiB returned vs freed)", max: none(), min: none()},
 	{name: "sustained_tasks_c4_vs_raw", what: "sustained tasks/minute at concurrency 4 vs the raw crun loop", max: none(), min: none()},
 	{name: "sustained_tasks_c1_vs_raw", what: "sustained tasks/minute at concurrency 1 vs the raw crun loop", max: none(), min: none()},
 	{name: "vm_cold_start_vs_busybox", what: "VM cold start, define -> agent handshake, vs a busybox-init guest", max: none(), min: none()},
 	{name: "warm_acquire_p50_ms", what: "warm-pool acquire (no boot on the request path), p50", max: none(), min: none(), onValue: true},
-	{name: "create_first_output_vs_crun_run", what: "sandbox create -> first output through the API vs raw `crun run` in the VM", max: none(), min: none()},
-	{name: "exec_true_vs_crun_exec", what: "exec of `true` through the API vs `crun exec`", max: none(), min: none()},
 	{name: "port_http_vs_inside", what: "HTTP to a sandbox port through the host vs from inside the VM, p50", max: none(), min: none()},
 	{name: "node_startup_vs_true", what: "`node -e 0` in a sandbox vs `true`, p50", max: none(), min: none()},
 	{name: "e2b_commands_run_vs_exec", what: "E2B SDK `commands.run('true')` vs native exec of the same argv, p50", max: 1.2, min: none()},
@@ -54,9 +53,6 @@ var targets = []target{
 	{name: "nonowner_exec_first_output_vs_owner", what: "exec -> first output through a non-owner replica vs the owner", max: 1.1, min: none()},
 	{name: "failover_s", what: "replica killed -> its VMs' agent sessions taken over", max: 15, min: none(), onValue: true, unit: "s"},
 	{name: "placement_2_hosts_vs_1", what: "create throughput over two hosts vs one", max: none(), min: none()},
-	{name: "keystroke_echo_vs_local_pty", what: "terminal keystroke echo through the VM vs a local PTY, p50", max: none(), min: none()},
-	{name: "watchers_200_added_p50_ms", what: "200 watchers on a busy terminal: added driver echo, p50", max: none(), min: none(), onValue: true},
-	{name: "scrub_vs_copy", what: "response scrubbing (20 secrets, 1 MiB) vs a plain copy, throughput", max: none(), min: none()},
 	{name: "usage_export_csv_vs_scan", what: "usage export of 1,000,000 ledger rows (CSV) vs a plain SELECT scan, rows/s", max: none(), min: none()},
 }
 
