@@ -132,6 +132,16 @@ func (e *snapEnv) runIn(t *testing.T, vm vmpool.VM) {
 	if got := strings.TrimSpace(out.String()); got != vm.ID {
 		t.Errorf("Got(output in %s) = %q; want %q", vm.ID, got, vm.ID)
 	}
+	// On the VM's scratch disk (XFS), as after a cold boot, not a tmpfs.
+	out.Reset()
+	st, err = c.Exec(ctx, agentproto.ExecRequest{Sandbox: sb, Argv: []string{"awk", `$2 == "/workspace" { print $3 }`, "/proc/mounts"}},
+		nil, &out, &errOut)
+	if err != nil || st.Code != 0 {
+		t.Fatalf("Exec in %s = %+v, %v (stderr %q); want exit 0", vm.ID, st, err, errOut.String())
+	}
+	if got := strings.TrimSpace(out.String()); got != "xfs" {
+		t.Errorf("Got(/workspace file system in %s) = %q; want xfs (the scratch disk)", vm.ID, got)
+	}
 }
 
 // snapshotFiles is the one snapshot slot of the service's local host.
