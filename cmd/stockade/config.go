@@ -67,6 +67,8 @@ type config struct {
 	ExecGrace time.Duration
 	// VMSnapshots restores VMs from memory snapshots instead of cold booting.
 	VMSnapshots bool
+	// VMSnapshotsShared: one snapshot per host and shape for every tenant.
+	VMSnapshotsShared bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (STOCKADE_PRESTART_PER_TEMPLATE); 0 disables.
 	PrestartPerTemplate int
@@ -141,6 +143,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"how long running commands and terminals survive a lost agent session (a server restart) waiting to be re-attached; their output is buffered up to 1 MiB each (STOCKADE_EXEC_GRACE)")
 	fs.BoolVar(&c.VMSnapshots, "vm-snapshots", c.envBool(getenv, "vm-snapshots", "STOCKADE_VM_SNAPSHOTS", true),
 		"restore VMs from a memory snapshot of a booted guest instead of cold booting them; false: always cold boot (STOCKADE_VM_SNAPSHOTS)")
+	fs.BoolVar(&c.VMSnapshotsShared, "vm-snapshots-shared", c.envBool(getenv, "vm-snapshots-shared", "STOCKADE_VM_SNAPSHOTS_SHARED", false),
+		"one memory snapshot per host and VM shape for every tenant; false: one per tenant, so no two tenants' VMs share the guest kernel's boot-time secrets (STOCKADE_VM_SNAPSHOTS_SHARED)")
 	fs.IntVar(&c.PrestartPerTemplate, "prestart-per-template", c.envInt(getenv, "prestart-per-template", "STOCKADE_PRESTART_PER_TEMPLATE", sandbox.DefaultPrestartPerTemplate),
 		"sandboxes each VM keeps started per template, claimed by creates without volumes; 0 disables (STOCKADE_PRESTART_PER_TEMPLATE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),

@@ -156,6 +156,14 @@ type Config struct {
 	// Snapshots restores VMs from a memory snapshot of a booted guest
 	// instead of cold booting them (STOCKADE_VM_SNAPSHOTS; snapshot.go).
 	Snapshots bool
+	// SnapshotsShared makes one snapshot per host and VM shape serve
+	// every tenant (STOCKADE_VM_SNAPSHOTS_SHARED). Off (the default), each
+	// tenant's VMs restore from a snapshot of their own: VMs restored from
+	// one snapshot share what the guest kernel drew at boot and cannot
+	// redraw (its KASLR offset, stack canary, pointer and hash keys), so a
+	// kernel infoleak in one tenant's VM would tell another tenant's
+	// layout; per tenant, only that tenant's own VMs share them.
+	SnapshotsShared bool
 	// AgentReady runs in the background after the handshake of every VM
 	// this service boots (ready.go): sandbox.PrestartHook configures the
 	// guest's pre-started sandboxes there. Nil: nothing.

@@ -23,7 +23,8 @@ import (
 )
 
 // VM memory snapshots (snapshot.go). With Config.Snapshots on, each host
-// keeps, per VM shape (memory, vCPUs), a memory snapshot of a booted,
+// keeps, per VM shape (memory, vCPUs) and tenant (unless
+// Config.SnapshotsShared), a memory snapshot of a booted,
 // agent-ready guest of the current image, and boot restores VMs from it
 // instead of cold booting (hypervisor.Restore: a new domain, its own name
 // and UUID, the snapshot's devices). The snapshot VM boots with the
@@ -35,8 +36,8 @@ import (
 //
 // The snapshot's key is everything the saved guest depends on: the image
 // manifest (guest version, kernel, initramfs, command line, every
-// template's name, version and path), memory, vCPUs, domain type, host and
-// installation. A snapshot whose key differs from the current one (the
+// template's name, version and path), memory, vCPUs, domain type, host,
+// installation and tenant. A snapshot whose key differs from the current one (the
 // image was rebuilt) is stale; one whose bytes do not hash to the sum
 // recorded at build is corrupt; both fall back to a cold boot with the
 // reason recorded on the VM and logged, and the snapshot is rebuilt in the
@@ -78,6 +79,7 @@ type snapshotHV interface {
 type snapshotKey struct {
 	Format       int      `json:"format"`
 	Installation string   `json:"installation"`
+	Tenant       string   `json:"tenant,omitempty"` // "" when shared
 	Host         string   `json:"host"`
 	DomainType   string   `json:"domain_type"`
 	MemoryMiB    int      `json:"memory_mib"`
@@ -163,9 +165,24 @@ func (s *Service) snapshotDir(files HostFiles) string {
 	return files.Dir
 }
 
-// snapshotSlot is the file name stem of the snapshot for a VM shape.
-func snapshotSlot(memMiB, vcpus int) string {
-	return "snapshot-vm-" + strconv.Itoa(memMiB) + "m-" + strconv.Itoa(vcpus) + "c"
+// snapshotSlot is the file name stem of vm's snapshot: per VM shape, and
+// per tenant unless snapshots are shared (Config.SnapshotsShared).
+func (s *Service) snapshotSlot(vm VM) string {
+	slot := "snapshot-vm-" + strconv.Itoa(vm.MemoryMiB) + "m-" + strconv.Itoa(vm.VCPUs) + "c"
+	if t := s.snapshotTenant(vm); t != "" {
+		h := sha256.Sum256([]byte(t))
+		slot += "-t" + hex.EncodeToString(h[:8])
+	}
+	return slot
+}
+
+// snapshotTenant is the tenant vm's snapshot belongs to; "" when
+// snapshots are shared.
+func (s *Service) snapshotTenant(vm VM) string {
+	if s.cfg.SnapshotsShared {
+		return ""
+	}
+	return vm.TenantID
 }
 
 func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, files HostFiles) (snapshotKey, error) {
@@ -178,7 +195,7 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, file
 		return snapshotKey{}, err
 	}
 	k := snapshotKey{
-		Format: snapshotFormat, Installation: s.installID, Host: vm.HostURI, DomainType: t,
+		Format: snapshotFormat, Installation: s.installID, Tenant: s.snapshotTenant(vm), Host: vm.HostURI, DomainType: t,
 		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
 		Guest: strings.Join([]string{m.Guest.Version, files.Kernel, files.Initramfs, m.Guest.Cmdline}, " "),
 	}
@@ -199,7 +216,7 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 	if _, ok := hv.(snapshotHV); !ok {
 		return nil, FallbackOff
 	}
-	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+	dir, slot := s.snapshotDir(files), s.snapshotSlot(vm)
 	if dir == "" {
 		return nil, FallbackOff
 	}
@@ -263,7 +280,7 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 		return nil, nil, reason
 	}
 	shv := hv.(snapshotHV)
-	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+	dir, slot := s.snapshotDir(files), s.snapshotSlot(vm)
 	fail := func(reason string, err error) (*hypervisor.Domain, *agentproto.Client, string) {
 		if ctx.Err() != nil {
 			return nil, nil, ""
@@ -351,7 +368,7 @@ func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files 
 // buildSnapshot builds the snapshot for vm's host and shape in the
 // background, unless a build is under way.
 func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, key snapshotKey) {
-	dir, slot := s.snapshotDir(files), snapshotSlot(vm.MemoryMiB, vm.VCPUs)
+	dir, slot := s.snapshotDir(files), s.snapshotSlot(vm)
 	id := "snapshot-" + uuid.NewString()
 	s.snaps.mu.Lock()
 	if _, busy := s.snaps.building[dir+slot]; busy {

@@ -85,6 +85,9 @@ type Config struct {
 	ExecGrace time.Duration
 	// VMSnapshots restores VMs from memory snapshots (vmpool snapshot.go).
 	VMSnapshots bool
+	// VMSnapshotsShared makes one snapshot serve every tenant (vmpool
+	// Config.SnapshotsShared).
+	VMSnapshotsShared bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (0: none; sandbox/prestart.go).
 	PrestartPerTemplate int
@@ -337,7 +340,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
 			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
-			Snapshots:  cfg.VMSnapshots,
+			Snapshots: cfg.VMSnapshots, SnapshotsShared: cfg.VMSnapshotsShared,
 			AgentReady: a.prestartHook(cfg, log),
 		}); err != nil {
 			return err
