@@ -8,7 +8,7 @@ const (
 	// working set, the agent and the templates' page cache.
 	CapacityReserveMiB = 128
 	// SandboxReserveMiB is the guest memory counted per sandbox: several
-	// times what an idle one costs (1.1 MiB: README "Density"), so a
+	// times what an idle one costs (1.7 MiB: README "Density"), so a
 	// guest filled with idle sandboxes still has room for some of them to
 	// work. What a sandbox may use beyond that is bounded by its own
 	// memory limit.
