@@ -157,6 +157,20 @@ func guestMeminfo(tb testing.TB, svc *sandbox.Service, tenantID, id string) map[
 	return m
 }
 
+// initStatus is the memory lines of the sandbox init's /proc/1/status, as
+// the sandbox sees it (status stays readable; init's maps, fds and
+// environment do not).
+func initStatus(tb testing.TB, svc *sandbox.Service, tenantID, id string) string {
+	tb.Helper()
+	var out bytes.Buffer
+	res, err := svc.Exec(ctx, audit.Actor{Kind: audit.ActorSystem, ID: "density"}, tenantID, id,
+		sandbox.ExecRequest{Cmd: []string{"grep", "-E", "^(VmRSS|RssAnon|RssFile|RssShmem|VmPTE|Threads)", "/proc/1/status"}}, &out, nil)
+	if err != nil || res.ExitCode != 0 {
+		tb.Fatalf("read init's status in %s = %+v, %v", id, res, err)
+	}
+	return strings.Join(strings.Fields(out.String()), " ")
+}
+
 // meminfoBreakdown is where the guest memory of the sandboxes made between
 // two meminfo readings went, in KiB per sandbox.
 func meminfoBreakdown(before, after map[string]int64, n int) string {
@@ -283,6 +297,7 @@ func BenchmarkSandboxDensity(b *testing.B) {
 		b.Logf("a 2 GiB VM (%.0f MiB in the guest, agent cap %d) held %d idle sandboxes, %.2f MiB of guest memory each; the next one failed: %v",
 			float64(st.MemTotal)/(1<<20), st.MaxSandboxes, n, perMiB, stop)
 		b.Logf("guest memory per idle sandbox, KiB (meminfo deltas over %d sandboxes): %s", len(ids), meminfoBreakdown(m0, m1, max(len(ids), 1)))
+		b.Logf("an idle sandbox's init (/proc/1/status): %s", initStatus(b, svc, e.a.ID, ids[len(ids)/2]))
 
 		destroyAll(b, svc, e.a.ID, append(ids, first...))
 		rss2 := qemuRSSMiB(b, e.warmVM)

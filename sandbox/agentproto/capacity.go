@@ -7,8 +7,8 @@ const (
 	// CapacityReserveMiB is the guest memory kept for the kernel's
 	// working set, the agent and the templates' page cache.
 	CapacityReserveMiB = 128
-	// SandboxReserveMiB is the guest memory counted per sandbox: about
-	// 1.5 times what an idle one costs (3.9 MiB: README "Density"), so a
+	// SandboxReserveMiB is the guest memory counted per sandbox: several
+	// times what an idle one costs (1.7 MiB: README "Density"), so a
 	// guest filled with idle sandboxes still has room for some of them to
 	// work. What a sandbox may use beyond that is bounded by its own
 	// memory limit.

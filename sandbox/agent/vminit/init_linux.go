@@ -89,6 +89,12 @@ func Init(ctx context.Context, version string, log *slog.Logger) error {
 	if err := mountAll(); err != nil {
 		return err
 	}
+	// Transparent huge pages only for processes that ask (madvise): under
+	// "always" every sandbox's init faults its Go heap in as 2 MiB pages,
+	// 2-4 MiB of private memory per idle sandbox instead of about 1.
+	if err := os.WriteFile("/sys/kernel/mm/transparent_hugepage/enabled", []byte("madvise"), 0); err != nil {
+		log.Warn("transparent huge pages stay as they are", "err", err)
+	}
 	// Sandbox quotas bind the agent's own writes into sandboxes too.
 	if err := agent.DropQuotaOverride(); err != nil {
 		return err
