@@ -144,8 +144,11 @@ func (g *guest) reply(st net.Conn, req agentproto.Request) {
 	case agentproto.OpHello:
 		g.mu.Unlock()
 		agentprototest.Hello(st, agentproto.OpHello, agentproto.OpPing, agentproto.OpStats, agentproto.OpSandboxCreate,
-			agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats)
+			agentproto.OpSandboxDestroy, agentproto.OpSandboxList, agentproto.OpSandboxStats, agentproto.OpVMIdentity)
 		return
+	case agentproto.OpVMIdentity:
+		// The VM pool gives every VM its identity before anything else.
+		resp.Identity = &agentproto.IdentityResult{Reseeded: true, BootID: "5f0c1b8e-3c2a-4d6e-9f10-2b3c4d5e6f70"}
 	case agentproto.OpPing:
 	case agentproto.OpStats:
 		resp.Stats = &agentproto.Stats{Uptime: time.Minute, CPUs: 1, Sandboxes: len(g.sandboxes)}
