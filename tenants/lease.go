@@ -223,12 +223,13 @@ func (l *Lease) renewLoop() {
 		// so two holders never act at once (given clocks that agree
 		// within half a heartbeat).
 		start := l.now()
-		left := lastOK.Add(l.cfg.TTL).Sub(start) - l.cfg.Heartbeat/2
+		fence := LeaseFence{TTL: l.cfg.TTL, Heartbeat: l.cfg.Heartbeat}
+		left := fence.RenewBudget(lastOK, start)
 		if left <= 0 {
 			l.markLost(fmt.Errorf("installation lease lost: not renewed for %s", start.Sub(lastOK)))
 			return
 		}
-		ctx, cancel := clockwork.WithTimeout(context.Background(), l.cfg.Clock, min(l.cfg.Heartbeat, left))
+		ctx, cancel := clockwork.WithTimeout(context.Background(), l.cfg.Clock, left)
 		ok, err := l.renewAt(ctx, start)
 		cancel()
 		switch {
@@ -239,7 +240,7 @@ func (l *Lease) renewLoop() {
 			return
 		default:
 			l.cfg.Logger.Warn("renew installation lease", "err", err)
-			if l.cfg.Clock.Since(lastOK)+l.cfg.Heartbeat >= l.cfg.TTL {
+			if fence.GiveUp(lastOK, l.cfg.Clock.Now()) {
 				l.markLost(fmt.Errorf("installation lease lost: not renewed for %s, expiring in %s: %w",
 					l.cfg.Clock.Since(lastOK).Round(time.Millisecond), (l.cfg.TTL - l.cfg.Clock.Since(lastOK)).Round(time.Millisecond), err))
 				return
@@ -288,4 +289,25 @@ func CurrentLease(ctx context.Context, db *gorm.DB) (LeaseHolder, error) {
 		return LeaseHolder{}, fmt.Errorf("installation lease: %w", err)
 	}
 	return row.LeaseHolder, nil
+}
+
+// LeaseFence is how a lease's holder fences itself by time: the lease it
+// last renewed at lastOK holds until lastOK+TTL, and the holder stops
+// acting a heartbeat before that, never at or after the expiry another
+// holder waits for, so two holders never act at once (given clocks that
+// agree within half a heartbeat). The installation lease and the VM
+// channel leases (sandbox/replicas) both follow it.
+type LeaseFence struct{ TTL, Heartbeat time.Duration }
+
+// RenewBudget is how long a renewal begun at now may run: at most a
+// heartbeat, and never into the last half heartbeat of the lease; <= 0
+// means give the lease up now.
+func (f LeaseFence) RenewBudget(lastOK, now time.Time) time.Duration {
+	return min(f.Heartbeat, lastOK.Add(f.TTL).Sub(now)-f.Heartbeat/2)
+}
+
+// GiveUp reports, after a renewal failed at now, that the next heartbeat
+// would come after the lease expired: give it up now.
+func (f LeaseFence) GiveUp(lastOK, now time.Time) bool {
+	return now.Sub(lastOK)+f.Heartbeat >= f.TTL
 }

@@ -28,6 +28,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/stockade-dev/stockade/tenants"
 	"github.com/stockade-dev/stockade/tenants/errdefs"
 )
 
@@ -452,19 +453,20 @@ func (r *Registry) loop() {
 // channel at once (given clocks that agree within half a heartbeat).
 func (r *Registry) tick(lastOK time.Time) time.Time {
 	start := r.now()
-	left := lastOK.Add(r.cfg.VMLeaseTTL).Sub(start) - r.cfg.Heartbeat/2
+	fence := tenants.LeaseFence{TTL: r.cfg.VMLeaseTTL, Heartbeat: r.cfg.Heartbeat}
+	left := fence.RenewBudget(lastOK, start)
 	if left <= 0 {
 		r.loseAll("not renewed for " + start.Sub(lastOK).String())
 		left = r.cfg.Heartbeat // still register again and renew: the VMs are adopted anew
 	}
-	ctx, cancel := clockwork.WithTimeout(context.Background(), r.cfg.Clock, min(r.cfg.Heartbeat, left))
+	ctx, cancel := clockwork.WithTimeout(context.Background(), r.cfg.Clock, left)
 	err := r.beatAt(ctx, start)
 	cancel()
 	if err == nil {
 		return start
 	}
 	r.cfg.Logger.Warn("replica heartbeat", "err", err)
-	if since := r.cfg.Clock.Since(lastOK); since+r.cfg.Heartbeat >= r.cfg.VMLeaseTTL {
+	if since := r.cfg.Clock.Since(lastOK); fence.GiveUp(lastOK, r.cfg.Clock.Now()) {
 		// The next heartbeat would come after the leases expired: another
 		// replica may own them by then.
 		r.loseAll("not renewed for " + since.Round(time.Millisecond).String() + " of a " + r.cfg.VMLeaseTTL.String() + " lease")
