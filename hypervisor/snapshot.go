@@ -74,6 +74,10 @@ var snapshotPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]{1,1000}$`)
 type Snapshot struct {
 	Path   string
 	SHA256 string // hex; Restore refuses a file that does not hash to it
+	// Volume, when set, is the snapshot as a volume of the host's pool
+	// (a host this process cannot see the disk of; snapshot_remote.go);
+	// Path is then its path on the host and SHA256 unused.
+	Volume *VolumeSnapshot
 }
 
 // SaveSnapshot saves our running domain id to path; the domain ends (it is
@@ -151,11 +155,11 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 	if err != nil {
 		return nil, err
 	}
-	clone := snap.Path + ".restore-" + spec.ID
-	if err := h.cloneSnapshot(snap, clone, want, spec); err != nil {
+	clone, removeClone, err := h.cloneFor(ctx, snap, want, spec)
+	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(clone)
+	defer removeClone()
 
 	s, release, err := h.acquire(ctx)
 	if err != nil {

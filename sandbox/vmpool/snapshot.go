@@ -159,6 +159,9 @@ func (s *Service) snapshotBuilding(id string) bool {
 // that folder: "" when this process does not (a remote host on its own
 // disk), and such a host cold boots (snapshots off for it).
 func (s *Service) snapshotDir(files HostFiles) string {
+	if files.Mode == FilesRemote {
+		return remoteSnapshotDir(files) // through the pool (snapshot_remote.go)
+	}
 	if st, err := os.Stat(files.Dir); err != nil || !st.IsDir() {
 		return ""
 	}
@@ -234,6 +237,9 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 	}
 	if building {
 		return nil, FallbackBuilding
+	}
+	if files.Mode == FilesRemote {
+		return s.remoteSnapshotFor(ctx, hv, vm, guest, files, key, slot)
 	}
 	meta, err := readSnapshotMeta(filepath.Join(dir, slot+".json"))
 	switch {
@@ -343,9 +349,13 @@ func (s *Service) noteFallback(reason string) {
 func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, dir, slot, reason string, err error) {
 	s.log.Warn("vm snapshot restore failed: cold boot; rebuilding the snapshot", "vm", vm.ID, "host", vm.HostURI,
 		"slot", slot, "reason", reason, "err", err)
-	for _, ext := range []string{".json", ".snap"} {
-		if err := os.Remove(filepath.Join(dir, slot+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("remove vm snapshot", "file", slot+ext, "err", err)
+	if files.Mode == FilesRemote {
+		s.removeRemoteSnapshot(hv, files, slot) // snapshot_remote.go
+	} else {
+		for _, ext := range []string{".json", ".snap"} {
+			if err := os.Remove(filepath.Join(dir, slot+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("remove vm snapshot", "file", slot+ext, "err", err)
+			}
 		}
 	}
 	s.snaps.mu.Lock()
@@ -458,6 +468,11 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	case <-s.cfg.Clock.After(snapshotSettle):
 	case <-ctx.Done():
 		return snapshotMeta{}, ctx.Err()
+	}
+	if files.Mode == FilesRemote {
+		meta, err := s.saveRemoteSnapshot(ctx, hv, id, key, slot, start)
+		saved = err == nil
+		return meta, err
 	}
 	final := filepath.Join(dir, slot+".snap")
 	tmp := final + ".tmp-" + id
