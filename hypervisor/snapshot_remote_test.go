@@ -25,15 +25,7 @@ func TestSnapshotVolumeRemote(t *testing.T) {
 	guest := systemGuest(t)
 	h, _ := storageHost(t, "")
 	ctx := context.Background()
-	id := hypervisortest.NewID("snapsrc-")
-	if _, err := h.Create(ctx, guest.Spec(id, "tenant-src")); err != nil {
-		t.Fatalf("Create(%s) error = %v", id, err)
-	}
-	ch := openChannel(t, h, id, guest.Channel)
-	if got := readLine(t, ch, 120*time.Second); !strings.HasPrefix(got, "READY ") {
-		t.Fatalf("first line = %q; want READY <uptime>", got)
-	}
-	ch.Close()
+	id := bootReady(t, h, guest)
 	vs, err := h.SaveSnapshotVolume(ctx, id, "snapshot-test.snap")
 	if err != nil {
 		t.Fatalf("SaveSnapshotVolume(%s) error = %v", id, err)
@@ -99,6 +91,21 @@ func TestSnapshotVolumeRemote(t *testing.T) {
 		t.Errorf("other memory size: Restore error = %v; want ErrSnapshotMismatch", err)
 	}
 	noClones(t, h)
+}
+
+// bootReady boots the busybox guest on h and waits for its READY line.
+func bootReady(t *testing.T, h *hypervisor.Host, guest hypervisortest.Guest) string {
+	t.Helper()
+	id := hypervisortest.NewID("snapsrc-")
+	if _, err := h.Create(context.Background(), guest.Spec(id, "tenant-src")); err != nil {
+		t.Fatalf("Create(%s) error = %v", id, err)
+	}
+	ch := openChannel(t, h, id, guest.Channel)
+	if got := readLine(t, ch, 120*time.Second); !strings.HasPrefix(got, "READY ") {
+		t.Fatalf("first line = %q; want READY <uptime>", got)
+	}
+	ch.Close()
+	return id
 }
 
 func volumeSize(t *testing.T, h *hypervisor.Host, name string) uint64 {

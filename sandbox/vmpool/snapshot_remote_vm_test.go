@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 
 	"github.com/stockade-dev/stockade/hypervisor"
 	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
@@ -187,40 +186,6 @@ func noRestoreClones(t *testing.T, h *hypervisor.Host) {
 			t.Errorf("Got(volume %s) left behind; want every restore clone deleted", v.Name)
 		}
 	}
-}
-
-// domainFiles are the kernel, initramfs and disk files of vm's domain on
-// the host at uri.
-func domainFiles(t *testing.T, uri, vmID string) []string {
-	t.Helper()
-	conn, err := libvirt.NewConnect(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	dom, err := conn.LookupDomainByName(hypervisor.DomainName(vmID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc, err := dom.GetXMLDesc(0)
-	dom.Free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var def libvirtxml.Domain
-	if err := def.Unmarshal(desc); err != nil {
-		t.Fatal(err)
-	}
-	paths := []string{def.OS.Kernel, def.OS.Initrd}
-	for _, d := range def.Devices.Disks {
-		if d.Source != nil && d.Source.File != nil {
-			paths = append(paths, d.Source.File.File)
-		}
-	}
-	if len(paths) < 4 {
-		t.Fatalf("Got(domain files) = %v; want kernel, initramfs, templates and scratch", paths)
-	}
-	return paths
 }
 
 // flipVolumeByte flips a byte of the pool volume name at off, through
