@@ -153,11 +153,11 @@ func (s *Service) snapshotBuilding(id string) bool {
 }
 
 // snapshotDir is where a host's snapshots live: the folder HostFiles gives
-// for files the host writes itself (DataDir/hosts/<installation> locally,
-// the storage pool's folder on a remote host). This process hashes and
-// clones the file there and libvirtd restores the clone, so both must see
-// that folder: "" when this process does not (a remote host on its own
-// disk), and such a host cold boots (snapshots off for it).
+// for files the host writes itself (DataDir/hosts/<installation> locally;
+// "" when it is not there: snapshots off). This process hashes and clones
+// the file there and libvirtd restores the clone. A remote host's are
+// volumes of its pool, handled through libvirt (snapshot_remote.go): its
+// "dir" is only a key of the service's maps.
 func (s *Service) snapshotDir(files HostFiles) string {
 	if files.Mode == FilesRemote {
 		return remoteSnapshotDir(files) // through the pool (snapshot_remote.go)
