@@ -41,8 +41,9 @@ import (
 // cookie offset, unused words), the NUL-terminated domain XML, libvirt's
 // cookie, then QEMU's migration stream ("QEVM"...).
 //
-// The snapshot's path is read by this process and by libvirtd alike: on a
-// remote host it must be on storage both see (see vmpool's snapshot dir).
+// The snapshot's path is read by this process and by libvirtd alike; a
+// snapshot on a host whose disk this process does not see is a volume of
+// its pool instead (Snapshot.Volume, snapshot_remote.go).
 
 // Save-file layout (libvirt 9 src/qemu/qemu_saveimage.h, virQEMUSaveHeader).
 const (
