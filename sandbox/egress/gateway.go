@@ -617,16 +617,20 @@ func (s *conn) passBody(resp *http.Response, br *bufio.Reader, up net.Conn) erro
 	h.Set("Connection", "close")
 	h.Write(&head)
 	head.WriteString("\r\n")
+	// The head and what its read buffered of the body go in one write (a
+	// small response is all there): one syscall, one wakeup of the client.
+	n := resp.ContentLength
+	if k := int(min(int64(br.Buffered()), n)); k > 0 {
+		b, _ := br.Peek(k)
+		head.Write(b)
+		br.Discard(k)
+		n -= int64(k)
+	}
 	if _, err := s.c.Write(head.Bytes()); err != nil {
 		return err
 	}
-	n := resp.ContentLength
-	if k := min(int64(br.Buffered()), n); k > 0 {
-		m, err := io.CopyN(s.c, br, k)
-		n -= m
-		if err != nil {
-			return err
-		}
+	if n == 0 {
+		return nil
 	}
 	m, err := s.c.ReadFrom(&io.LimitedReader{R: up, N: n})
 	if err == nil && m < n {
