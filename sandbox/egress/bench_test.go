@@ -98,8 +98,9 @@ const hostRounds = 15
 // CPU time (cpu-time-ratio ~0.5) and, on a loaded host, about that
 // throughput ratio. The gateway now clamps its upstream window and its
 // TCP sandbox connection's send buffer (bufferSockets): cpu-time-ratio
-// 0.55-0.70 at load averages ~20 on 2 cores; a quiet host has a core
-// for the second leg. The same gateway with the client on an in-memory
+// 0.50-0.61 (was 0.43-0.53) and gateway_host_vs_direct 0.51-0.68 (was
+// 0.47-0.58) in interleaved runs at load averages 14-29 on 2 cores; a
+// quiet host has a core for the second leg. The same gateway with the client on an in-memory
 // connection (as the host's own connections reach it, DialAs) is the
 // memory-gateway-* metrics: without the client's TCP leg it often beats
 // the direct download.
