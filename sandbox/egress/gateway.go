@@ -89,11 +89,6 @@ type Config struct {
 	// autotunes up to it); default 1 MiB, negative: the kernel's own
 	// bound (net.ipv4.tcp_rmem's maximum). See bufferSockets.
 	UpstreamWindow int
-	// SandboxWriteBuffer is the kernel send buffer (SO_SNDBUF) of a sandbox
-	// connection that is a TCP socket (the gateway served on a listener,
-	// as the tests and benchmarks serve it; an agent stream has its own
-	// windows); default 256 KiB, negative: the kernel's autotuning.
-	SandboxWriteBuffer int
 	// DialTimeout bounds connecting upstream; default 10 s.
 	DialTimeout time.Duration
 	// HeaderTimeout bounds reading the proxy request; default 30 s.
@@ -154,9 +149,6 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.UpstreamWindow == 0 {
 		cfg.UpstreamWindow = 1 << 20
-	}
-	if cfg.SandboxWriteBuffer == 0 {
-		cfg.SandboxWriteBuffer = 256 << 10
 	}
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = 30 * time.Second
@@ -335,7 +327,7 @@ func (g *Gateway) serve(ctx context.Context, tenantID, vmID, sandboxID string, c
 		return
 	}
 	defer up.Close()
-	g.bufferSockets(up, c)
+	g.bufferSockets(up)
 	s.ev.Addr = up.RemoteAddr().String()
 	s.ev.Decision = DecisionAllow
 
@@ -453,8 +445,7 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 	return nil, fmt.Errorf("connect: %w", errors.Join(errs...))
 }
 
-// bufferSockets bounds what the kernel holds for one connection between
-// the upstream and the sandbox. The bytes the gateway relays cross two
+// bufferSockets bounds what the kernel holds for one upstream connection. The bytes the gateway relays cross two
 // sockets where a direct download crosses one; with the kernel's
 // autotuning each queue grows to megabytes whenever the upstream is the
 // faster side, and the bytes are then out of the CPU caches by the time
@@ -466,17 +457,10 @@ func (g *Gateway) dial(ctx context.Context, addrs []netip.Addr, port int) (net.C
 // window clamp rather than SO_RCVBUF: that would turn autotuning off and
 // be cut to net.core.rmem_max (208 KiB on a stock kernel), while 1 MiB of
 // window still fills a 50 ms path at the agent channel's rate.
-func (g *Gateway) bufferSockets(up, c net.Conn) {
+func (g *Gateway) bufferSockets(up net.Conn) {
 	if n := g.cfg.UpstreamWindow; n > 0 {
 		if err := clampWindow(up, n); err != nil {
 			g.log.Debug("egress upstream window", "err", err)
-		}
-	}
-	if n := g.cfg.SandboxWriteBuffer; n > 0 {
-		if t, ok := c.(*net.TCPConn); ok {
-			if err := t.SetWriteBuffer(n); err != nil {
-				g.log.Debug("egress sandbox send buffer", "err", err)
-			}
 		}
 	}
 }
