@@ -110,6 +110,26 @@ type directChannel struct {
 	closeOnce sync.Once
 }
 
+// Read and Write report a broken connection (QEMU gone) as
+// ErrStreamClosed, like the stream does; io.EOF, net.ErrClosed after Close
+// and an expired write deadline stay as they are.
+func (c *directChannel) Read(p []byte) (int, error) {
+	n, err := c.UnixConn.Read(p)
+	return n, c.wrap("read channel socket", err)
+}
+
+func (c *directChannel) Write(p []byte) (int, error) {
+	n, err := c.UnixConn.Write(p)
+	return n, c.wrap("write channel socket", err)
+}
+
+func (c *directChannel) wrap(op string, err error) error {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return streamErr(op, err)
+}
+
 // ChannelSocket names the chardev socket the channel is connected to: the
 // way to tell a direct channel from a libvirt stream.
 func (c *directChannel) ChannelSocket() string { return c.path }

@@ -81,6 +81,14 @@ func TestChannelDirect(t *testing.T) {
 		t.Errorf("channel socket = %s; want the chardev of channel %s", sock, guest.Channel)
 	}
 
+	d, err := h.Lookup(ctx, id)
+	if err != nil {
+		t.Fatalf("Lookup(%s) error = %v", id, err)
+	}
+	if pid := hypervisortest.ChannelHolder(t, d.Name, guest.Channel); pid != os.Getpid() {
+		t.Errorf("Got(holder of the channel lock) = pid %d; want this process, %d", pid, os.Getpid())
+	}
+
 	// One client at a time, on this Host and any other of this machine.
 	other := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI, InstallationID: h.InstallationID()})
 	for name, hh := range map[string]*hypervisor.Host{"same host": h, "other host": other} {
@@ -106,6 +114,9 @@ func TestChannelDirect(t *testing.T) {
 		}
 		if s := socketOf(st); s != "" {
 			t.Fatalf("ChannelStream: OpenChannel gave the direct socket %s; want the libvirt stream", s)
+		}
+		if pid := hypervisortest.ChannelHolder(t, d.Name, guest.Channel); pid != 0 {
+			t.Errorf("Got(holder of the channel lock with a stream open) = pid %d; want none", pid)
 		}
 		stream = append(stream, echoRTTs(t, st, 50)...)
 		if err := st.Close(); err != nil {
