@@ -26,7 +26,8 @@ import (
 // A libvirtd restart still ends them all.
 //
 // On a libvirtd of this machine it connects to the channel's QEMU socket
-// directly instead (channel_direct.go) unless Config.ChannelStream says not.
+// directly instead (channel_direct.go) unless Config.ChannelStream says not:
+// no libvirt connection then, and libvirtd no longer relays the bytes.
 func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
 	// The control connection says whether the host is up at all.
 	s, release, err := h.acquire(ctx)
