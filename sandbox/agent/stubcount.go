@@ -1,0 +1,33 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// stubInits counts the sandboxes whose PID 1 is the stub init right now
+// (sandbox/agent/stubinit): their init's executable is the stub's file.
+func (m *Manager) stubInits(procDir string) int {
+	var stub unix.Stat_t
+	if m.cfg.StubPath == "" || unix.Stat(m.cfg.StubPath, &stub) != nil {
+		return 0
+	}
+	m.mu.Lock()
+	pids := make([]int, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		pids = append(pids, sb.initPID)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, pid := range pids {
+		var st unix.Stat_t
+		if pid > 0 && unix.Stat(filepath.Join(procDir, fmt.Sprint(pid), "exe"), &st) == nil &&
+			st.Dev == stub.Dev && st.Ino == stub.Ino {
+			n++
+		}
+	}
+	return n
+}
+
