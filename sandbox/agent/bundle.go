@@ -214,7 +214,8 @@ type bundleSpec struct {
 	InitPath string
 	// StubPath is the stub init in the guest (sandbox/agent/stubinit),
 	// bound at stubMount; with InitIdle > 0 the sandbox's init execs it
-	// when idle that long. "" or 0: init stays the Go one.
+	// when idle that long (0: not until an initOpIdle says so, as a
+	// pre-started sandbox's when claimed). "": init stays the Go one.
 	StubPath string
 	InitIdle time.Duration
 	// Env is the environment of the sandbox's init; its commands inherit it.
@@ -258,7 +259,7 @@ func ociConfig(b bundleSpec) ociSpec {
 	}
 	args := []string{initMount, "sandbox-init", "--listen-fd", fmt.Sprint(initListenFD)}
 	var stub []ociMount
-	if b.StubPath != "" && b.InitIdle > 0 {
+	if b.StubPath != "" {
 		args = append(args, "--idle-ms", fmt.Sprint(b.InitIdle.Milliseconds()), "--stub", stubMount)
 		stub = []ociMount{{Destination: stubMount, Type: "bind", Source: b.StubPath, Options: []string{"bind", "ro", "nosuid", "nodev"}}}
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
 )
 
 // stubInits counts the sandboxes whose PID 1 is the stub init right now
@@ -31,3 +33,15 @@ func (m *Manager) stubInits(procDir string) int {
 	return n
 }
 
+// setInitIdle tells the sandbox's init its idle time before the stub init
+// takes PID 1 (a claimed pre-started sandbox: its member spec said never).
+func (m *Manager) setInitIdle(sb *sandbox) error {
+	if m.cfg.StubPath == "" {
+		return nil
+	}
+	ms := int(m.initIdle(sb.spec).Milliseconds())
+	if err := sendInit(sb.watch, initRequest{Op: sandboxinit.OpIdle, IdleMillis: ms}); err != nil {
+		return fmt.Errorf("set init idle time: %w", err)
+	}
+	return nil
+}

@@ -35,6 +35,7 @@ const (
 	FileWrite  = fileWrite
 	FileAppend = fileAppend
 	OpFs       = initOpFs
+	OpIdle     = initOpIdle
 	FsStat     = fsStat
 	FsList     = fsList
 	FsMkdir    = fsMkdir

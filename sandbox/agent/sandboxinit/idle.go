@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type idleState struct {
 	active int // connections being served; hello ones held open do not count
 	held   map[*net.UnixConn]struct{}
 	last   time.Time // when active last dropped to 0
+	// after is the idle time before the stub (InitOptions.IdleAfter, then
+	// initOpIdle); 0 never.
+	after atomic.Int64
+	ln    *net.UnixListener
 }
 
 func (st *idleState) begin() {
@@ -59,12 +64,16 @@ func (si *sandboxInit) holdOpen(c *net.UnixConn, counted bool) {
 		}
 	}
 	st.mu.Unlock()
-	var ignored initRequest
 	for {
-		fds, err := recvInit(c, &ignored)
+		var req initRequest
+		fds, err := recvInit(c, &req)
 		closeFDs(fds)
 		if err != nil {
 			break
+		}
+		if req.Op == initOpIdle && req.IdleMillis >= 0 && req.IdleMillis <= maxIdleMillis {
+			st.after.Store(int64(req.IdleMillis) * int64(time.Millisecond))
+			st.ln.SetDeadline(time.Now()) // the accept loop takes the new time
 		}
 	}
 	st.mu.Lock()
@@ -75,29 +84,34 @@ func (si *sandboxInit) holdOpen(c *net.UnixConn, counted bool) {
 	st.mu.Unlock()
 }
 
+// maxIdleMillis bounds initOpIdle's time (a day).
+const maxIdleMillis = 24 * 3600 * 1000
+
 // idleDeadline is when init may next go idle; zero when it never does.
 func (si *sandboxInit) idleDeadline() time.Time {
-	if si.o.IdleAfter <= 0 || si.o.Stub == "" {
+	after := time.Duration(si.idle.after.Load())
+	if after <= 0 || si.o.Stub == "" {
 		return time.Time{}
 	}
 	si.idle.mu.Lock()
 	defer si.idle.mu.Unlock()
 	if si.idle.active > 0 {
-		return time.Now().Add(si.o.IdleAfter)
+		return time.Now().Add(after)
 	}
-	return si.idle.last.Add(si.o.IdleAfter)
+	return si.idle.last.Add(after)
 }
 
 // maybeStub execs the stub when init is idle; it returns nil when it is
 // not (yet), and an error when the exec failed (init serves on).
 func (si *sandboxInit) maybeStub(ln *net.UnixListener) error {
-	if si.o.IdleAfter <= 0 || si.o.Stub == "" {
+	after := time.Duration(si.idle.after.Load())
+	if after <= 0 || si.o.Stub == "" {
 		return nil
 	}
 	st := &si.idle
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.active > 0 || time.Since(st.last) < si.o.IdleAfter {
+	if st.active > 0 || time.Since(st.last) < after {
 		return nil
 	}
 	if hasChildren() {
@@ -114,7 +128,7 @@ func (si *sandboxInit) maybeStub(ln *net.UnixListener) error {
 		outside = "1"
 	}
 	argv := []string{si.o.Stub, si.o.InitPath, strconv.Itoa(fds[0]),
-		strconv.FormatInt(si.o.IdleAfter.Milliseconds(), 10), outside}
+		strconv.FormatInt(after.Milliseconds(), 10), outside}
 	for _, fd := range fds[1:] {
 		argv = append(argv, strconv.Itoa(fd))
 	}

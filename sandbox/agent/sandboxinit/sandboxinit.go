@@ -92,7 +92,8 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	}()
 
 	si := &sandboxInit{o: o, log: o.Logger, r: r}
-	si.idle.held, si.idle.last = map[*net.UnixConn]struct{}{}, time.Now()
+	si.idle.held, si.idle.last, si.idle.ln = map[*net.UnixConn]struct{}{}, time.Now(), ln
+	si.idle.after.Store(int64(o.IdleAfter))
 	for _, c := range o.Held {
 		go si.holdOpen(c, false)
 	}
@@ -112,7 +113,7 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 			if errors.As(err, &ne) && ne.Timeout() {
 				if err := si.maybeStub(ln); err != nil {
 					si.log.Error("stays up: cannot go idle", "err", err)
-					si.o.IdleAfter = 0
+					si.idle.after.Store(0)
 				}
 				continue
 			}

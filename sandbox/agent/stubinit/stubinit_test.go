@@ -36,8 +36,13 @@ func built(t *testing.T) (stub, agent string) {
 // startInit runs the Go sandbox init on a socket, going idle after 100 ms.
 func startInit(t *testing.T, agent, stub string, stderr io.Writer) (*exec.Cmd, string) {
 	t.Helper()
+	return startInitIdle(t, agent, stub, "100", stderr)
+}
+
+func startInitIdle(t *testing.T, agent, stub, idleMS string, stderr io.Writer) (*exec.Cmd, string) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "init.sock")
-	cmd := exec.Command(agent, "sandbox-init", "--socket", sock, "--idle-ms", "100", "--stub", stub)
+	cmd := exec.Command(agent, "sandbox-init", "--socket", sock, "--idle-ms", idleMS, "--stub", stub)
 	cmd.Dir, cmd.Stderr = t.TempDir(), stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -165,6 +170,32 @@ func TestIdleStubRoundTrip(t *testing.T) {
 	h.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := sandboxinit.Recv(h, &ignored); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("Got(hello after the stub died) = %v; want EOF", err)
+	}
+}
+
+// TestIdleSetOnHello: an init started never to go idle (a pre-started
+// sandbox's) goes idle once the agent sends it an idle time on the hello
+// connection (as a claim does); times out of bounds before it are dropped.
+func TestIdleSetOnHello(t *testing.T) {
+	stub, agent := built(t)
+	var stderr bytes.Buffer
+	cmd, sock := startInitIdle(t, agent, stub, "0", &stderr)
+	h := hello(t, sock)
+	defer h.Close()
+	if out, code := run(t, sock, "echo", "up"); out != "up\n" || code != 0 {
+		t.Fatalf("Got(echo) = %q, %d; want up, 0", out, code)
+	}
+	if got, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); got != agent {
+		t.Fatalf("Got(/proc/%d/exe) = %q; want the Go init %s", cmd.Process.Pid, got, agent)
+	}
+	for _, ms := range []int{-5, 1 << 30, 100} {
+		if err := sandboxinit.Send(h, sandboxinit.Request{Op: sandboxinit.OpIdle, IdleMillis: ms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitExe(t, cmd.Process.Pid, stub)
+	if out, code := run(t, sock, "echo", "back"); out != "back\n" || code != 0 {
+		t.Fatalf("Got(echo through the stub) = %q, %d; want back, 0 (stderr %s)", out, code, stderr.String())
 	}
 }
 
