@@ -17,13 +17,16 @@ func (m *Manager) stubInits(procDir string) int {
 		return 0
 	}
 	m.mu.Lock()
-	pids := make([]int, 0, len(m.sandboxes))
+	sbs := make([]*sandbox, 0, len(m.sandboxes))
 	for _, sb := range m.sandboxes {
-		pids = append(pids, sb.initPID)
+		sbs = append(sbs, sb)
 	}
 	m.mu.Unlock()
 	n := 0
-	for _, pid := range pids {
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		pid := sb.initPID
+		sb.mu.Unlock()
 		var st unix.Stat_t
 		if pid > 0 && unix.Stat(filepath.Join(procDir, fmt.Sprint(pid), "exe"), &st) == nil &&
 			st.Dev == stub.Dev && st.Ino == stub.Ino {
