@@ -194,3 +194,23 @@ func InheritedConn(fd int) (*net.UnixConn, error) {
 	}
 	return uc, nil
 }
+
+// prewarmThreads makes the runtime start the thread it otherwise makes
+// later, serving: exec'd back from the stub, init starts just as a command
+// may begin to fork up to the sandbox's pids.max, which counts init's
+// threads too, and a thread the runtime cannot make then is a fatal error
+// (the sandbox would die of its own fork bomb). A goroutine locked to its
+// thread and blocked makes the scheduler start another for the rest; the
+// runtime keeps both once it is unlocked: 7 threads, as many as an init
+// that has served a while (6 without).
+func prewarmThreads() {
+	locked, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		close(locked)
+		<-release
+		runtime.UnlockOSThread()
+	}()
+	<-locked
+	close(release)
+}

@@ -66,6 +66,7 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	// sandbox. (Lower GC targets, a memory limit and returning the heap
 	// after start-up measured no smaller at idle: README "Density".)
 	runtime.GOMAXPROCS(1)
+	prewarmThreads()
 	// crun ran without address randomization (personality.go): commands
 	// of the sandbox get it back.
 	if err := restoreASLR(); err != nil {
