@@ -372,6 +372,9 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("fork bomb", func(t *testing.T) {
+		// b's init comes back from the stub for the bomb: a fresh Go init
+		// then has to live through pids.max reached.
+		waitStubInits(ctx, t, c, 2)
 		bomb, err := c.StartExec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"sh", "-c", "f(){ f | f & }; f; sleep 60"}, TimeoutSeconds: 8}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
