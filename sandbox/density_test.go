@@ -240,6 +240,26 @@ func TestManyIdleSandboxes(t *testing.T) {
 	}
 }
 
+// waitStubInits waits until at least n sandboxes of the warm VM have the
+// stub init as PID 1 (the agent's count), and returns the count; it fails
+// when they never do.
+func waitStubInits(tb testing.TB, e *testEnv, n int) int {
+	tb.Helper()
+	got := 0
+	for range 600 {
+		st, err := e.agent(tb).Stats(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if got = st.StubInits; got >= n {
+			return got
+		}
+		time.Sleep(time.Second)
+	}
+	tb.Fatalf("Got(sandboxes with the stub init) = %d; want %d: they never went idle", got, n)
+	return got
+}
+
 // qemuRSSMiB is the VmRSS of a VM's QEMU process on this host.
 func qemuRSSMiB(tb testing.TB, vmID string) float64 {
 	tb.Helper()
@@ -280,10 +300,12 @@ func BenchmarkSandboxDensity(b *testing.B) {
 		if stop != nil {
 			b.Fatal(stop)
 		}
-		time.Sleep(2 * time.Second) // let the first settle into idle
+		waitStubInits(b, e, 1) // the first settled into idle
 		m0 := guestMeminfo(b, svc, e.a.ID, first[0])
 		ids, stop := fillIdle(b, svc, e.a.ID, e.warmVM, agentproto.MaxSandboxesPerGuest)
-		time.Sleep(5 * time.Second) // let the last ones settle into idle
+		// Really idle: every sandbox of the fill has handed PID 1 to the
+		// stub init (the first, woken by the reading, may not have yet).
+		stubs := waitStubInits(b, e, len(ids))
 		m1 := guestMeminfo(b, svc, e.a.ID, first[0])
 		rss1 := qemuRSSMiB(b, e.warmVM)
 		st, err := e.agent(b).Stats(ctx)
@@ -297,7 +319,8 @@ func BenchmarkSandboxDensity(b *testing.B) {
 		b.Logf("a 2 GiB VM (%.0f MiB in the guest, agent cap %d) held %d idle sandboxes, %.2f MiB of guest memory each; the next one failed: %v",
 			float64(st.MemTotal)/(1<<20), st.MaxSandboxes, n, perMiB, stop)
 		b.Logf("guest memory per idle sandbox, KiB (meminfo deltas over %d sandboxes): %s", len(ids), meminfoBreakdown(m0, m1, max(len(ids), 1)))
-		b.Logf("an idle sandbox's init (/proc/1/status): %s", initStatus(b, svc, e.a.ID, ids[len(ids)/2]))
+		b.Logf("%d of the %d sandboxes had the stub init as PID 1 when measured", stubs, n)
+		b.Logf("an idle sandbox's init once a command woke it (the Go init, /proc/1/status): %s", initStatus(b, svc, e.a.ID, ids[len(ids)/2]))
 
 		destroyAll(b, svc, e.a.ID, append(ids, first...))
 		rss2 := qemuRSSMiB(b, e.warmVM)

@@ -2,7 +2,7 @@
 # Installs the Debian packages Stockade needs to build, run and test, when
 # missing. Idempotent; quiet when everything is there.
 set -eu
-PKGS="gcc pkg-config libvirt-dev libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
+PKGS="gcc libc6-dev pkg-config libvirt-dev libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
 busybox-static crun tini postgresql debootstrap e2fsprogs xfsprogs squashfs-tools cpio xz-utils
 chromium chromium-driver fonts-dejavu-core ca-certificates git"
 missing=""

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -68,8 +69,34 @@ func runSandboxInit(args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listenFD := fs.Int("listen-fd", -1, "serve on this inherited SOCK_SEQPACKET listener")
 	socket := fs.String("socket", "", "serve on a new SOCK_SEQPACKET listener at this path")
+	idleMS := fs.Int("idle-ms", 0, "exec the stub init (--stub) when idle this long; 0 never")
+	stub := fs.String("stub", "", "the stub init of an idle sandbox (sandbox/agent/stubinit)")
+	outsideOnly := fs.Bool("outside-only", false, "accept connections only from outside the PID namespace (always as PID 1)")
+	connFD := fs.Int("conn-fd", -1, "a connection the stub init accepted, to serve first")
+	var holdFDs []int
+	fs.Func("hold-fd", "a hello connection the stub init held (repeatable)", func(v string) error {
+		fd, err := strconv.Atoi(v)
+		holdFDs = append(holdFDs, fd)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	o := sandboxinit.InitOptions{OutsideOnly: *outsideOnly || os.Getpid() == 1,
+		IdleAfter: time.Duration(*idleMS) * time.Millisecond, Stub: *stub, InitPath: os.Args[0]}
+	if *connFD >= 0 {
+		c, err := sandboxinit.InheritedConn(*connFD)
+		if err != nil {
+			return err
+		}
+		o.Conn = c
+	}
+	for _, fd := range holdFDs {
+		c, err := sandboxinit.InheritedConn(fd)
+		if err != nil {
+			return err
+		}
+		o.Held = append(o.Held, c)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var ln *net.UnixListener
@@ -95,9 +122,8 @@ func runSandboxInit(args []string, stderr io.Writer) error {
 	default:
 		return errors.New("give --listen-fd N or --socket PATH")
 	}
-	return sandboxinit.RunSandboxInit(context.Background(), ln, sandboxinit.InitOptions{
-		Logger: log, OutsideOnly: os.Getpid() == 1,
-	})
+	o.Logger = log
+	return sandboxinit.RunSandboxInit(context.Background(), ln, o)
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockade-dev/stockade/sandbox/agent/stubinit"
 )
 
 // channelModules are loaded, in this order, before the agent opens its
@@ -328,6 +330,7 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 		"kernel":  kernel.String() + " sha256:" + kernel.SHA256,
 		"crun":    crun.String() + " sha256:" + crun.SHA256,
 		"agent":   "sha256:" + agentSum,
+		"stub":    "sha256:" + stubinit.SourceSHA256(),
 		"modules": joinLines(modNames),
 		"cmdline": Cmdline,
 	}
@@ -359,10 +362,15 @@ func (b *builder) guest(ctx context.Context, kernel, crun debPackage, dirs []str
 	if err := linkOrCopy(vmlinux, filepath.Join(tmp, "vmlinux")); err != nil {
 		return guestResult{}, nil, err
 	}
+	stub := filepath.Join(tmp, "init-stub")
+	if err := stubinit.Build(ctx, stub); err != nil {
+		return guestResult{}, nil, err
+	}
 	size, err := buildInitramfs(initramfsInputs{
-		Agent: b.o.AgentBinary, Crun: crunBin,
+		Agent: b.o.AgentBinary, Stub: stub, Crun: crunBin,
 		Libs: libs, ModDir: modDir, Release: release, Modules: mods,
 	}, filepath.Join(tmp, "initramfs.cpio"))
+	os.Remove(stub) // in the initramfs now
 	if err != nil {
 		return guestResult{}, nil, err
 	}

@@ -94,6 +94,7 @@ func checkStatic(path string) error {
 // 2 MiB of every boot.)
 type initramfsInputs struct {
 	Agent   string // static stockade-agent
+	Stub    string // the idle sandboxes' stub init (sandbox/agent/stubinit); "" for none
 	Crun    string
 	Libs    []sharedLib
 	ModDir  string
@@ -132,6 +133,13 @@ func buildInitramfs(in initramfsInputs, dst string) (int64, error) {
 	}
 	if err := a.file("init", 0o755, agent); err != nil {
 		return 0, err
+	}
+	// Beside the agent: the agent binds /init-stub into each sandbox when
+	// it is there (sandbox/agent/stubinit).
+	if in.Stub != "" {
+		if err := add("init-stub", in.Stub, 0o755); err != nil {
+			return 0, err
+		}
 	}
 	if err := add("usr/bin/crun", in.Crun, 0o755); err != nil {
 		return 0, err

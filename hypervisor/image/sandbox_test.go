@@ -320,7 +320,10 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("escapes fail", func(t *testing.T) {
-		// a is a sandbox claimed from the pool, b a fresh one: both pass.
+		// a is a sandbox claimed from the pool, b a fresh one: both pass,
+		// after both went idle (the stub init as PID 1) and a command
+		// brought the Go init back in place.
+		waitStubInits(ctx, t, c, 2)
 		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-a", B: "sb-b", Hostname: "alpha", Limits: limits})
 		escapetest.Run(ctx, t, c, escapetest.Pair{A: "sb-b", B: "sb-a", Hostname: "bravo", Limits: limits})
 	})
@@ -369,6 +372,9 @@ func TestSandboxes(t *testing.T) {
 	})
 
 	t.Run("fork bomb", func(t *testing.T) {
+		// b's init comes back from the stub for the bomb: a fresh Go init
+		// then has to live through pids.max reached.
+		waitStubInits(ctx, t, c, 2)
 		bomb, err := c.StartExec(ctx, agentproto.ExecRequest{Sandbox: "sb-b", Argv: []string{"sh", "-c", "f(){ f | f & }; f; sleep 60"}, TimeoutSeconds: 8}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -683,3 +689,21 @@ func p50Of(s []agentproto.Startup, f func(agentproto.Startup) time.Duration) tim
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// waitStubInits waits until at least n sandboxes of the guest have the stub
+// init as PID 1 (idle: sandbox/agent/stubinit); it fails when they never do.
+func waitStubInits(ctx context.Context, t *testing.T, c *agentproto.Client, n int) {
+	t.Helper()
+	got := 0
+	for range 300 {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = st.StubInits; got >= n {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("Got(sandboxes with the stub init) = %d; want %d: they never went idle", got, n)
+}

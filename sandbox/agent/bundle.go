@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -151,6 +152,8 @@ const (
 	sandboxGID = 1000
 	// initMount is where the agent binary appears in a sandbox, read-only.
 	initMount = "/.stockade/init"
+	// stubMount is where the stub init appears, read-only.
+	stubMount = "/.stockade/stub"
 	// initListenFD is the control listener's number in the sandbox's init
 	// (crun --preserve-fds 1 hands over fd 3).
 	initListenFD = 3
@@ -209,6 +212,12 @@ type bundleSpec struct {
 	Hostname string
 	// InitPath is the agent binary in the guest, bound at initMount.
 	InitPath string
+	// StubPath is the stub init in the guest (sandbox/agent/stubinit),
+	// bound at stubMount; with InitIdle > 0 the sandbox's init execs it
+	// when idle that long (0: not until an initOpIdle says so, as a
+	// pre-started sandbox's when claimed). "": init stays the Go one.
+	StubPath string
+	InitIdle time.Duration
 	// Env is the environment of the sandbox's init; its commands inherit it.
 	Env    []string
 	Limits agentproto.Limits // with defaults filled
@@ -248,11 +257,17 @@ func ociConfig(b bundleSpec) ociSpec {
 	if hostname == "" {
 		hostname = "sandbox"
 	}
+	args := []string{initMount, "sandbox-init", "--listen-fd", fmt.Sprint(initListenFD)}
+	var stub []ociMount
+	if b.StubPath != "" {
+		args = append(args, "--idle-ms", fmt.Sprint(b.InitIdle.Milliseconds()), "--stub", stubMount)
+		stub = []ociMount{{Destination: stubMount, Type: "bind", Source: b.StubPath, Options: []string{"bind", "ro", "nosuid", "nodev"}}}
+	}
 	return ociSpec{
 		OCIVersion: "1.0.2",
 		Process: &ociProcess{
 			User: ociUser{UID: sandboxUID, GID: sandboxGID, Umask: &umask, AdditionalGids: []uint32{sandboxGID}},
-			Args: []string{initMount, "sandbox-init", "--listen-fd", fmt.Sprint(initListenFD)},
+			Args: args,
 			Env:  b.Env,
 			Cwd:  workspaceDir,
 			Capabilities: &ociCaps{
@@ -266,7 +281,7 @@ func ociConfig(b bundleSpec) ociSpec {
 		},
 		Root:     ociRoot{Path: "rootfs"},
 		Hostname: hostname,
-		Mounts: []ociMount{
+		Mounts: append([]ociMount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
@@ -276,7 +291,7 @@ func ociConfig(b bundleSpec) ociSpec {
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 			{Destination: initMount, Type: "bind", Source: b.InitPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		},
+		}, stub...),
 		Linux: &ociLinux{
 			Namespaces: []ociNamespace{
 				{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "cgroup"},

@@ -23,6 +23,8 @@ func TestImports(t *testing.T) {
 		"sandbox/agent/vminit":      {"sandbox/agentproto", "sandbox/agent", "sandbox/agent/reaper"},
 		"sandbox/agent/sandboxinit": {"sandbox/agentproto", "sandbox/agent/reaper"},
 		"sandbox/agent/reaper":      {},
+		// The stub init's source and build (host side, the image build).
+		"sandbox/agent/stubinit": {},
 	}
 	// A test may also import what it checks the guest against: the agent
 	// finds the scratch disk hypervisor/image makes (TestXFSLabel), and the
@@ -30,6 +32,8 @@ func TestImports(t *testing.T) {
 	// (TestUpperOverRealOverlay). Test files are not built into the guest.
 	testAllowed := map[string][]string{
 		"sandbox/agent": {"hypervisor/image", "sandbox/templates/oci"},
+		// It speaks the init protocol to the Go init and the stub.
+		"sandbox/agent/stubinit": {"sandbox/agent/sandboxinit", "sandbox/agent/stubinit"},
 	}
 	seen := map[string]bool{}
 	err := filepath.WalkDir(".", func(dir string, d os.DirEntry, err error) error {

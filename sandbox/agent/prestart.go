@@ -286,7 +286,9 @@ func (m *Manager) startMember(tpl string) (*sandbox, error) {
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), prestartStartTimeout)
 	defer cancel()
-	sb := m.newSandbox(agentproto.SandboxSpec{ID: id, Template: tpl, Limits: withDefaults(agentproto.Limits{})}, time.Now())
+	// A member keeps its Go init until claimed (a claim stays fast);
+	// applyClaim gives it the claim's idle time.
+	sb := m.newSandbox(agentproto.SandboxSpec{ID: id, Template: tpl, Limits: withDefaults(agentproto.Limits{}), InitIdleMillis: -1}, time.Now())
 	if err := m.start(ctx, sb, sb.created); err != nil {
 		m.discard(sb)
 		return nil, err
@@ -458,6 +460,9 @@ func (m *Manager) applyClaim(ctx context.Context, sb *sandbox) error {
 		}
 	}
 	sb.claimEnv = append(caEnv, spec.Env...)
+	if err := m.setInitIdle(sb); err != nil {
+		return err
+	}
 	return ctx.Err()
 }
 

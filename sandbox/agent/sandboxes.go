@@ -35,6 +35,13 @@ type ManagerConfig struct {
 	// InitPath is the agent binary bound into every sandbox as its init;
 	// default this executable.
 	InitPath string
+	// StubPath is the stub init of idle sandboxes (sandbox/agent/stubinit);
+	// default InitPath + "-stub" when that file exists (the guest image
+	// ships /init-stub), else none: sandboxes then keep the Go init.
+	StubPath string
+	// InitIdle is how long a sandbox idles before its init hands PID 1 to
+	// the stub, when the spec says nothing (InitIdleMillis 0); default 3 s.
+	InitIdle time.Duration
 	// SysBlockDir and DevDir are where template disks are looked for:
 	// /sys/block and /dev.
 	SysBlockDir, DevDir string
@@ -97,6 +104,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 			return nil, fmt.Errorf("new sandbox manager: %w", err)
 		}
 		cfg.InitPath = exe
+	}
+	if cfg.StubPath == "" {
+		if fi, err := os.Stat(cfg.InitPath + "-stub"); err == nil && fi.Mode().IsRegular() {
+			cfg.StubPath = cfg.InitPath + "-stub"
+		}
+	}
+	if cfg.InitIdle == 0 {
+		cfg.InitIdle = defaultInitIdle
 	}
 	if cfg.SysBlockDir == "" {
 		cfg.SysBlockDir = "/sys/block"
@@ -333,6 +348,9 @@ func checkSpec(spec agentproto.SandboxSpec) error {
 	if !validTemplateName.MatchString(spec.Template) {
 		return fmt.Errorf("template name %q: %w", spec.Template, agentproto.ErrBadRequest)
 	}
+	if spec.InitIdleMillis > 24*3600*1000 {
+		return fmt.Errorf("init_idle_ms %d: at most a day: %w", spec.InitIdleMillis, agentproto.ErrBadRequest)
+	}
 	if spec.Hostname != "" && !validHostname.MatchString(spec.Hostname) {
 		return fmt.Errorf("hostname %q: %w", spec.Hostname, agentproto.ErrBadRequest)
 	}
@@ -467,6 +485,8 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, t0 time.Time) error {
 	cfg := ociConfig(bundleSpec{
 		Hostname:       sb.spec.Hostname,
 		InitPath:       m.cfg.InitPath,
+		StubPath:       m.cfg.StubPath,
+		InitIdle:       m.initIdle(sb.spec),
 		Env:            sandboxEnv(append(egressEnv(caEnv), sb.spec.Env...)),
 		Limits:         sb.spec.Limits,
 		CgroupPath:     "/" + cgroupParent + "/" + sb.crunID,
@@ -939,4 +959,20 @@ func fsUsage(p string) (used, size uint64) {
 	}
 	bs := uint64(s.Bsize)
 	return (s.Blocks - s.Bfree) * bs, s.Blocks * bs
+}
+
+// defaultInitIdle is how long a sandbox idles before its init hands PID 1
+// to the stub init (ManagerConfig.InitIdle).
+const defaultInitIdle = 3 * time.Second
+
+// initIdle is the sandbox's idle time before the stub init takes PID 1;
+// 0 when it never does.
+func (m *Manager) initIdle(spec agentproto.SandboxSpec) time.Duration {
+	switch {
+	case spec.InitIdleMillis < 0 || m.cfg.InitIdle < 0:
+		return 0
+	case spec.InitIdleMillis > 0:
+		return time.Duration(spec.InitIdleMillis) * time.Millisecond
+	}
+	return m.cfg.InitIdle
 }

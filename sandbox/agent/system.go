@@ -65,6 +65,7 @@ func (s *Server) stats(ctx context.Context) (agentproto.Stats, error) {
 	if m := s.cfg.Sandboxes; m != nil {
 		st.SandboxCgroups, st.SandboxBundles, st.Sandboxes = m.counts()
 		st.Prestarted = m.prestartCount()
+		st.StubInits = m.stubInits(s.cfg.ProcDir)
 		st.MaxSandboxes = m.cfg.MaxSandboxes
 	}
 	return st, nil

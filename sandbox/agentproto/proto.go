@@ -285,6 +285,9 @@ type Stats struct {
 	// started or starting: counted in SandboxCgroups and SandboxBundles,
 	// not in Sandboxes.
 	Prestarted int `json:"prestarted,omitempty"`
+	// StubInits counts the sandboxes whose PID 1 is the stub init now
+	// (idle: sandbox/agent/stubinit).
+	StubInits int `json:"stub_inits,omitempty"`
 	// MaxSandboxes is how many sandboxes the agent takes (capacity.go).
 	MaxSandboxes int `json:"max_sandboxes"`
 }

@@ -28,6 +28,11 @@ type SandboxSpec struct {
 	// IdleSeconds stops the sandbox (reason "idle") when no command ran and
 	// no file moved for that long; 0 means no idle timeout.
 	IdleSeconds int `json:"idle_seconds,omitempty"`
+	// InitIdleMillis is how long the sandbox idles (no command, no
+	// connection of the agent but its watch of init) before its PID 1
+	// becomes the agent's small stub init until the next request; 0 means
+	// the agent's default (3 s), negative never.
+	InitIdleMillis int `json:"init_idle_ms,omitempty"`
 	// CAPEM is the tenant's CA certificate (PEM) the sandbox trusts for the
 	// egress gateway's TLS interception: the agent appends it to the
 	// template's system bundle in the sandbox's writable layer, writes

@@ -47,7 +47,8 @@ func Run(ctx context.Context, t *testing.T, c *agentproto.Client, p Pair) {
 		{"raw socket", "ping -c 1 -W 1 127.0.0.1 >/dev/null 2>&1; echo $?", "1\n"},
 		{"packet socket", "arping -c 1 -w 1 -I lo 127.0.0.1 >/dev/null 2>&1; echo $?", "1\n"},
 		{"virtio port", "ls /dev | grep -c vport; ls /sys/class/virtio-ports | wc -l; mknod /tmp/p c 248 1 2>/dev/null; echo $?", "0\n0\n1\n"},
-		{"agent files", "ls /run/stockade /init 2>/dev/null | wc -l; ls /.stockade", "0\ninit\n"},
+		// The agent binary and the idle sandboxes' stub init, both read-only.
+		{"agent files", "ls /run/stockade /init 2>/dev/null | wc -l; ls /.stockade; touch /.stockade/init /.stockade/stub 2>/dev/null; echo $?", "0\ninit\nstub\n1\n"},
 		{"init is out of reach", "cat /proc/1/environ >/dev/null 2>&1; echo $?; ls /proc/1/fd >/dev/null 2>&1; echo $?", "1\n1\n"},
 		{"init ignores kill", "kill -9 1; kill -TERM 1; kill -SEGV 1; echo alive", "alive\n"},
 		{"hostname", "hostname evil 2>/dev/null; echo $?; hostname", "1\n" + p.Hostname + "\n"},

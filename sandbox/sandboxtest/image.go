@@ -75,7 +75,7 @@ func agentChangedSince(t time.Time) bool {
 	changed := false
 	for _, dir := range []string{"cmd/stockade-agent", "sandbox/agent", "sandbox/agentproto", "hypervisor/image"} {
 		_ = filepath.WalkDir(filepath.Join(repoRoot(), dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".c")) || strings.HasSuffix(path, "_test.go") {
 				return nil
 			}
 			if fi, err := d.Info(); err == nil && fi.ModTime().After(t) {

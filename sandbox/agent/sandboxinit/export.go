@@ -38,6 +38,7 @@ const (
 	FileWrite  = fileWrite
 	FileAppend = fileAppend
 	OpFs       = initOpFs
+	OpIdle     = initOpIdle
 	FsStat     = fsStat
 	FsList     = fsList
 	FsMkdir    = fsMkdir

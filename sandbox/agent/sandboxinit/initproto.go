@@ -43,6 +43,10 @@ const (
 	initOpSpawn = "spawn"
 	initOpFile  = "file"
 	initOpFs    = "fs" // file system ops: initfs.go
+	// initOpIdle, sent on the hello connection, sets IdleMillis: how long
+	// init idles before it hands PID 1 to the stub init (idle.go); 0 never.
+	// A pre-started sandbox gets it when claimed.
+	initOpIdle = "idle"
 	// maxInitMessage bounds one message (argv and env included).
 	maxInitMessage = 256 << 10
 	// maxInitFDs bounds the descriptors one message may carry.
@@ -54,6 +58,8 @@ type initRequest struct {
 	Spawn *spawnRequest `json:"spawn,omitempty"`
 	File  *fileRequest  `json:"file,omitempty"`
 	Fs    *fsRequest    `json:"fs,omitempty"`
+	// IdleMillis is initOpIdle's.
+	IdleMillis int `json:"idle_ms,omitempty"`
 }
 
 // fileRequest.Op values.

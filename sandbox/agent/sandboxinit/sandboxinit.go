@@ -34,6 +34,15 @@ type InitOptions struct {
 	// Root is the folder file operations resolve in; default / (inside a
 	// sandbox, the sandbox's root). Tests point it at a folder.
 	Root string
+	// IdleAfter > 0 and Stub set: init execs the stub init at Stub when
+	// idle that long (idle.go), passing InitPath (this program's path) for
+	// the stub to exec it back.
+	IdleAfter      time.Duration
+	Stub, InitPath string
+	// Conn is a connection the stub accepted and handed over unread; Held
+	// are the agent's hello connections it held.
+	Conn *net.UnixConn
+	Held []*net.UnixConn
 }
 
 // RunSandboxInit is main for `stockade-agent sandbox-init`: PID 1 of a
@@ -57,6 +66,7 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	// sandbox. (Lower GC targets, a memory limit and returning the heap
 	// after start-up measured no smaller at idle: README "Density".)
 	runtime.GOMAXPROCS(1)
+	prewarmThreads()
 	// crun ran without address randomization (personality.go): commands
 	// of the sandbox get it back.
 	if err := restoreASLR(); err != nil {
@@ -83,8 +93,18 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 	}()
 
 	si := &sandboxInit{o: o, log: o.Logger, r: r}
+	si.idle.held, si.idle.last, si.idle.ln = map[*net.UnixConn]struct{}{}, time.Now(), ln
+	si.idle.after.Store(int64(o.IdleAfter))
+	for _, c := range o.Held {
+		go si.holdOpen(c, false)
+	}
+	if o.Conn != nil {
+		si.idle.begin()
+		go si.serveCounted(ctx, o.Conn)
+	}
 	context.AfterFunc(ctx, func() { ln.Close() })
 	for {
+		ln.SetDeadline(si.idleDeadline())
 		c, err := ln.AcceptUnix()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -92,6 +112,10 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if err := si.maybeStub(ln); err != nil {
+					si.log.Error("stays up: cannot go idle", "err", err)
+					si.idle.after.Store(0)
+				}
 				continue
 			}
 			return fmt.Errorf("sandbox init: accept: %w", err)
@@ -101,7 +125,8 @@ func RunSandboxInit(ctx context.Context, ln *net.UnixListener, o InitOptions) er
 			c.Close()
 			continue
 		}
-		go si.serve(ctx, c)
+		si.idle.begin()
+		go si.serveCounted(ctx, c)
 	}
 }
 
@@ -123,9 +148,16 @@ func peerOutside(c *net.UnixConn) bool {
 }
 
 type sandboxInit struct {
-	o   InitOptions
-	log *slog.Logger
-	r   *reaper.Reaper
+	o    InitOptions
+	log  *slog.Logger
+	r    *reaper.Reaper
+	idle idleState
+}
+
+// serveCounted serves c, counted by idle.begin before.
+func (si *sandboxInit) serveCounted(ctx context.Context, c *net.UnixConn) {
+	defer si.idle.end()
+	si.serve(ctx, c)
 }
 
 func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
@@ -159,14 +191,8 @@ func (si *sandboxInit) serveOne(ctx context.Context, c *net.UnixConn, req *initR
 			return false
 		}
 		// Held open: the agent reads EOF when this process is gone.
-		var ignored initRequest
-		for {
-			fds, err := recvInit(c, &ignored)
-			closeFDs(fds)
-			if err != nil {
-				return false
-			}
-		}
+		si.holdOpen(c, true)
+		return false
 	case initOpSpawn:
 		if req.Spawn == nil {
 			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "spawn without its body"})
