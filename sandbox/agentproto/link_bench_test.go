@@ -6,6 +6,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -81,25 +83,38 @@ func BenchmarkCopy32K(b *testing.B) {
 // reader in the same process (what the agent's write to a sandbox's
 // proxy connection costs, without the reader being another process).
 func BenchmarkLoopbackTCP(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	for _, n := range []int{32 << 10, 128 << 10} {
+		b.Run(strconv.Itoa(n>>10)+"KiB", func(b *testing.B) { benchLoopback(b, n) })
 	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
+}
+
+func benchLoopback(b *testing.B, loopbackWrite int) {
+	// STOCKADE_BENCH_SINK names a listener of another process to write to
+	// (in a guest: busybox nc -l -p PORT > /dev/null, as a sandbox's wget
+	// reads); without it the reader is a goroutine here.
+	addr := os.Getenv("STOCKADE_BENCH_SINK")
+	if addr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return
+			b.Fatal(err)
 		}
-		io.Copy(io.Discard, c)
-		c.Close()
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, c)
+			c.Close()
+		}()
+		addr = ln.Addr().String()
+	}
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	data := randomFrameData(32 << 10)
+	data := randomFrameData(loopbackWrite)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if _, err := c.Write(data); err != nil {
