@@ -207,7 +207,6 @@ func BuildDomain(s DomainSpec) (*libvirtxml.Domain, error) {
 		features.TCG = &libvirtxml.DomainFeatureTCG{
 			TBCache: &libvirtxml.DomainFeatureTCGTBCache{Unit: "MiB", Size: uint(tb)},
 		}
-		cpu = tcgCPU()
 	case TypeKVM:
 		cpu = &libvirtxml.DomainCPU{Mode: "host-passthrough", Check: "none", Migratable: "on"}
 	}
@@ -290,37 +289,4 @@ func BuildDomain(s DomainSpec) (*libvirtxml.Domain, error) {
 		},
 	}
 	return dom, nil
-}
-
-// tcgCPUFeatures are what a TCG guest's CPU adds to QEMU's default model
-// (qemu64: SSE3 at most). TCG emulates all of them. The guest's Go code
-// is what wants them: the link checksums every byte with CRC-32C, which
-// Go computes with SSE4.2's CRC32 instruction (8x the table-driven code
-// under TCG, 72 MB/s without it); PCLMULQDQ does CRC-32 (IEEE, gzip),
-// POPCNT and SSSE3/SSE4.1 the guest kernel's and libraries' fast paths. KVM
-// keeps host-passthrough. A snapshot's saved state includes its CPU, so the
-// model belongs to its key (GuestCPU).
-func tcgCPUFeatures() []string { return []string{"ssse3", "sse4.1", "sse4.2", "popcnt", "pclmuldq"} }
-
-func tcgCPU() *libvirtxml.DomainCPU {
-	cpu := &libvirtxml.DomainCPU{
-		Mode: "custom", Match: "exact", Check: "none",
-		Model: &libvirtxml.DomainCPUModel{Fallback: "forbid", Value: "qemu64"},
-	}
-	for _, f := range tcgCPUFeatures() {
-		cpu.Features = append(cpu.Features, libvirtxml.DomainCPUFeature{Policy: "require", Name: f})
-	}
-	return cpu
-}
-
-// GuestCPU describes the CPU a domain of type t gets, for keys of what
-// depends on it (a snapshot).
-func GuestCPU(t string) string {
-	switch t {
-	case TypeQEMU:
-		return "qemu64+" + strings.Join(tcgCPUFeatures(), "+")
-	case TypeKVM:
-		return "host-passthrough"
-	}
-	return ""
 }

@@ -82,7 +82,6 @@ type snapshotKey struct {
 	Tenant       string   `json:"tenant,omitempty"` // "" when shared
 	Host         string   `json:"host"`
 	DomainType   string   `json:"domain_type"`
-	CPU          string   `json:"cpu"` // the domain's CPU element (hypervisor.GuestCPU): saved state holds its CPUID
 	MemoryMiB    int      `json:"memory_mib"`
 	VCPUs        int      `json:"vcpus"`
 	Guest        string   `json:"guest"` // version kernel initramfs cmdline
@@ -197,7 +196,7 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, file
 	}
 	k := snapshotKey{
 		Format: snapshotFormat, Installation: s.installID, Tenant: s.snapshotTenant(vm), Host: vm.HostURI, DomainType: t,
-		CPU: hypervisor.GuestCPU(t), MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
+		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
 		Guest: strings.Join([]string{m.Guest.Version, files.Kernel, files.Initramfs, m.Guest.Cmdline}, " "),
 	}
 	for i, tp := range m.Templates {
