@@ -150,7 +150,7 @@ func (m *Manager) pipeEgress(sb *sandbox, c *net.TCPConn) {
 			ec.CloseWrite()
 		}
 	}()
-	if err := copyBatched(c, ec); err == nil {
+	if _, err := io.Copy(c, ec); err == nil {
 		c.CloseWrite()
 		// The host is done; a client that never closes its side does not
 		// hold the connection forever.
@@ -160,83 +160,6 @@ func (m *Manager) pipeEgress(sb *sandbox, c *net.TCPConn) {
 		ec.Close()
 	}
 	<-done
-}
-
-// Toward the sandbox (copyBatched), a download arrives in egress frames of
-// ~32 KiB. Written one by one, every frame woke the sandbox's reader, which
-// drained it in small reads (busybox wget: 4 KiB) and slept again: two
-// process switches per frame, each a full TLB flush under TCG, and a poll
-// per wake-up. So one goroutine reads frames into egressBatchBufs buffers
-// while the other writes all that have arrived in one writev: when the guest
-// is the bottleneck frames pile up and the sandbox is woken once per batch.
-// The bytes and their order are the same; nothing waits on a timer.
-const (
-	egressBatchBufs = 4
-	egressBatchBuf  = 32 << 10
-)
-
-// copyBatched copies src to dst until src ends (nil error at io.EOF) or a
-// read or write fails. On a write error it returns at once; the caller
-// closes src, which ends the reading goroutine.
-func copyBatched(dst *net.TCPConn, src io.Reader) error {
-	free := make(chan []byte, egressBatchBufs)
-	full := make(chan []byte, egressBatchBufs)
-	done := make(chan struct{})
-	defer close(done)
-	for range egressBatchBufs {
-		free <- make([]byte, egressBatchBuf)
-	}
-	var rerr error // set before full is closed
-	go func() {
-		defer close(full)
-		for {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-done:
-				return
-			}
-			n, err := src.Read(b)
-			if n > 0 {
-				full <- b[:n] // never blocks: at most egressBatchBufs buffers exist
-			} else {
-				free <- b
-			}
-			if err != nil {
-				rerr = err
-				return
-			}
-		}
-	}()
-	// batch is what arrived; out the same for WriteTo, which consumes it.
-	batch := make([][]byte, 0, egressBatchBufs)
-	out := make(net.Buffers, 0, egressBatchBufs)
-	for b := range full {
-		batch = append(batch[:0], b)
-	more:
-		for len(batch) < egressBatchBufs {
-			select {
-			case b, ok := <-full:
-				if !ok {
-					break more
-				}
-				batch = append(batch, b)
-			default:
-				break more
-			}
-		}
-		out = append(out[:0], batch...)
-		if _, err := out.WriteTo(dst); err != nil {
-			return err
-		}
-		for _, b := range batch {
-			free <- b[:cap(b)]
-		}
-	}
-	if errors.Is(rerr, io.EOF) {
-		return nil
-	}
-	return rerr
 }
 
 // sandboxContext ends when the sandbox begins to stop.
