@@ -238,6 +238,17 @@ func BenchmarkGatewayVM(b *testing.B) {
 		}
 		return time.Since(start)
 	}
+	// The guest's own account of where its CPU went (the VM's /proc/stat,
+	// which a sandbox sees whole), sampled around each transfer outside
+	// the timed part: user (agent, wget), system, softirq (the loopback
+	// TCP, virtio), idle (waiting on the host).
+	var gLink, gVM guestTicks
+	sampled := func(g *guestTicks, f func() time.Duration) time.Duration {
+		t0 := e.guestTicks(b)
+		d := f()
+		g.add(e.guestTicks(b).sub(t0))
+		return d
+	}
 	run(fmt.Sprintf("head -c %d /dev/urandom > /workspace/link.bin", vmSize))
 	const rounds = 20
 	var dVM, dLink []time.Duration
@@ -245,9 +256,13 @@ func BenchmarkGatewayVM(b *testing.B) {
 	up0, down0 := e.gw.Bytes(e.sb.ID)
 	for i := 0; i < b.N; i++ {
 		for range vmRounds {
-			dLink = append(dLink, timed(&cpuLink, func() time.Duration { return read("/workspace/link.bin") }))
-			dVM = append(dVM, timed(&cpuVM, func() time.Duration {
-				return run(fmt.Sprintf("wget -q -O /dev/null http://allowed.test:%s/bytes/%d", port, vmSize))
+			dLink = append(dLink, sampled(&gLink, func() time.Duration {
+				return timed(&cpuLink, func() time.Duration { return read("/workspace/link.bin") })
+			}))
+			dVM = append(dVM, sampled(&gVM, func() time.Duration {
+				return timed(&cpuVM, func() time.Duration {
+					return run(fmt.Sprintf("wget -q -O /dev/null http://allowed.test:%s/bytes/%d", port, vmSize))
+				})
 			}))
 		}
 		// One request, and rounds+1: the difference is rounds requests
@@ -258,6 +273,14 @@ func BenchmarkGatewayVM(b *testing.B) {
 	n := float64(b.N)
 	linkMBs, vmMBs := mbps(vmSize, p50(dLink)), mbps(vmSize, p50(dVM))
 	b.Logf("32 MiB, sorted: file reads %v; downloads %v", dLink, dVM)
+	mibAll := n * vmRounds * float64(vmSize) / (1 << 20)
+	b.Logf("guest CPU ms/MiB (user/system/irq+softirq/idle): file reads %s; downloads %s", gLink.perMiB(mibAll), gVM.perMiB(mibAll))
+	// wget's own share of a download (its user and system time, as its
+	// shell sees it once it waited for it), untimed.
+	_, out := e.shTB(context.Background(), b, fmt.Sprintf("wget -q -O /dev/null http://allowed.test:%s/bytes/%d && cat /proc/$$/stat", port, vmSize))
+	if f := strings.Fields(out[strings.LastIndexByte(out, ')')+1:]); len(f) > 15 {
+		b.Logf("wget's own CPU for one 32 MiB download: user %s0 ms, system %s0 ms", f[13], f[14])
+	}
 	b.ReportMetric(linkMBs, "agent-channel-file-read-MB/s")
 	b.ReportMetric(vmMBs, "sandbox-gateway-MB/s")
 	b.ReportMetric(float64((many-one).Milliseconds())/(n*rounds), "sandbox-request-ms")
@@ -271,4 +294,42 @@ func BenchmarkGatewayVM(b *testing.B) {
 	if up, down := e.gw.Bytes(e.sb.ID); down-down0 < int64(b.N*vmRounds*vmSize) {
 		b.Errorf("Got(Bytes(%s)) = %d up, %d down; want the %d downloads counted", e.sb.ID, up-up0, down-down0, b.N*vmRounds)
 	}
+}
+
+// guestTicks is the guest's CPU time by kind in USER_HZ ticks (10 ms):
+// user+nice, system, irq+softirq, idle+iowait.
+type guestTicks [4]int64
+
+func (g *guestTicks) add(d guestTicks) {
+	for i := range g {
+		g[i] += d[i]
+	}
+}
+
+func (g guestTicks) sub(o guestTicks) guestTicks {
+	for i := range g {
+		g[i] -= o[i]
+	}
+	return g
+}
+
+func (g guestTicks) perMiB(mib float64) string {
+	return fmt.Sprintf("%.1f/%.1f/%.1f/%.1f", float64(g[0])*10/mib, float64(g[1])*10/mib, float64(g[2])*10/mib, float64(g[3])*10/mib)
+}
+
+// guestTicks reads the guest's /proc/stat from inside the sandbox.
+func (e *vmEnv) guestTicks(tb testing.TB) guestTicks {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, out := e.shTB(ctx, tb, "head -n 1 /proc/stat")
+	f := strings.Fields(out)
+	if code != 0 || len(f) < 8 || f[0] != "cpu" {
+		tb.Fatalf("guest /proc/stat: exit %d: %q", code, out)
+	}
+	var v [7]int64
+	for i := range v {
+		v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+	}
+	// user nice system idle iowait irq softirq
+	return guestTicks{v[0] + v[1], v[2], v[5] + v[6], v[3] + v[4]}
 }
