@@ -128,6 +128,7 @@ type snapshots struct {
 	builds    int64
 	spares    map[string]spare // slot file -> the next restore's prepared files
 	preparing map[string]bool  // slot file -> a spare is being prepared
+	swept     map[string]bool  // slot file -> orphan spares removed
 }
 
 // spare is a restore's files made ahead (spare.go): a checked copy of the
@@ -143,7 +144,7 @@ type spare struct {
 
 func newSnapshots() *snapshots {
 	return &snapshots{building: map[string]string{}, failures: map[string]int{}, until: map[string]time.Time{}, fallback: map[string]int64{},
-		spares: map[string]spare{}, preparing: map[string]bool{}}
+		spares: map[string]spare{}, preparing: map[string]bool{}, swept: map[string]bool{}}
 }
 
 // SnapshotCounts are the snapshot counters since the service started.
@@ -342,7 +343,6 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 		}
 		return fail(FallbackCorrupt, err)
 	}
-	s.prepareSpare(shv, dir, slot, rs)
 	tp := time.Now()
 	spec.Disks = append(slices.Clip(spec.Disks), scratch)
 	dom, err := shv.Restore(ctx, spec, snap)
@@ -376,6 +376,7 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 	s.snaps.restores++
 	delete(s.snaps.failures, dir+slot)
 	s.snaps.mu.Unlock()
+	s.prepareSpare(shv, dir, slot, rs) // the next restore's
 	return dom, client, ""
 }
 

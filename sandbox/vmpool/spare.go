@@ -117,6 +117,12 @@ func (s *Service) prepareSpare(shv snapshotHV, dir, slot string, rs *restorable)
 		return
 	}
 	s.snaps.preparing[key] = true
+	// Spares on disk before this process made one are orphans (of an
+	// earlier process): no restore holds one. Later ones are never left
+	// (a failed prepare removes its files), and one a restore took may
+	// not be renamed yet.
+	sweep := !s.snaps.swept[key]
+	s.snaps.swept[key] = true
 	s.snaps.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -126,10 +132,11 @@ func (s *Service) prepareSpare(shv snapshotHV, dir, slot string, rs *restorable)
 			delete(s.snaps.preparing, key)
 			s.snaps.mu.Unlock()
 		}()
-		// Orphans of an earlier process or of a failed prepare.
-		old, _ := filepath.Glob(filepath.Join(dir, slot+".spare-*"))
-		for _, p := range old {
-			os.Remove(p)
+		if sweep {
+			old, _ := filepath.Glob(filepath.Join(dir, slot+".spare-*"))
+			for _, p := range old {
+				os.Remove(p)
+			}
 		}
 		ctx, cancel := s.stop.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
