@@ -32,7 +32,7 @@ import (
 // live next to the snapshot as slot.spare-<uuid>.{snap,scratch}, are
 // counted in snapshotFiles and go with the snapshot; one from an earlier
 // process (not in snaps.spares) is an orphan and is removed before the
-// next one is made.
+// next one is made; Close removes this process's.
 
 // prestartWait bounds how long a snapshot build waits for its pre-started
 // sandboxes.
@@ -182,6 +182,19 @@ func filesStamp(rs *restorable) string {
 		}
 	}
 	return b.String()
+}
+
+// dropSpares removes the spares on Close: only this process would take
+// them (the next one sweeps what it did not make).
+func (s *Service) dropSpares() {
+	s.snaps.mu.Lock()
+	spares := s.snaps.spares
+	s.snaps.spares = map[string]spare{}
+	s.snaps.mu.Unlock()
+	for _, sp := range spares {
+		os.Remove(sp.snap)
+		os.Remove(sp.scratch)
+	}
 }
 
 // placeScratch puts the snapshot's scratch disk at dst: the spare's copy,
