@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +94,9 @@ type snapshotKey struct {
 	VCPUs        int      `json:"vcpus"`
 	Guest        string   `json:"guest"` // version kernel initramfs cmdline
 	Templates    []string `json:"templates"`
+	// CPU is the domain's CPU and features elements as BuildDomain
+	// writes them: a change of the guest's CPU model makes it stale.
+	CPU string `json:"cpu,omitempty"`
 }
 
 func (k snapshotKey) sum() string {
@@ -224,6 +228,15 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, file
 		Format: snapshotFormat, Installation: s.installID, Tenant: s.snapshotTenant(vm), Host: vm.HostURI, DomainType: t,
 		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
 		Guest: strings.Join([]string{m.Guest.Version, files.Kernel, files.Initramfs, m.Guest.Cmdline}, " "),
+	}
+	if d, err := hypervisor.BuildDomain(hypervisor.DomainSpec{ID: "snapshot-key", InstallationID: s.installID, Type: t,
+		VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: m.Guest.Cmdline,
+		ChannelName: agentproto.ChannelName}); err == nil {
+		cpu, _ := xml.Marshal(d.CPU)
+		feat, _ := xml.Marshal(d.Features)
+		k.CPU = string(cpu) + string(feat)
+	} else {
+		s.log.Warn("vm snapshot key: domain cpu", "err", err)
 	}
 	for i, tp := range m.Templates {
 		if i < len(files.Templates) {
