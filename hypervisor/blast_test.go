@@ -20,10 +20,20 @@ import (
 // connection, holds both agent channels open, kills tenant A's QEMU and
 // checks the blast radius: A's stream ends, the connection stays up (no
 // KindDisconnected), and tenant B's channel keeps echoing.
+// Both channel paths: the direct socket and the libvirt stream (whose
+// client may drop the connection carrying a dying QEMU's stream).
 func TestOneVMCrashKeepsTheConnection(t *testing.T) {
 	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "direct", true: "stream"}[stream], func(t *testing.T) {
+			oneVMCrashKeepsTheConnection(t, hypervisor.Config{URI: systemURI, ChannelStream: stream})
+		})
+	}
+}
+
+func oneVMCrashKeepsTheConnection(t *testing.T, cfg hypervisor.Config) {
 	guest := systemGuest(t)
-	h := hypervisortest.Connect(t, hypervisor.Config{URI: systemURI})
+	h := hypervisortest.Connect(t, cfg)
 	ctx := context.Background()
 	idA, idB := hypervisortest.NewID("blast-a-"), hypervisortest.NewID("blast-b-")
 	dA, err := h.Create(ctx, guest.Spec(idA, "tenant-a"))

@@ -24,11 +24,25 @@ import (
 // mid-transfer can make libvirt's client drop the connection carrying it)
 // ends that channel only, never the host connection or other VMs' channels.
 // A libvirtd restart still ends them all.
+//
+// On a libvirtd of this machine it connects to the channel's QEMU socket
+// directly instead (channel_direct.go) unless Config.ChannelStream says not:
+// no libvirt connection then, and libvirtd no longer relays the bytes.
 func (h *Host) OpenChannel(ctx context.Context, id, name string) (io.ReadWriteCloser, error) {
 	// The control connection says whether the host is up at all.
-	_, release, err := h.acquire(ctx)
+	s, release, err := h.acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+	}
+	if !h.cfg.ChannelStream && localURI(h.cfg.URI) {
+		ch, ok, err := h.openDirect(ctx, s, id, name)
+		if ok {
+			release()
+			if err != nil {
+				return nil, fmt.Errorf("open channel %s of vm %s: %w", name, id, err)
+			}
+			return ch, nil
+		}
 	}
 	release()
 	conn, err := h.dial(ctx)

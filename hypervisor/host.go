@@ -52,6 +52,12 @@ type Config struct {
 	// to "" (leave logs alone) for any other URI.
 	QEMULogDir string
 
+	// ChannelStream: reach VM channels through libvirt's stream API even
+	// on a local URI, where OpenChannel connects to QEMU's chardev socket
+	// directly by default (channel_direct.go; STOCKADE_CHANNEL_DIRECT=false).
+	// Remote URIs always use the stream.
+	ChannelStream bool
+
 	// PoolDir is the folder on the host of the installation's storage pool
 	// (storage.go); DefaultPoolDir(InstallationID) when empty.
 	PoolDir string

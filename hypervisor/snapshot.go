@@ -46,8 +46,9 @@ import (
 // cookie offset, unused words), the NUL-terminated domain XML, libvirt's
 // cookie, then QEMU's migration stream ("QEVM"...).
 //
-// The snapshot's path is read by this process and by libvirtd alike: on a
-// remote host it must be on storage both see (see vmpool's snapshot dir).
+// The snapshot's path is read by this process and by libvirtd alike; a
+// snapshot on a host whose disk this process does not see is a volume of
+// its pool instead (Snapshot.Volume, snapshot_remote.go).
 
 // Save-file layout (libvirt 9 src/qemu/qemu_saveimage.h, virQEMUSaveHeader).
 const (
@@ -83,6 +84,10 @@ type Snapshot struct {
 	// checked against SHA256): Restore takes it (renames it) instead of
 	// copying Path on demand. It is gone after Restore, whatever happens.
 	Prepared string
+	// Volume, when set, is the snapshot as a volume of the host's pool
+	// (a host this process cannot see the disk of; snapshot_remote.go);
+	// Path is then its path on the host and SHA256 unused.
+	Volume *VolumeSnapshot
 }
 
 // PrepareSnapshot copies snap to dst ahead of a restore (Snapshot.Prepared),
@@ -174,22 +179,11 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 		return nil, err
 	}
 	t0 := time.Now()
-	clone := snap.Path + ".restore-" + spec.ID
-	if snap.Prepared != "" {
-		defer os.Remove(snap.Prepared)
-		if !snapshotPathRE.MatchString(snap.Prepared) {
-			return nil, fmt.Errorf("%w: prepared snapshot path %q must be absolute, of [A-Za-z0-9/._+-]", ErrInvalid, snap.Prepared)
-		}
-		if err := os.Rename(snap.Prepared, clone); err != nil {
-			return nil, fmt.Errorf("take prepared snapshot: %w", err)
-		}
-	} else if err := h.copySnapshot(snap, clone); err != nil {
+	clone, removeClone, err := h.cloneFor(ctx, snap, want, spec) // snapshot_remote.go
+	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(clone)
-	if err := rewriteClone(clone, want, spec); err != nil {
-		return nil, err
-	}
+	defer removeClone()
 	tClone := time.Since(t0)
 
 	s, release, err := h.acquire(ctx)
@@ -229,6 +223,28 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 	h.log.Debug("vm restored", "vm", spec.ID, "clone", tClone.Round(time.Millisecond),
 		"libvirt_restore", time.Since(t1).Round(time.Millisecond))
 	return &Domain{ID: spec.ID, TenantID: spec.TenantID, Name: name, UUID: uuid}, nil
+}
+
+// cloneFile makes the local clone a restore of spec loads from snap: the
+// prepared copy (Snapshot.Prepared) taken, else a checked copy of
+// snap.Path; with the restored domain's XML in its header.
+func (h *Host) cloneFile(snap Snapshot, clone string, want *libvirtxml.Domain, spec DomainSpec) error {
+	if snap.Prepared != "" {
+		defer os.Remove(snap.Prepared)
+		if !snapshotPathRE.MatchString(snap.Prepared) {
+			return fmt.Errorf("%w: prepared snapshot path %q must be absolute, of [A-Za-z0-9/._+-]", ErrInvalid, snap.Prepared)
+		}
+		if err := os.Rename(snap.Prepared, clone); err != nil {
+			return fmt.Errorf("take prepared snapshot: %w", err)
+		}
+	} else if err := h.copySnapshot(snap, clone); err != nil {
+		return err
+	}
+	if err := rewriteClone(clone, want, spec); err != nil {
+		os.Remove(clone)
+		return err
+	}
+	return nil
 }
 
 // fileStamp is what changes when a file is written or replaced.

@@ -21,15 +21,7 @@ import (
 func saveBooted(t *testing.T, h *hypervisor.Host, guest hypervisortest.Guest, dir string) hypervisor.Snapshot {
 	t.Helper()
 	ctx := context.Background()
-	id := hypervisortest.NewID("snapsrc-")
-	if _, err := h.Create(ctx, guest.Spec(id, "tenant-src")); err != nil {
-		t.Fatalf("Create(%s) error = %v", id, err)
-	}
-	ch := openChannel(t, h, id, guest.Channel)
-	if got := readLine(t, ch, 120*time.Second); !strings.HasPrefix(got, "READY ") {
-		t.Fatalf("first line = %q; want READY <uptime>", got)
-	}
-	ch.Close()
+	id := bootReady(t, h, guest) // snapshot_remote_test.go
 	path := filepath.Join(dir, "guest.snap")
 	if err := h.SaveSnapshot(ctx, id, path); err != nil {
 		t.Fatalf("SaveSnapshot(%s) error = %v", id, err)

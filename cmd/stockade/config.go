@@ -69,6 +69,8 @@ type config struct {
 	VMSnapshots bool
 	// VMSnapshotsShared: one snapshot per host and shape for every tenant.
 	VMSnapshotsShared bool
+	// ChannelDirect: agent channels of local hosts straight to QEMU's socket.
+	ChannelDirect bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (STOCKADE_PRESTART_PER_TEMPLATE); 0 disables.
 	PrestartPerTemplate int
@@ -145,6 +147,8 @@ func (c *config) flags(fs *flag.FlagSet, getenv func(string) string) {
 		"restore VMs from a memory snapshot of a booted guest instead of cold booting them; false: always cold boot (STOCKADE_VM_SNAPSHOTS)")
 	fs.BoolVar(&c.VMSnapshotsShared, "vm-snapshots-shared", c.envBool(getenv, "vm-snapshots-shared", "STOCKADE_VM_SNAPSHOTS_SHARED", false),
 		"one memory snapshot per host and VM shape for every tenant; false: one per tenant, so no two tenants' VMs share the guest kernel's boot-time secrets (STOCKADE_VM_SNAPSHOTS_SHARED)")
+	fs.BoolVar(&c.ChannelDirect, "channel-direct", c.envBool(getenv, "channel-direct", "STOCKADE_CHANNEL_DIRECT", true),
+		"on local libvirt URIs, connect to each VM's agent channel socket directly instead of through libvirtd's stream API; remote URIs always use the stream; every server of an installation on one host must use the same setting (STOCKADE_CHANNEL_DIRECT)")
 	fs.IntVar(&c.PrestartPerTemplate, "prestart-per-template", c.envInt(getenv, "prestart-per-template", "STOCKADE_PRESTART_PER_TEMPLATE", sandbox.DefaultPrestartPerTemplate),
 		"sandboxes each VM keeps started per template, claimed by creates without volumes; 0 disables (STOCKADE_PRESTART_PER_TEMPLATE)")
 	fs.IntVar(&c.MetricsTenants, "metrics-tenants", c.envInt(getenv, "metrics-tenants", "STOCKADE_METRICS_TENANTS", 200),

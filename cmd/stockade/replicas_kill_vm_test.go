@@ -12,6 +12,9 @@ import (
 
 	"github.com/stockade-dev/stockade/cmd/stockade/replicatest"
 	"github.com/stockade-dev/stockade/handlers/api"
+	"github.com/stockade-dev/stockade/hypervisor"
+	"github.com/stockade-dev/stockade/hypervisor/hypervisortest"
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/tenants/dbtest"
 )
@@ -103,6 +106,11 @@ func TestReplicaKilled(t *testing.T) {
 		t.Fatalf("Got(a's replication) = %+v; want a holding its VM's lease", r)
 	}
 
+	domain, channel := hypervisor.DomainName(sb.VMID), agentproto.ChannelName
+	if pid := hypervisortest.ChannelHolder(t, domain, channel); pid != a.PID() {
+		t.Errorf("Got(holder of the VM's channel socket) = pid %d; want a (%d), on the direct path", pid, a.PID())
+	}
+
 	// A terminal driven through b (forwarded to a, the owner) across the kill.
 	term := openFailoverTerminal(t, b.Base, token, sb.ID, 40)
 
@@ -138,6 +146,10 @@ func TestReplicaKilled(t *testing.T) {
 		s, body = call(b.Base, http.MethodPost, "/api/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":["echo","still here"]}`)
 		return s == http.StatusOK && json.Unmarshal([]byte(body), &res) == nil && res.Stdout == "still here\n"
 	})
+	if pid := hypervisortest.ChannelHolder(t, domain, channel); pid != b.PID() {
+		t.Errorf("Got(holder of the VM's channel socket after failover) = pid %d; want b (%d)", pid, b.PID())
+	}
+
 	var vmAfter struct {
 		State          string `json:"state"`
 		AgentConnected bool   `json:"agent_connected"`

@@ -97,7 +97,7 @@ func (c *config) app() (app.Config, error) {
 		PublicURL: c.PublicURL, InternalURL: c.internalURL(), PreviewDomain: c.PreviewDomain, DataDir: c.DataDir, DB: c.DB, RootKey: root,
 		OIDCIssuer: c.OIDCIssuer, OIDCClientID: c.OIDCClientID, OIDCClientSecret: c.OIDCSecret,
 		OperatorEmails: c.operatorList(), Version: version,
-		LibvirtURIs: splitList(c.LibvirtURIs), HostFiles: hostFiles, HostPoolDir: c.HostPoolDir, DomainType: c.DomainType, ExecGrace: c.ExecGrace, VMSnapshots: c.VMSnapshots, VMSnapshotsShared: c.VMSnapshotsShared, MaxFileBytes: c.MaxFileBytes,
+		LibvirtURIs: splitList(c.LibvirtURIs), HostFiles: hostFiles, HostPoolDir: c.HostPoolDir, DomainType: c.DomainType, ExecGrace: c.ExecGrace, VMSnapshots: c.VMSnapshots, VMSnapshotsShared: c.VMSnapshotsShared, ChannelStream: !c.ChannelDirect, MaxFileBytes: c.MaxFileBytes,
 		EgressAllowCIDRs: splitList(c.EgressAllowCIDRs), EgressRetentionDays: c.EgressRetentionDays,
 		PrestartPerTemplate: c.PrestartPerTemplate,
 		TemplateRegistries:  splitList(c.TemplateRegistries), TemplateMaxUploadBytes: c.TemplateMaxUpload,

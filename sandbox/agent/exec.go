@@ -90,11 +90,35 @@ func codeError(code, msg string) error {
 // spawned is a command started by a sandbox's init: the control connection
 // and the agent's ends of its stdio.
 type spawned struct {
-	c      *net.UnixConn
 	pid    int
 	stdin  *os.File // nil without stdin
 	stdout *os.File // the terminal's master with TTY
 	stderr *os.File // nil with TTY
+
+	mu sync.Mutex
+	c  *net.UnixConn // nil once back in the pool or closed
+}
+
+// control sends a signal to the command's process group, unless it ended
+// and its connection went on to another command.
+func (s *spawned) control(sig unix.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		sendInit(s.c, initControl{Signal: int(sig)})
+	}
+}
+
+// release gives the connection back to pool once init said it takes
+// another command (initExit.Reuse): nothing of this one goes on it any more.
+func (s *spawned) release(pool *initPool) {
+	s.mu.Lock()
+	c := s.c
+	s.c = nil
+	s.mu.Unlock()
+	if c != nil {
+		pool.put(c)
+	}
 }
 
 func (s *spawned) close() {
@@ -103,15 +127,34 @@ func (s *spawned) close() {
 			f.Close()
 		}
 	}
-	s.c.Close()
+	s.mu.Lock()
+	if s.c != nil {
+		s.c.Close()
+		s.c = nil
+	}
+	s.mu.Unlock()
 }
 
-// spawn asks the sandbox's init to start a command.
+// spawn asks the sandbox's init to start a command, on a pooled connection
+// when there is one (initpool.go).
 func (m *Manager) spawn(ctx context.Context, sb *sandbox, req spawnRequest) (*spawned, error) {
-	c, err := dialInit(ctx, sb)
-	if err != nil {
-		return nil, err
+	req.Reuse = true
+	for {
+		c, reused, err := m.initConn(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		s, err := spawnOn(ctx, c, req)
+		if err != nil && reused && connGone(err) && ctx.Err() == nil {
+			continue // init closed it while it idled: dial anew
+		}
+		return s, err
 	}
+}
+
+// spawnOn sends a spawn on c and returns the command; c is closed when it
+// fails.
+func spawnOn(ctx context.Context, c *net.UnixConn, req spawnRequest) (*spawned, error) {
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
@@ -271,7 +314,7 @@ func (m *Manager) serveAttached(ctx context.Context, st net.Conn, r *execRun, a 
 			defer close(inputDone)
 			m.readExecInput(st, r.p, r.tty, func(sig unix.Signal) {
 				r.hostSignaled.Store(true)
-				sendInit(r.p.c, initControl{Signal: int(sig)})
+				r.p.control(sig)
 			})
 		}()
 	}
@@ -341,7 +384,10 @@ func (m *Manager) runExec(ctx context.Context, sb *sandbox, r *execRun, timeoutS
 		go pump(p.stderr, agentproto.ChannelStderr)
 	}
 
-	control := func(sig unix.Signal) { sendInit(p.c, initControl{Signal: int(sig)}) }
+	control := p.control
+	// The exit comes on the connection; nothing else writes to it but
+	// control, and only release takes it away (after the exit).
+	pc := p.c
 	type exitResult struct {
 		ex  initExit
 		err error
@@ -349,7 +395,7 @@ func (m *Manager) runExec(ctx context.Context, sb *sandbox, r *execRun, timeoutS
 	exitCh := make(chan exitResult, 1)
 	go func() {
 		var ex initExit
-		fds, err := recvInit(p.c, &ex)
+		fds, err := recvInit(pc, &ex)
 		closeFDs(fds)
 		exitCh <- exitResult{ex, err}
 	}()
@@ -380,6 +426,9 @@ func (m *Manager) runExec(ctx context.Context, sb *sandbox, r *execRun, timeoutS
 		}
 	}
 	duration := time.Since(started)
+	if res.err == nil && res.ex.Reuse {
+		p.release(&sb.inits)
+	}
 
 	drained := make(chan struct{})
 	go func() { pumps.Wait(); close(drained) }()
@@ -430,7 +479,7 @@ func execReasonFor(sandboxReason string) string {
 	return agentproto.ReasonKilled
 }
 
-func killSpawned(p *spawned) { sendInit(p.c, initControl{Signal: int(unix.SIGKILL)}) }
+func killSpawned(p *spawned) { p.control(unix.SIGKILL) }
 
 // readExecInput applies the host's frames (stdin, resize, signals) until
 // the stream ends.

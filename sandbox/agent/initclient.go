@@ -32,6 +32,8 @@ const (
 	defaultPath = sandboxinit.DefaultPath
 )
 
+var errInitEOF = sandboxinit.ErrEOF
+
 func sendInit(c *net.UnixConn, v any, fds ...int) error { return sandboxinit.Send(c, v, fds...) }
 
 func recvInit(c *net.UnixConn, v any) ([]int, error) { return sandboxinit.Recv(c, v) }

@@ -250,6 +250,7 @@ type sandbox struct {
 	claimEnv   []string
 	final      *agentproto.SandboxStats // sampled when it stopped
 	pause      pauseState               // pause.go
+	inits      initPool                 // idle connections to its init (initpool.go)
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when stop begins

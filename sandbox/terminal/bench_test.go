@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/sandbox/agentproto"
 	"github.com/stockade-dev/stockade/sandbox/benchrec"
 	"github.com/stockade-dev/stockade/sandbox/sandboxtest"
 	"github.com/stockade-dev/stockade/sandbox/terminal"
@@ -171,7 +172,11 @@ func BenchmarkKeystrokeEcho(b *testing.B) {
 	vm := newVMEnv(b)
 	local := newLocalEnv(b)
 	n := samples()
-	var vmLat, localLat []time.Duration
+	var vmLat, localLat, pings []time.Duration
+	agent, err := vm.vms.Agent(context.Background(), vm.a.ID, vm.sb.VMID)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for i := 0; i < b.N; i++ {
 		vp := openProbe(b, vm.web.URL, vm.sb.ID, vm.dev, cat)
 		lp := openProbe(b, local.web.URL, local.sb, local.dev, cat)
@@ -182,6 +187,7 @@ func BenchmarkKeystrokeEcho(b *testing.B) {
 		for k := 0; k < n; k += echoBatch {
 			vmLat = append(vmLat, vp.echoes(b, min(echoBatch, n-k), 20*time.Millisecond)...)
 			localLat = append(localLat, lp.echoes(b, min(echoBatch, n-k), 20*time.Millisecond)...)
+			pings = append(pings, agentPings(b, agent, min(echoBatch, n-k), 20*time.Millisecond)...)
 		}
 	}
 	b.StopTimer()
@@ -190,10 +196,30 @@ func BenchmarkKeystrokeEcho(b *testing.B) {
 	b.ReportMetric(ms(v95), "vm-p95-ms")
 	b.ReportMetric(ms(l50), "local-p50-ms")
 	b.ReportMetric(ms(l95), "local-p95-ms")
+	b.ReportMetric(ms(percentile(pings, .5)), "ping-p50-ms")
 	b.ReportMetric(float64(v50)/float64(l50), "p50-ratio")
 	b.ReportMetric(float64(v95)/float64(l95), "p95-ratio")
 	benchrec.Record(b, benchrec.Result{Name: "terminal_echo_added_ms", Value: ms(v50) - ms(l50), Unit: "ms"})
-	b.Logf("keystroke echo, %d keys each: VM p50 %v p95 %v; local PTY p50 %v p95 %v; added p50 %.2f ms", len(vmLat), v50, v95, l50, l95, ms(v50)-ms(l50))
+	b.Logf("keystroke echo, %d keys each: VM p50 %v p95 %v; local PTY p50 %v p95 %v; added p50 %.2f ms; agent ping p50 %v",
+		len(vmLat), v50, v95, l50, l95, ms(v50)-ms(l50), percentile(pings, .5))
+}
+
+// agentPings times n agent-channel round trips (ping), one every gap: the
+// floor under the VM's echo.
+func agentPings(b *testing.B, c *agentproto.Client, n int, gap time.Duration) []time.Duration {
+	b.Helper()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		d, err := c.Ping(ctx)
+		cancel()
+		if err != nil {
+			b.Fatalf("ping the agent: %v", err)
+		}
+		out = append(out, d)
+		time.Sleep(gap)
+	}
+	return out
 }
 
 // echoBatch is how many keystrokes BenchmarkKeystrokeEcho times on one

@@ -50,7 +50,10 @@ func newVMEnv(tb testing.TB) *vmEnv {
 	db := dbtest.SQLite(tb)
 	e := &vmEnv{sysAct: audit.Actor{Kind: audit.ActorSystem, ID: "test"}}
 	log := vmLogger()
-	e.vms, e.sbx = sandboxtest.Start(tb, db, vmpool.Config{DataDir: dataDir, Logger: log},
+	// TERMINAL_BENCH_CHANNEL_STREAM=1 puts the agent channel on libvirt's
+	// stream API instead of the direct socket, to compare the two.
+	stream := os.Getenv("TERMINAL_BENCH_CHANNEL_STREAM") == "1"
+	e.vms, e.sbx = sandboxtest.Start(tb, db, vmpool.Config{DataDir: dataDir, Logger: log, ChannelStream: stream},
 		sandbox.Config{SyncInterval: 500 * time.Millisecond, DefaultTemplate: "busybox"})
 	e.terms = terminal.New(db, terminal.SandboxPTYs{Service: e.sbx}, terminal.Config{DataDir: tb.TempDir(), Logger: log,
 		CheckInterval: 200 * time.Millisecond, Env: []string{"TERM=xterm-256color", "PS1=$ "}})

@@ -108,11 +108,13 @@ func (s *Service) visitHostFiles(uri string) {
 		s.log.Warn("host files: no guest image", "host", uri, "err", err)
 		return
 	}
-	if _, err := s.HostFiles(ctx, uri, m.Guest); err != nil {
+	files, err := s.HostFiles(ctx, uri, m.Guest)
+	if err != nil {
 		s.log.Warn("host files: upload the guest image", "host", uri, "err", err)
 		return // no GC either: what is there may be all it has
 	}
 	s.sweepScratchVolumes(ctx, uri, st)
+	s.sweepRemoteSnapshots(ctx, uri, files) // snapshot_remote.go
 	current := map[string]bool{}
 	if vols, err := guestVolumes(m, m.Guest, m.Templates); err == nil {
 		for _, v := range vols {

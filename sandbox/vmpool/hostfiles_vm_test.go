@@ -110,34 +110,7 @@ func TestRemoteHostFiles(t *testing.T) {
 		t.Errorf("Got(phases) = %v; want defining among them (the upload's)", phases)
 	}
 
-	// The domain's files, as the second host's libvirt says.
-	conn, err := libvirt.NewConnect(second.URI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	dom, err := conn.LookupDomainByName(hypervisor.DomainName(vm.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc, err := dom.GetXMLDesc(0)
-	dom.Free()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var def libvirtxml.Domain
-	if err := def.Unmarshal(desc); err != nil {
-		t.Fatal(err)
-	}
-	paths := []string{def.OS.Kernel, def.OS.Initrd}
-	for _, d := range def.Devices.Disks {
-		if d.Source != nil && d.Source.File != nil {
-			paths = append(paths, d.Source.File.File)
-		}
-	}
-	if len(paths) < 4 {
-		t.Fatalf("Got(domain files) = %v; want kernel, initramfs, templates and scratch", paths)
-	}
+	paths := domainFiles(t, second.URI, vm.ID) // the domain's files, as the second host's libvirt says
 	for _, p := range paths {
 		if filepath.Dir(p) != poolDir || strings.HasPrefix(p, dataDir) {
 			t.Errorf("Got(domain file) = %s; want it in the pool's folder %s, not the data dir", p, poolDir)
@@ -249,4 +222,38 @@ func TestRemoteHostBadPoolDir(t *testing.T) {
 	if _, ok := hypervisortest.RawInfo(t, second.URI, hypervisor.DomainName(vm.ID)); ok {
 		t.Errorf("Got(domain of the failed boot) = there; want none")
 	}
+}
+
+// domainFiles are the kernel, initramfs and disk files of vm's domain on
+// the host at uri.
+func domainFiles(t *testing.T, uri, vmID string) []string {
+	t.Helper()
+	conn, err := libvirt.NewConnect(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dom, err := conn.LookupDomainByName(hypervisor.DomainName(vmID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := dom.GetXMLDesc(0)
+	dom.Free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var def libvirtxml.Domain
+	if err := def.Unmarshal(desc); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{def.OS.Kernel, def.OS.Initrd}
+	for _, d := range def.Devices.Disks {
+		if d.Source != nil && d.Source.File != nil {
+			paths = append(paths, d.Source.File.File)
+		}
+	}
+	if len(paths) < 4 {
+		t.Fatalf("Got(domain files) = %v; want kernel, initramfs, templates and scratch", paths)
+	}
+	return paths
 }

@@ -358,6 +358,7 @@ func (s *Service) reconcileAll(ctx context.Context) {
 		}
 	}
 	s.sweepScratch(ctx)
+	s.sweepSnapshots(ctx) // snapshot_gc.go
 	s.syncHostFiles()
 }
 

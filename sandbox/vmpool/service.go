@@ -59,16 +59,17 @@ func ConnectLibvirt(ctx context.Context, uri, installationID string, log *slog.L
 // or "qemu" ("" detects); probeKernel is a guest kernel the host boots once
 // to prove KVM really works before trusting it.
 func LibvirtConnector(domainType, probeKernel string) Connector {
-	return libvirtConnector(domainType, probeKernel, "", nil, nil)
+	return libvirtConnector(domainType, probeKernel, "", false, nil, nil)
 }
 
 // libvirtConnector also says where each host's storage pool goes (poolDir,
 // "" for the default) and, for the probe, which hosts get their files
 // through their pool (remote) and the probe kernel's checksum.
-func libvirtConnector(domainType, probeKernel, poolDir string, remote func(uri string) bool, sums map[string]string) Connector {
+func libvirtConnector(domainType, probeKernel, poolDir string, channelStream bool, remote func(uri string) bool, sums map[string]string) Connector {
 	return func(ctx context.Context, uri, installationID string, log *slog.Logger) (Hypervisor, error) {
 		cfg := hypervisor.Config{URI: uri, InstallationID: installationID, Logger: log,
-			DomainType: domainType, ProbeKernel: probeKernel, ProbeTimeout: 8 * time.Second, PoolDir: poolDir}
+			DomainType: domainType, ProbeKernel: probeKernel, ProbeTimeout: 8 * time.Second, PoolDir: poolDir,
+			ChannelStream: channelStream}
 		if remote != nil && remote(uri) && probeKernel != "" {
 			cfg.ProbeKernelSHA256 = sums[probeKernel]
 			if cfg.ProbeKernelSHA256 == "" {
@@ -147,6 +148,10 @@ type Config struct {
 	// remote host (STOCKADE_HOST_POOL_DIR); default
 	// /var/lib/libvirt/stockade/<installation id>.
 	PoolDir string
+	// ChannelStream reaches agent channels through libvirt's stream API
+	// even on local hosts (hypervisor.Config.ChannelStream;
+	// STOCKADE_CHANNEL_DIRECT=false).
+	ChannelStream bool
 	// HostFilesInterval is how often the leader visits each remote host's
 	// files (uploads, scratch sweep, GC); default HostFilesInterval.
 	HostFilesInterval time.Duration
@@ -212,7 +217,7 @@ func (c *Config) checkAndSetDefaults() error {
 			kernel, sums = m.Guest.Kernel, m.Checksums
 		}
 		modes := c.HostFiles
-		c.Connect = libvirtConnector(c.DomainType, kernel, c.PoolDir,
+		c.Connect = libvirtConnector(c.DomainType, kernel, c.PoolDir, c.ChannelStream,
 			func(uri string) bool { return filesMode(modes, uri) == FilesRemote }, sums)
 	}
 	def := func(d *time.Duration, v time.Duration) {

@@ -183,12 +183,15 @@ func (s *Service) snapshotBuilding(id string) bool {
 }
 
 // snapshotDir is where a host's snapshots live: the folder HostFiles gives
-// for files the host writes itself (DataDir/hosts/<installation> locally,
-// the storage pool's folder on a remote host). This process hashes and
-// clones the file there and libvirtd restores the clone, so both must see
-// that folder: "" when this process does not (a remote host on its own
-// disk), and such a host cold boots (snapshots off for it).
+// for files the host writes itself (DataDir/hosts/<installation> locally;
+// "" when it is not there: snapshots off). This process hashes and clones
+// the file there and libvirtd restores the clone. A remote host's are
+// volumes of its pool, handled through libvirt (snapshot_remote.go): its
+// "dir" is only a key of the service's maps.
 func (s *Service) snapshotDir(files HostFiles) string {
+	if files.Mode == FilesRemote {
+		return remoteSnapshotDir(files) // through the pool (snapshot_remote.go)
+	}
 	if st, err := os.Stat(files.Dir); err != nil || !st.IsDir() {
 		return ""
 	}
@@ -274,6 +277,13 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 	if building {
 		return nil, FallbackBuilding
 	}
+	if files.Mode == FilesRemote {
+		snap, reason := s.remoteSnapshotFor(ctx, hv, vm, guest, files, key, slot)
+		if snap == nil {
+			return nil, reason
+		}
+		return &restorable{snap: *snap}, "" // no scratch disk in it: a fresh one is hot-plugged
+	}
 	meta, err := readSnapshotMeta(filepath.Join(dir, slot+".json"))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -299,10 +309,18 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 }
 
 // restorable is a snapshot to restore: its file and its scratch disk's.
+// A remote host's has no scratch disk (scratch ""): the snapshot VM had
+// none, and the restored VM gets its fresh scratch volume hot-plugged.
 type restorable struct {
 	snap       hypervisor.Snapshot
 	scratch    string
 	scratchSum string
+}
+
+// hotScratch is what hot-plugs a remote restored VM's scratch volume
+// (*hypervisor.Host).
+type hotScratch interface {
+	AttachDisk(ctx context.Context, id string, d hypervisor.HotDisk) error
 }
 
 func readSnapshotMeta(path string) (snapshotMeta, error) {
@@ -345,19 +363,22 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 		return nil, nil, reason + ": " + truncate(err.Error(), 200)
 	}
 	t0 := time.Now()
-	snap, sp := rs.snap, s.takeSpare(dir+slot, rs)
-	if sp != nil {
-		snap.Prepared = sp.snap
-	}
-	placed = true
-	if err := placeScratch(sp, rs, scratch.Path); err != nil {
-		if sp != nil {
-			os.Remove(sp.snap)
+	warm := rs.scratch != ""
+	snap, sp := rs.snap, (*spare)(nil)
+	if warm {
+		if sp = s.takeSpare(dir+slot, rs); sp != nil {
+			snap.Prepared = sp.snap
 		}
-		return fail(FallbackCorrupt, err)
+		placed = true
+		if err := placeScratch(sp, rs, scratch.Path); err != nil {
+			if sp != nil {
+				os.Remove(sp.snap)
+			}
+			return fail(FallbackCorrupt, err)
+		}
+		spec.Disks = append(slices.Clip(spec.Disks), scratch)
 	}
 	tp := time.Now()
-	spec.Disks = append(slices.Clip(spec.Disks), scratch)
 	dom, err := shv.Restore(ctx, spec, snap)
 	if err != nil {
 		if errors.Is(err, hypervisor.ErrSnapshotCorrupt) {
@@ -375,6 +396,20 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 			s.log.Warn("destroy failed restore", "vm", vm.ID, "err", err)
 		}
 	}
+	if !warm {
+		// A remote host's snapshot has no scratch disk: the VM's fresh
+		// one is hot-plugged at the target a cold boot puts it at, and
+		// the agent mounts it when the first sandbox needs it.
+		hs, ok := hv.(hotScratch)
+		if !ok {
+			undo()
+			return fail(FallbackFailed, errors.New("attach scratch disk: the host cannot hot-plug disks"))
+		}
+		if err := hs.AttachDisk(ctx, vm.ID, hypervisor.HotDisk{Path: scratch.Path, Target: scratch.Target, Discard: true}); err != nil {
+			undo()
+			return fail(FallbackFailed, fmt.Errorf("attach scratch disk: %w", err))
+		}
+	}
 	t1 := time.Now()
 	s.phase(vm.ID, PhaseBooting)
 	timeout := min(s.cfg.BootTimeout, time.Minute)
@@ -389,7 +424,9 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 	s.snaps.restores++
 	delete(s.snaps.failures, dir+slot)
 	s.snaps.mu.Unlock()
-	s.prepareSpare(shv, dir, slot, rs) // the next restore's
+	if warm {
+		s.prepareSpare(shv, dir, slot, rs) // the next restore's
+	}
 	return dom, client, ""
 }
 
@@ -410,9 +447,13 @@ func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files 
 	s.snaps.mu.Lock()
 	delete(s.snaps.spares, dir+slot)
 	s.snaps.mu.Unlock()
-	for _, p := range snapshotFiles(dir, slot) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.log.Warn("remove vm snapshot", "file", p, "err", err)
+	if files.Mode == FilesRemote {
+		s.removeRemoteSnapshot(hv, files, slot) // snapshot_remote.go
+	} else {
+		for _, p := range snapshotFiles(dir, slot) {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("remove vm snapshot", "file", p, "err", err)
+			}
 		}
 	}
 	s.snaps.mu.Lock()
@@ -486,6 +527,9 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 		s.snaps.mu.Unlock()
 		s.log.Info("vm snapshot built", "host", vm.HostURI, "slot", slot, "took", time.Since(start).Round(time.Millisecond),
 			"mib", meta.Size>>20)
+		if files.Mode == FilesRemote {
+			return // no spares on a remote host: its restores clone volumes on the host
+		}
 		s.prepareSpare(hv.(snapshotHV), dir, slot, &restorable{snap: hypervisor.Snapshot{Path: filepath.Join(dir, slot+".snap"), SHA256: meta.SHA256},
 			scratch: filepath.Join(dir, slot+".scratch"), scratchSum: meta.ScratchSHA256})
 	}()
@@ -499,20 +543,26 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	start := time.Now()
 	// Its own scratch disk, at the target a VM's is: saved with it, and
 	// copied for every restored VM (the pre-started sandboxes' folders
-	// are on it).
+	// are on it). A remote host's snapshot VM has none and stays cold
+	// (templates only, no pre-started sandboxes): a VM restored there
+	// gets a fresh scratch volume hot-plugged (restoreVM).
+	remote := files.Mode == FilesRemote
 	final := filepath.Join(dir, slot+".snap")
 	tmp := final + ".tmp-" + id
-	defer os.Remove(tmp)
 	scratchTmp := filepath.Join(dir, slot+".scratch.tmp-"+id)
-	defer os.Remove(scratchTmp)
-	if err := image.CreateScratch(ctx, scratchTmp, s.cfg.ScratchMiB); err != nil {
-		return snapshotMeta{}, err
-	}
 	spec := hypervisor.DomainSpec{
 		ID: id, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
 		Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: guest.Cmdline,
 		ChannelName: agentproto.ChannelName,
-		Disks:       append(slices.Clip(files.Templates), hypervisor.Disk{Path: scratchTmp, Target: scratchTarget(len(files.Templates)), Discard: true}),
+		Disks:       slices.Clip(files.Templates),
+	}
+	if !remote {
+		defer os.Remove(tmp)
+		defer os.Remove(scratchTmp)
+		if err := image.CreateScratch(ctx, scratchTmp, s.cfg.ScratchMiB); err != nil {
+			return snapshotMeta{}, err
+		}
+		spec.Disks = append(spec.Disks, hypervisor.Disk{Path: scratchTmp, Target: scratchTarget(len(files.Templates)), Discard: true})
 	}
 	if _, err := hv.Create(ctx, spec); err != nil {
 		return snapshotMeta{}, err
@@ -534,7 +584,9 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	// Warm: the pool's pre-started sandboxes started (crun, the template
 	// disks and the scratch disk used once), so a restored VM's first
 	// create claims one. They hold nothing of anyone's.
-	s.warmSnapshotVM(ctx, VM{ID: id, HostURI: vm.HostURI, TenantID: vm.TenantID, MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs}, client)
+	if !remote {
+		s.warmSnapshotVM(ctx, VM{ID: id, HostURI: vm.HostURI, TenantID: vm.TenantID, MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs}, client)
+	}
 	client.Close()
 	// Let the balloon's free page reporting (2 s after pages are freed)
 	// hand back what boot freed: reported pages are zero to QEMU and cost
@@ -543,6 +595,11 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	case <-s.cfg.Clock.After(snapshotSettle):
 	case <-ctx.Done():
 		return snapshotMeta{}, ctx.Err()
+	}
+	if remote {
+		meta, err := s.saveRemoteSnapshot(ctx, hv, id, key, slot, start) // snapshot_remote.go
+		saved = err == nil
+		return meta, err
 	}
 	if err := shv.SaveSnapshot(ctx, id, tmp); err != nil {
 		return snapshotMeta{}, err

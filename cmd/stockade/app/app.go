@@ -88,6 +88,9 @@ type Config struct {
 	// VMSnapshotsShared makes one snapshot serve every tenant (vmpool
 	// Config.SnapshotsShared).
 	VMSnapshotsShared bool
+	// ChannelStream: agent channels through libvirt's stream API even on
+	// local hosts (vmpool Config.ChannelStream).
+	ChannelStream bool
 	// PrestartPerTemplate is each VM's pre-started sandboxes per template
 	// (0: none; sandbox/prestart.go).
 	PrestartPerTemplate int
@@ -338,7 +341,7 @@ func (a *App) services(ctx context.Context, cfg Config, o Options, sandboxes *sa
 		}
 		if a.VMs, err = vmpool.NewService(vmpool.NewStore(a.DB, clock.Now), a.Store, a.Audit, a.InstallationID, vmpool.Config{
 			URIs: cfg.LibvirtURIs, DataDir: cfg.DataDir, Logger: log, Clock: clock, DomainType: cfg.DomainType,
-			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir,
+			HostFiles: cfg.HostFiles, PoolDir: cfg.HostPoolDir, ChannelStream: cfg.ChannelStream,
 			Egress: gw, Freezes: a.Store, ExecGrace: cfg.ExecGrace, Leader: a.leading(), Leases: a.vmLeases(),
 			Snapshots: cfg.VMSnapshots, SnapshotsShared: cfg.VMSnapshotsShared,
 			AgentReady: a.prestartHook(cfg, log),

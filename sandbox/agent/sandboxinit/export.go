@@ -26,6 +26,9 @@ type (
 	FsAck        = fsAck
 )
 
+// ErrEOF: the peer closed the connection.
+var ErrEOF = errEOF
+
 // The init protocol's operations and fileRequest.Op values.
 const (
 	OpHello    = initOpHello

@@ -24,7 +24,12 @@ import (
 //     readers; or a terminal's master) as SCM_RIGHTS. Then the agent may send
 //     initControl messages (signals); init sends one initExit when the
 //     command ends, then closes. If the agent closes first, init kills the
-//     command's process group.
+//     command's process group. With spawnRequest.Reuse, init stops reading
+//     controls once the command ended and, when initExit.Reuse says so,
+//     the connection takes another request after the exit (a message
+//     without an op there is a late control of the ended command, and is
+//     dropped); between requests either side may close it, so the agent
+//     dials anew when a reused connection turns out closed.
 //   - "file": init opens a file for the agent (fileRequest), resolved in
 //     the sandbox's own mount namespace with the sandbox user's
 //     credentials (its own), and answers initReply with the descriptor.
@@ -79,6 +84,9 @@ type spawnRequest struct {
 	Stdin bool               `json:"stdin,omitempty"`
 	TTY   bool               `json:"tty,omitempty"`
 	Size  agentproto.Winsize `json:"size,omitempty"`
+	// Reuse asks for the connection to take another request after the
+	// exit (an init that does not know it closes it, and says no Reuse).
+	Reuse bool `json:"reuse,omitempty"`
 }
 
 type initReply struct {
@@ -95,6 +103,8 @@ type initControl struct {
 type initExit struct {
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
+	// Reuse: the connection takes another request (spawnRequest.Reuse).
+	Reuse bool `json:"reuse,omitempty"`
 }
 
 // errTruncated: a message over maxInitMessage.

@@ -131,18 +131,32 @@ type sandboxInit struct {
 func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	var req initRequest
-	fds, err := recvInit(c, &req)
-	closeFDs(fds)
-	if err != nil {
-		si.log.Warn("bad request", "err", err)
-		return
+	for reused := false; ; reused = true {
+		var req initRequest
+		fds, err := recvInit(c, &req)
+		closeFDs(fds)
+		if err != nil {
+			if !reused {
+				si.log.Warn("bad request", "err", err)
+			}
+			return
+		}
+		if reused && req.Op == "" {
+			continue // a control that crossed the previous command's exit
+		}
+		c.SetReadDeadline(time.Time{})
+		if !si.serveOne(ctx, c, &req) {
+			return
+		}
 	}
-	c.SetReadDeadline(time.Time{})
+}
+
+// serveOne serves one request on c and reports whether c takes another.
+func (si *sandboxInit) serveOne(ctx context.Context, c *net.UnixConn, req *initRequest) bool {
 	switch req.Op {
 	case initOpHello:
 		if err := sendInit(c, initReply{PID: os.Getpid()}); err != nil {
-			return
+			return false
 		}
 		// Held open: the agent reads EOF when this process is gone.
 		var ignored initRequest
@@ -150,30 +164,31 @@ func (si *sandboxInit) serve(ctx context.Context, c *net.UnixConn) {
 			fds, err := recvInit(c, &ignored)
 			closeFDs(fds)
 			if err != nil {
-				return
+				return false
 			}
 		}
 	case initOpSpawn:
 		if req.Spawn == nil {
 			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "spawn without its body"})
-			return
+			return false
 		}
-		si.spawn(ctx, c, req.Spawn)
+		return si.spawn(ctx, c, req.Spawn)
 	case initOpFile:
 		if req.File == nil {
 			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "file without its body"})
-			return
+			return false
 		}
 		si.file(c, req.File)
 	case initOpFs:
 		if req.Fs == nil {
 			sendInit(c, initReply{Code: agentproto.CodeBadRequest, Error: "fs without its body"})
-			return
+			return false
 		}
 		si.fs(c, req.Fs)
 	default:
 		sendInit(c, initReply{Code: agentproto.CodeUnknownOp, Error: fmt.Sprintf("op %q", req.Op)})
 	}
+	return false
 }
 
 // stdio holds a command's descriptors: the child's and the agent's ends.
@@ -192,13 +207,15 @@ func (s *stdio) close() {
 	}
 }
 
-func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnRequest) {
+// spawn runs one command for the agent on c and reports whether c takes
+// another request (spawnRequest.Reuse).
+func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnRequest) bool {
 	fail := func(code string, err error) {
 		sendInit(c, initReply{Code: code, Error: err.Error()})
 	}
 	if len(req.Argv) == 0 {
 		fail(agentproto.CodeBadRequest, errors.New("empty argv"))
-		return
+		return false
 	}
 	env := mergeEnv(os.Environ(), req.Env)
 	if req.TTY && envValue(env, "TERM") == "" {
@@ -213,7 +230,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 	path, err := lookPath(req.Argv[0], dir, envValue(env, "PATH"))
 	if err != nil {
 		fail(agentproto.CodeNotFound, err)
-		return
+		return false
 	}
 
 	var std stdio
@@ -223,7 +240,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 		master, slave, err := openPTY(req.Size)
 		if err != nil {
 			fail(agentproto.CodeInternal, err)
-			return
+			return false
 		}
 		std.child = []*os.File{slave, slave, slave}
 		std.agent = []*os.File{master}
@@ -234,14 +251,14 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 			r, w, err := os.Pipe()
 			if err != nil {
 				fail(agentproto.CodeExhausted, err)
-				return
+				return false
 			}
 			stdin = r
 			std.agent = append(std.agent, w)
 		} else {
 			if stdin, err = os.Open(os.DevNull); err != nil {
 				fail(agentproto.CodeInternal, err)
-				return
+				return false
 			}
 		}
 		std.child = append(std.child, stdin)
@@ -249,7 +266,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 			r, w, err := os.Pipe()
 			if err != nil {
 				fail(agentproto.CodeExhausted, err)
-				return
+				return false
 			}
 			std.child = append(std.child, w)
 			std.agent = append(std.agent, r)
@@ -267,7 +284,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 			code = agentproto.CodeBadRequest
 		}
 		fail(code, fmt.Errorf("start %s: %w", req.Argv[0], err))
-		return
+		return false
 	}
 	pid := p.Pid
 	p.Release()
@@ -283,13 +300,14 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 		si.log.Warn("send spawn reply", "err", err)
 		killGroup(pid, unix.SIGKILL)
 		<-done
-		return
+		return false
 	}
 	std.close() // the agent holds its own copies now
 
 	// Signals from the agent until the command ends; the agent going away
 	// first kills the command's process group.
 	gone := make(chan struct{})
+	var readErr error
 	go func() {
 		defer close(gone)
 		for {
@@ -297,6 +315,7 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 			fds, err := recvInit(c, &ctl)
 			closeFDs(fds)
 			if err != nil {
+				readErr = err
 				return
 			}
 			if ctl.Signal > 0 && ctl.Signal < 65 {
@@ -309,18 +328,28 @@ func (si *sandboxInit) spawn(ctx context.Context, c *net.UnixConn, req *spawnReq
 	case ws = <-done:
 	case <-gone:
 		killGroup(pid, unix.SIGKILL)
-		ws = <-done
-		return
+		<-done
+		return false
 	case <-ctx.Done():
 		killGroup(pid, unix.SIGKILL)
 		ws = <-done
 	}
-	ex := initExit{Code: ws.ExitStatus()}
+	reuse := false
+	if req.Reuse && ctx.Err() == nil {
+		// Stop reading controls before the exit goes: once the agent has
+		// it, its next message on c is a request.
+		c.SetReadDeadline(time.Unix(1, 0))
+		<-gone
+		c.SetReadDeadline(time.Time{})
+		var ne net.Error
+		reuse = errors.As(readErr, &ne) && ne.Timeout()
+	}
+	ex := initExit{Code: ws.ExitStatus(), Reuse: reuse}
 	if ws.Signaled() {
 		ex.Signal = int(ws.Signal())
 		ex.Code = 128 + ex.Signal
 	}
-	sendInit(c, ex)
+	return sendInit(c, ex) == nil && reuse
 }
 
 // killGroup signals the process group of pid (every command leads its
