@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -30,10 +31,14 @@ import (
 // restored from one file would collide. Restore therefore clones the file
 // per restore and rewrites the domain XML in the clone's header (name,
 // UUID, metadata, console), which libvirt then restores without an ABI
-// check: the devices are the saved ones, byte for byte. The clone is read
-// once (hashed against the snapshot's sum on the way, so a damaged file is
-// refused before any QEMU sees it) and removed as soon as libvirt has
-// loaded it. QEMU's `-incoming exec:` straight from the shared file would
+// check: the devices are the saved ones, byte for byte, but for writable
+// disks, which are the restored VM's own (the spec's file at the saved
+// target; the caller gives it a copy of the saved one's content). The
+// clone is read once (hashed against the snapshot's sum on the way, so a
+// damaged file is refused before any QEMU sees it) and removed as soon as
+// libvirt has loaded it. PrepareSnapshot makes that copy ahead of time
+// (Snapshot.Prepared), so a restore only renames it and rewrites the
+// header. QEMU's `-incoming exec:` straight from the shared file would
 // skip the copy, but libvirt runs QEMU with `-sandbox spawn=deny`.
 //
 // The file is libvirt's save format: a 92-byte header (magic
@@ -75,10 +80,27 @@ var snapshotPathRE = regexp.MustCompile(`^/[A-Za-z0-9/._+-]{1,1000}$`)
 type Snapshot struct {
 	Path   string
 	SHA256 string // hex; Restore refuses a file that does not hash to it
+	// Prepared, when set, is a copy of Path that PrepareSnapshot made (and
+	// checked against SHA256): Restore takes it (renames it) instead of
+	// copying Path on demand. It is gone after Restore, whatever happens.
+	Prepared string
 	// Volume, when set, is the snapshot as a volume of the host's pool
 	// (a host this process cannot see the disk of; snapshot_remote.go);
 	// Path is then its path on the host and SHA256 unused.
 	Volume *VolumeSnapshot
+}
+
+// PrepareSnapshot copies snap to dst ahead of a restore (Snapshot.Prepared),
+// checking the copy's bytes against snap's sum; a failed copy leaves no
+// file.
+func (h *Host) PrepareSnapshot(ctx context.Context, snap Snapshot, dst string) error {
+	if !snapshotPathRE.MatchString(snap.Path) || !snapshotPathRE.MatchString(dst) {
+		return fmt.Errorf("prepare snapshot: %w: paths %q, %q must be absolute, of [A-Za-z0-9/._+-]", ErrInvalid, snap.Path, dst)
+	}
+	if err := h.copySnapshot(snap, dst); err != nil {
+		return fmt.Errorf("prepare snapshot %s: %w", snap.Path, err)
+	}
+	return nil
 }
 
 // SaveSnapshot saves our running domain id to path; the domain ends (it is
@@ -156,11 +178,13 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 	if err != nil {
 		return nil, err
 	}
-	clone, removeClone, err := h.cloneFor(ctx, snap, want, spec)
+	t0 := time.Now()
+	clone, removeClone, err := h.cloneFor(ctx, snap, want, spec) // snapshot_remote.go
 	if err != nil {
 		return nil, err
 	}
 	defer removeClone()
+	tClone := time.Since(t0)
 
 	s, release, err := h.acquire(ctx)
 	if err != nil {
@@ -175,6 +199,7 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 		return nil, h.fail(err)
 	}
 	h.known.put(name, identity{ID: spec.ID, TenantID: spec.TenantID, InstallationID: spec.InstallationID})
+	t1 := time.Now()
 	if err := s.conn.DomainRestoreFlags(clone, "", libvirt.DOMAIN_SAVE_RUNNING); err != nil {
 		cerr := h.fail(err)
 		if other, lerr := s.conn.LookupDomainByName(name); lerr == nil {
@@ -195,7 +220,31 @@ func (h *Host) restore(ctx context.Context, spec DomainSpec, snap Snapshot) (*Do
 		_ = dom.Destroy()
 		return nil, fmt.Errorf("read uuid: %w", h.fail(err))
 	}
+	h.log.Debug("vm restored", "vm", spec.ID, "clone", tClone.Round(time.Millisecond),
+		"libvirt_restore", time.Since(t1).Round(time.Millisecond))
 	return &Domain{ID: spec.ID, TenantID: spec.TenantID, Name: name, UUID: uuid}, nil
+}
+
+// cloneFile makes the local clone a restore of spec loads from snap: the
+// prepared copy (Snapshot.Prepared) taken, else a checked copy of
+// snap.Path; with the restored domain's XML in its header.
+func (h *Host) cloneFile(snap Snapshot, clone string, want *libvirtxml.Domain, spec DomainSpec) error {
+	if snap.Prepared != "" {
+		defer os.Remove(snap.Prepared)
+		if !snapshotPathRE.MatchString(snap.Prepared) {
+			return fmt.Errorf("%w: prepared snapshot path %q must be absolute, of [A-Za-z0-9/._+-]", ErrInvalid, snap.Prepared)
+		}
+		if err := os.Rename(snap.Prepared, clone); err != nil {
+			return fmt.Errorf("take prepared snapshot: %w", err)
+		}
+	} else if err := h.copySnapshot(snap, clone); err != nil {
+		return err
+	}
+	if err := rewriteClone(clone, want, spec); err != nil {
+		os.Remove(clone)
+		return err
+	}
+	return nil
 }
 
 // fileStamp is what changes when a file is written or replaced.
@@ -212,10 +261,10 @@ func stampOf(st os.FileInfo, sum string) fileStamp {
 	return fs
 }
 
-// cloneSnapshot copies snap to dst and rewrites the clone's domain XML for
-// spec. The copy is hashed against snap's sum unless the file is unchanged
-// since it last hashed right (same inode, size, mtime, ctime).
-func (h *Host) cloneSnapshot(snap Snapshot, dst string, want *libvirtxml.Domain, spec DomainSpec) (err error) {
+// copySnapshot copies snap to dst. The copy is hashed against snap's sum
+// unless the file is unchanged since it last hashed right (same inode,
+// size, mtime, ctime); a failed copy leaves no file.
+func (h *Host) copySnapshot(snap Snapshot, dst string) (err error) {
 	src, err := os.Open(snap.Path)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
@@ -225,19 +274,7 @@ func (h *Host) cloneSnapshot(snap Snapshot, dst string, want *libvirtxml.Domain,
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshotCorrupt, err)
 	}
-	hdr, err := CheckSnapshot(src, st.Size())
-	if err != nil {
-		return err
-	}
-	saved, err := hdr.domain(src)
-	if err != nil {
-		return err
-	}
-	if err := matchSnapshot(saved, want); err != nil {
-		return err
-	}
-	xml, err := restoredXML(saved, spec, hdr)
-	if err != nil {
+	if _, err := CheckSnapshot(src, st.Size()); err != nil {
 		return err
 	}
 	out, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -252,30 +289,60 @@ func (h *Host) cloneSnapshot(snap Snapshot, dst string, want *libvirtxml.Domain,
 			os.Remove(dst)
 		}
 	}()
-	if _, err := src.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("clone snapshot: %w", err)
-	}
 	stamp := stampOf(st, snap.SHA256)
 	if v, ok := h.verified.Load(snap.Path); ok && v.(fileStamp) == stamp {
 		// Known good: a plain copy, which the kernel does (copy_file_range).
 		if n, err := io.Copy(out, src); err != nil || n != st.Size() {
 			return fmt.Errorf("clone snapshot: copied %d of %d bytes: %w", n, st.Size(), err)
 		}
-	} else {
-		sum := sha256.New()
-		n, err := io.CopyBuffer(io.MultiWriter(out, sum), src, make([]byte, 1<<20))
-		if err != nil {
-			return fmt.Errorf("clone snapshot: %w", err)
-		}
-		if got := hex.EncodeToString(sum.Sum(nil)); n != st.Size() || got != snap.SHA256 {
-			h.verified.Delete(snap.Path)
-			return fmt.Errorf("%w: %s hashes to %s; want %s", ErrSnapshotCorrupt, snap.Path, got, snap.SHA256)
-		}
-		if st2, err := src.Stat(); err == nil && stampOf(st2, snap.SHA256) == stamp {
-			h.verified.Store(snap.Path, stamp)
-		}
+		return nil
 	}
-	if _, err := out.WriteAt(xml, saveHeaderLen); err != nil {
+	sum := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(out, sum), src, make([]byte, 1<<20))
+	if err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); n != st.Size() || got != snap.SHA256 {
+		h.verified.Delete(snap.Path)
+		return fmt.Errorf("%w: %s hashes to %s; want %s", ErrSnapshotCorrupt, snap.Path, got, snap.SHA256)
+	}
+	if st2, err := src.Stat(); err == nil && stampOf(st2, snap.SHA256) == stamp {
+		h.verified.Store(snap.Path, stamp)
+	}
+	return nil
+}
+
+// rewriteClone checks a clone's saved domain against want and rewrites the
+// domain XML in its header for spec.
+func rewriteClone(path string, want *libvirtxml.Domain, spec DomainSpec) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	hdr, err := CheckSnapshot(f, st.Size())
+	if err != nil {
+		return err
+	}
+	saved, err := hdr.domain(f)
+	if err != nil {
+		return err
+	}
+	if err := matchSnapshot(saved, want); err != nil {
+		return err
+	}
+	xml, err := restoredXML(saved, want, spec, hdr)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(xml, saveHeaderLen); err != nil {
+		return fmt.Errorf("clone snapshot: %w", err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("clone snapshot: %w", err)
 	}
 	return nil
@@ -387,15 +454,34 @@ func diskList(d *libvirtxml.Domain) string {
 		if disk.Target != nil {
 			t = disk.Target.Dev
 		}
+		if disk.ReadOnly == nil {
+			// A writable disk is the VM's own: the spec's replaces the
+			// saved one at its target (restoredXML), and its caller
+			// gives it a copy of the saved one's content.
+			p = "(own)"
+		}
 		out = append(out, fmt.Sprintf("%s=%s(ro=%t)", t, p, disk.ReadOnly != nil))
 	}
 	slices.Sort(out)
 	return strings.Join(out, ",")
 }
 
+// writablePath is the file of d's writable disk at target dev.
+func writablePath(d *libvirtxml.Domain, dev string) (string, bool) {
+	if d.Devices == nil {
+		return "", false
+	}
+	for _, dk := range d.Devices.Disks {
+		if dk.Target != nil && dk.Target.Dev == dev && dk.ReadOnly == nil && dk.Source != nil && dk.Source.File != nil {
+			return dk.Source.File.File, true
+		}
+	}
+	return "", false
+}
+
 // restoredXML is saved with spec's identity, padded with spaces to the
 // header's XML length (it must not be longer: the cookie follows it).
-func restoredXML(saved *libvirtxml.Domain, spec DomainSpec, hdr SnapshotHeader) ([]byte, error) {
+func restoredXML(saved, want *libvirtxml.Domain, spec DomainSpec, hdr SnapshotHeader) ([]byte, error) {
 	d := *saved
 	meta, err := marshalMetadata(identity{ID: spec.ID, TenantID: spec.TenantID, InstallationID: spec.InstallationID})
 	if err != nil {
@@ -426,6 +512,20 @@ func restoredXML(saved *libvirtxml.Domain, spec DomainSpec, hdr SnapshotHeader) 
 			devs.Serials[i] = sr
 		}
 		devs.Consoles = nil // libvirt derives the console from the serial
+		// Writable disks: the spec's file at the same target.
+		devs.Disks = slices.Clone(devs.Disks)
+		for i := range devs.Disks {
+			dk := devs.Disks[i]
+			if dk.ReadOnly != nil || dk.Target == nil {
+				continue
+			}
+			p, ok := writablePath(want, dk.Target.Dev)
+			if !ok {
+				return nil, fmt.Errorf("%w: no disk at %s in the spec", ErrSnapshotMismatch, dk.Target.Dev)
+			}
+			dk.Source = &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: p}}
+			devs.Disks[i] = dk
+		}
 		// Channel sockets: libvirt picks a fresh path per domain.
 		devs.Channels = slices.Clone(devs.Channels)
 		for i := range devs.Channels {

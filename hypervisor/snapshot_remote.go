@@ -189,7 +189,7 @@ func (x *transfer) write(v *libvirt.StorageVol, off int64, b []byte) error {
 func (h *Host) cloneFor(ctx context.Context, snap Snapshot, want *libvirtxml.Domain, spec DomainSpec) (string, func(), error) {
 	if snap.Volume == nil {
 		clone := snap.Path + RestoreSuffix + spec.ID
-		if err := h.cloneSnapshot(snap, clone, want, spec); err != nil {
+		if err := h.cloneFile(snap, clone, want, spec); err != nil {
 			return "", nil, err
 		}
 		return clone, func() { os.Remove(clone) }, nil
@@ -274,7 +274,7 @@ func (h *Host) prepareClone(ctx context.Context, xfer *transfer, clone *libvirt.
 	if err := matchSnapshot(saved, want); err != nil {
 		return "", err
 	}
-	xml, err := restoredXML(saved, spec, hdr)
+	xml, err := restoredXML(saved, want, spec, hdr)
 	if err != nil {
 		return "", err
 	}

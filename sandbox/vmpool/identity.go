@@ -23,11 +23,13 @@ const identityTimeout = 30 * time.Second
 // runs; a freshly booted one gets the same, so every path is one. An agent
 // that does not offer vm.identity (an older image) fails it.
 func (s *Service) setIdentity(ctx context.Context, c *agentproto.Client, vm VM) error {
+	start := time.Now()
 	res, err := identify(ctx, c, vm.ID, s.cfg.Clock.Now())
 	if err != nil {
 		return err
 	}
-	s.log.Debug("vm identity set", "vm", vm.ID, "clock_step", res.ClockStepped.Round(time.Millisecond))
+	s.log.Debug("vm identity set", "vm", vm.ID, "clock_step", res.ClockStepped.Round(time.Millisecond),
+		"took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -38,6 +38,13 @@ func identityInSandbox(t *testing.T, vm restoredVM) readIdentity {
 		t.Fatalf("CreateSandbox in %s = %v", vm.id, err)
 	}
 	defer vm.agent.DestroySandbox(ctx, sb)
+	return identityIn(t, vm, sb)
+}
+
+// identityIn reads the identity in the running sandbox sb of the VM.
+func identityIn(t *testing.T, vm restoredVM, sb string) readIdentity {
+	t.Helper()
+	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	before := time.Now()
 	st, err := vm.agent.Exec(ctx, agentproto.ExecRequest{Sandbox: sb, Argv: []string{"sh", "-c",
@@ -127,6 +134,49 @@ func (e *snapEnv) checkRestored(t *testing.T, vms []vmpool.VM) {
 		}
 		rvms = append(rvms, restoredVM{id: vm.ID, uuid: vm.DomainUUID, agent: c})
 	}
+	checkClaimed(t, rvms)
 	checkOwnIdentities(t, rvms)
 	escapesIn(t, rvms[0])
+}
+
+// checkClaimed: the first sandbox of each VM restored from one snapshot
+// claims the pre-started sandbox the snapshot holds (started before the
+// save, in the snapshot VM); claimed in two VMs, they read other random
+// bytes and boot ids and the host's clock (the VM's identity was applied
+// before the claim), and the escape checks pass in one, beside a fresh
+// sandbox.
+func checkClaimed(t *testing.T, vms []restoredVM) {
+	t.Helper()
+	ctx := context.Background()
+	limits := agentproto.Limits{VCPUs: 1, MemoryMiB: 96, PidsMax: 64, DiskMiB: 32, WorkspaceMiB: 32}
+	seen := map[string]string{}
+	for _, vm := range vms {
+		info, err := vm.agent.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "claimed", Template: "busybox", Limits: limits, Hostname: "alpha"})
+		if err != nil {
+			t.Fatalf("CreateSandbox(claimed) in %s = %v", vm.id, err)
+		}
+		defer vm.agent.DestroySandbox(ctx, "claimed")
+		if !info.Prestarted {
+			t.Fatalf("Got(first sandbox of restored vm %s prestarted) = false; want the snapshot's pre-started sandbox claimed", vm.id)
+		}
+		got := identityIn(t, vm, "claimed")
+		for what, v := range map[string]string{"/dev/urandom": got.random, "boot id": got.bootID} {
+			if other, dup := seen[what+" "+v]; dup {
+				t.Errorf("Got(%s in the claimed sandbox of %s) = %q; the same as in %s's, want its own", what, vm.id, v, other)
+			}
+			seen[what+" "+v] = vm.id
+		}
+		if got.clock.Before(got.before.Add(-2*time.Second)) || got.clock.After(got.after.Add(2*time.Second)) {
+			t.Errorf("Got(clock in the claimed sandbox of %s) = %v; want between %v and %v (the host's)", vm.id, got.clock, got.before, got.after)
+		}
+	}
+	vm := vms[0]
+	if _, err := vm.agent.CreateSandbox(ctx, agentproto.SandboxSpec{ID: "fresh", Template: "busybox", Limits: limits}); err != nil {
+		t.Fatalf("CreateSandbox(fresh) in %s = %v", vm.id, err)
+	}
+	defer vm.agent.DestroySandbox(ctx, "fresh")
+	t.Run("escapes fail in a claimed sandbox", func(t *testing.T) {
+		escapetest.Run(ctx, t, vm.agent, escapetest.Pair{A: "claimed", B: "fresh", Hostname: "alpha", Limits: limits})
+	})
+	t.Run("quota project escape in a claimed sandbox", func(t *testing.T) { escapetest.QuotaProjects(ctx, t, vm.agent, "claimed") })
 }

@@ -376,6 +376,7 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.stop.Close()
 		s.wg.Wait()
+		s.dropSpares() // spare.go
 		s.mu.Lock()
 		rts := make([]*runtime, 0, len(s.vms))
 		for _, rt := range s.vms {

@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,11 +30,17 @@ import (
 // agent-ready guest of the current image, and boot restores VMs from it
 // instead of cold booting (hypervisor.Restore: a new domain, its own name
 // and UUID, the snapshot's devices). The snapshot VM boots with the
-// template disks only: a restored VM gets its own fresh scratch disk
-// hot-plugged at the target a cold boot puts it at, and the agent mounts it
-// when the first sandbox needs it, so nothing of the snapshot VM's disks is
-// shared. The snapshot is taken right after the handshake, before any
-// tenant work; the host does a fresh handshake with every restored VM.
+// template disks and a scratch disk of its own, and is made warm before
+// the save: the AgentReady hook configures its pre-started sandboxes (no
+// tenant's anything: no env, secret or workspace content) and the build
+// waits until they run, so crun, the template disks and the scratch disk
+// have been used once. Its scratch disk is saved with it (slot.scratch);
+// a restored VM gets a copy of it as its own scratch disk at the same
+// target, so the restored guest's mounted filesystem and its pre-started
+// sandboxes' folders are there, and nothing of it is shared. The host does
+// a fresh handshake and vm.identity (identity.go) with every restored VM
+// before anything else: a claim of a pre-started sandbox comes after.
+// Spares (spare.go) keep the copies a restore needs made ahead.
 //
 // The snapshot's key is everything the saved guest depends on: the image
 // manifest (guest version, kernel, initramfs, command line, every
@@ -48,7 +56,7 @@ import (
 const snapshotSettle = 4 * time.Second
 
 // snapshotFormat is bumped when what a snapshot VM is changes.
-const snapshotFormat = 1
+const snapshotFormat = 2 // 2: the scratch disk and pre-started sandboxes are in it
 
 // Boot kinds recorded on the VM (VM.BootKind).
 const (
@@ -72,7 +80,7 @@ const (
 type snapshotHV interface {
 	SaveSnapshot(ctx context.Context, id, path string) error
 	Restore(ctx context.Context, spec hypervisor.DomainSpec, snap hypervisor.Snapshot) (*hypervisor.Domain, error)
-	AttachDisk(ctx context.Context, id string, d hypervisor.HotDisk) error
+	PrepareSnapshot(ctx context.Context, snap hypervisor.Snapshot, dst string) error
 }
 
 // snapshotKey is what a snapshot's guest depends on.
@@ -86,6 +94,9 @@ type snapshotKey struct {
 	VCPUs        int      `json:"vcpus"`
 	Guest        string   `json:"guest"` // version kernel initramfs cmdline
 	Templates    []string `json:"templates"`
+	// CPU is the domain's CPU and features elements as BuildDomain
+	// writes them: a change of the guest's CPU model makes it stale.
+	CPU string `json:"cpu,omitempty"`
 }
 
 func (k snapshotKey) sum() string {
@@ -97,28 +108,47 @@ func (k snapshotKey) sum() string {
 // snapshotMeta is the sidecar written next to a snapshot file once it is
 // complete.
 type snapshotMeta struct {
-	Key     string      `json:"key"`
-	Inputs  snapshotKey `json:"inputs"`
-	SHA256  string      `json:"sha256"`
-	Size    int64       `json:"size"`
-	BuiltAt time.Time   `json:"built_at"`
-	BuildMS int64       `json:"build_ms"`
+	Key    string      `json:"key"`
+	Inputs snapshotKey `json:"inputs"`
+	SHA256 string      `json:"sha256"`
+	Size   int64       `json:"size"`
+	// The snapshot VM's scratch disk as saved (slot.scratch): every
+	// restored VM gets a copy (its sum is sparseSHA256's).
+	ScratchSHA256 string    `json:"scratch_sha256"`
+	ScratchSize   int64     `json:"scratch_size"`
+	BuiltAt       time.Time `json:"built_at"`
+	BuildMS       int64     `json:"build_ms"`
 }
 
 // snapshots is the service's snapshot state: builds under way, restore
 // failures per slot and the counters /metrics shows.
 type snapshots struct {
-	mu       sync.Mutex
-	building map[string]string // slot file -> snapshot VM id
-	failures map[string]int    // slot file -> restores failed in a row
-	until    map[string]time.Time
-	restores int64
-	fallback map[string]int64
-	builds   int64
+	mu        sync.Mutex
+	building  map[string]string // slot file -> snapshot VM id
+	failures  map[string]int    // slot file -> restores failed in a row
+	until     map[string]time.Time
+	restores  int64
+	fallback  map[string]int64
+	builds    int64
+	spares    map[string]spare // slot file -> the next restore's prepared files
+	preparing map[string]bool  // slot file -> a spare is being prepared
+	swept     map[string]bool  // slot file -> orphan spares removed
+}
+
+// spare is a restore's files made ahead (spare.go): a checked copy of the
+// snapshot file and of its scratch disk.
+type spare struct {
+	snap, scratch string
+	sum           string // the snapshot's SHA256 it was copied from
+	// from is what the snapshot's files were when copied: a spare of a
+	// file changed since is not used (the restore copies, and checks,
+	// the file as it is now).
+	from string
 }
 
 func newSnapshots() *snapshots {
-	return &snapshots{building: map[string]string{}, failures: map[string]int{}, until: map[string]time.Time{}, fallback: map[string]int64{}}
+	return &snapshots{building: map[string]string{}, failures: map[string]int{}, until: map[string]time.Time{}, fallback: map[string]int64{},
+		spares: map[string]spare{}, preparing: map[string]bool{}, swept: map[string]bool{}}
 }
 
 // SnapshotCounts are the snapshot counters since the service started.
@@ -202,6 +232,15 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, file
 		MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs,
 		Guest: strings.Join([]string{m.Guest.Version, files.Kernel, files.Initramfs, m.Guest.Cmdline}, " "),
 	}
+	if d, err := hypervisor.BuildDomain(hypervisor.DomainSpec{ID: "snapshot-key", InstallationID: s.installID, Type: t,
+		VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: m.Guest.Cmdline,
+		ChannelName: agentproto.ChannelName}); err == nil {
+		cpu, _ := xml.Marshal(d.CPU)
+		feat, _ := xml.Marshal(d.Features)
+		k.CPU = string(cpu) + string(feat)
+	} else {
+		s.log.Warn("vm snapshot key: domain cpu", "err", err)
+	}
 	for i, tp := range m.Templates {
 		if i < len(files.Templates) {
 			k.Templates = append(k.Templates, tp.Name+"@"+tp.Version+"="+files.Templates[i].Path+"@"+files.Templates[i].Target)
@@ -212,7 +251,7 @@ func (s *Service) snapshotKeyFor(ctx context.Context, hv Hypervisor, vm VM, file
 
 // snapshotFor returns the snapshot to restore vm from, or nil and why not
 // (starting a build when there is none or it is stale or corrupt).
-func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, files HostFiles) (*hypervisor.Snapshot, string) {
+func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, files HostFiles) (*restorable, string) {
 	if !s.cfg.Snapshots {
 		return nil, FallbackOff
 	}
@@ -239,7 +278,11 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 		return nil, FallbackBuilding
 	}
 	if files.Mode == FilesRemote {
-		return s.remoteSnapshotFor(ctx, hv, vm, guest, files, key, slot)
+		snap, reason := s.remoteSnapshotFor(ctx, hv, vm, guest, files, key, slot)
+		if snap == nil {
+			return nil, reason
+		}
+		return &restorable{snap: *snap}, "" // no scratch disk in it: a fresh one is hot-plugged
 	}
 	meta, err := readSnapshotMeta(filepath.Join(dir, slot+".json"))
 	switch {
@@ -261,7 +304,23 @@ func (s *Service) snapshotFor(ctx context.Context, hv Hypervisor, vm VM, guest i
 		s.buildSnapshot(hv, vm, guest, files, key)
 		return nil, FallbackCorrupt
 	}
-	return &hypervisor.Snapshot{Path: p, SHA256: meta.SHA256}, ""
+	return &restorable{snap: hypervisor.Snapshot{Path: p, SHA256: meta.SHA256}, scratch: filepath.Join(dir, slot+".scratch"),
+		scratchSum: meta.ScratchSHA256}, ""
+}
+
+// restorable is a snapshot to restore: its file and its scratch disk's.
+// A remote host's has no scratch disk (scratch ""): the snapshot VM had
+// none, and the restored VM gets its fresh scratch volume hot-plugged.
+type restorable struct {
+	snap       hypervisor.Snapshot
+	scratch    string
+	scratchSum string
+}
+
+// hotScratch is what hot-plugs a remote restored VM's scratch volume
+// (*hypervisor.Host).
+type hotScratch interface {
+	AttachDisk(ctx context.Context, id string, d hypervisor.HotDisk) error
 }
 
 func readSnapshotMeta(path string) (snapshotMeta, error) {
@@ -276,18 +335,27 @@ func readSnapshotMeta(path string) (snapshotMeta, error) {
 	return m, nil
 }
 
-// restoreVM restores vm from its host's snapshot, hot-plugs its scratch
-// disk and does the handshake. On failure it leaves no domain and returns
-// a nil client and the fallback reason (with detail) for the cold boot.
+// restoreVM restores vm from its host's snapshot, with a copy of the
+// snapshot's scratch disk as its own (at scratch.Path), and does the
+// handshake. On failure it leaves no domain, a fresh scratch disk, and
+// returns a nil client and the fallback reason (with detail) for the cold
+// boot.
 func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest image.Guest, files HostFiles, spec hypervisor.DomainSpec,
 	scratch hypervisor.Disk) (*hypervisor.Domain, *agentproto.Client, string) {
-	snap, reason := s.snapshotFor(ctx, hv, vm, guest, files)
-	if snap == nil {
+	rs, reason := s.snapshotFor(ctx, hv, vm, guest, files)
+	if rs == nil {
 		return nil, nil, reason
 	}
 	shv := hv.(snapshotHV)
 	dir, slot := s.snapshotDir(files), s.snapshotSlot(vm)
+	placed := false
 	fail := func(reason string, err error) (*hypervisor.Domain, *agentproto.Client, string) {
+		if placed {
+			// The cold boot gets a fresh scratch disk, not the snapshot's.
+			if _, cerr := s.createScratch(context.WithoutCancel(ctx), vm, len(files.Templates)); cerr != nil {
+				s.log.Warn("fresh scratch disk after a failed restore", "vm", vm.ID, "err", cerr)
+			}
+		}
 		if ctx.Err() != nil {
 			return nil, nil, ""
 		}
@@ -295,7 +363,23 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 		return nil, nil, reason + ": " + truncate(err.Error(), 200)
 	}
 	t0 := time.Now()
-	dom, err := shv.Restore(ctx, spec, *snap)
+	warm := rs.scratch != ""
+	snap, sp := rs.snap, (*spare)(nil)
+	if warm {
+		if sp = s.takeSpare(dir+slot, rs); sp != nil {
+			snap.Prepared = sp.snap
+		}
+		placed = true
+		if err := placeScratch(sp, rs, scratch.Path); err != nil {
+			if sp != nil {
+				os.Remove(sp.snap)
+			}
+			return fail(FallbackCorrupt, err)
+		}
+		spec.Disks = append(slices.Clip(spec.Disks), scratch)
+	}
+	tp := time.Now()
+	dom, err := shv.Restore(ctx, spec, snap)
 	if err != nil {
 		if errors.Is(err, hypervisor.ErrSnapshotCorrupt) {
 			return fail(FallbackCorrupt, err)
@@ -312,12 +396,20 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 			s.log.Warn("destroy failed restore", "vm", vm.ID, "err", err)
 		}
 	}
-	ta := time.Now()
-	if err := shv.AttachDisk(ctx, vm.ID, hypervisor.HotDisk{Path: scratch.Path, Target: scratch.Target, Discard: true}); err != nil {
-		undo()
-		return fail(FallbackFailed, fmt.Errorf("attach scratch disk: %w", err))
+	if !warm {
+		// A remote host's snapshot has no scratch disk: the VM's fresh
+		// one is hot-plugged at the target a cold boot puts it at, and
+		// the agent mounts it when the first sandbox needs it.
+		hs, ok := hv.(hotScratch)
+		if !ok {
+			undo()
+			return fail(FallbackFailed, errors.New("attach scratch disk: the host cannot hot-plug disks"))
+		}
+		if err := hs.AttachDisk(ctx, vm.ID, hypervisor.HotDisk{Path: scratch.Path, Target: scratch.Target, Discard: true}); err != nil {
+			undo()
+			return fail(FallbackFailed, fmt.Errorf("attach scratch disk: %w", err))
+		}
 	}
-	s.log.Info("scratch attached", "vm", vm.ID, "took", time.Since(ta).Round(time.Millisecond))
 	t1 := time.Now()
 	s.phase(vm.ID, PhaseBooting)
 	timeout := min(s.cfg.BootTimeout, time.Minute)
@@ -326,12 +418,15 @@ func (s *Service) restoreVM(ctx context.Context, hv Hypervisor, vm VM, guest ima
 		undo()
 		return fail(FallbackFailed, fmt.Errorf("agent handshake: %w", err))
 	}
-	s.log.Info("vm restored from snapshot", "vm", vm.ID, "restore", t1.Sub(t0).Round(time.Millisecond),
-		"handshake", time.Since(t1).Round(time.Millisecond))
+	s.log.Info("vm restored from snapshot", "vm", vm.ID, "spare", sp != nil, "scratch", tp.Sub(t0).Round(time.Millisecond),
+		"restore", t1.Sub(tp).Round(time.Millisecond), "handshake", time.Since(t1).Round(time.Millisecond))
 	s.snaps.mu.Lock()
 	s.snaps.restores++
 	delete(s.snaps.failures, dir+slot)
 	s.snaps.mu.Unlock()
+	if warm {
+		s.prepareSpare(shv, dir, slot, rs) // the next restore's
+	}
 	return dom, client, ""
 }
 
@@ -349,12 +444,15 @@ func (s *Service) noteFallback(reason string) {
 func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, dir, slot, reason string, err error) {
 	s.log.Warn("vm snapshot restore failed: cold boot; rebuilding the snapshot", "vm", vm.ID, "host", vm.HostURI,
 		"slot", slot, "reason", reason, "err", err)
+	s.snaps.mu.Lock()
+	delete(s.snaps.spares, dir+slot)
+	s.snaps.mu.Unlock()
 	if files.Mode == FilesRemote {
 		s.removeRemoteSnapshot(hv, files, slot) // snapshot_remote.go
 	} else {
-		for _, ext := range []string{".json", ".snap"} {
-			if err := os.Remove(filepath.Join(dir, slot+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				s.log.Warn("remove vm snapshot", "file", slot+ext, "err", err)
+		for _, p := range snapshotFiles(dir, slot) {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				s.log.Warn("remove vm snapshot", "file", p, "err", err)
 			}
 		}
 	}
@@ -429,6 +527,11 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 		s.snaps.mu.Unlock()
 		s.log.Info("vm snapshot built", "host", vm.HostURI, "slot", slot, "took", time.Since(start).Round(time.Millisecond),
 			"mib", meta.Size>>20)
+		if files.Mode == FilesRemote {
+			return // no spares on a remote host: its restores clone volumes on the host
+		}
+		s.prepareSpare(hv.(snapshotHV), dir, slot, &restorable{snap: hypervisor.Snapshot{Path: filepath.Join(dir, slot+".snap"), SHA256: meta.SHA256},
+			scratch: filepath.Join(dir, slot+".scratch"), scratchSum: meta.ScratchSHA256})
 	}()
 }
 
@@ -438,10 +541,28 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hypervisor, id string, vm VM, guest image.Guest,
 	files HostFiles, key snapshotKey, dir, slot string) (snapshotMeta, error) {
 	start := time.Now()
+	// Its own scratch disk, at the target a VM's is: saved with it, and
+	// copied for every restored VM (the pre-started sandboxes' folders
+	// are on it). A remote host's snapshot VM has none and stays cold
+	// (templates only, no pre-started sandboxes): a VM restored there
+	// gets a fresh scratch volume hot-plugged (restoreVM).
+	remote := files.Mode == FilesRemote
+	final := filepath.Join(dir, slot+".snap")
+	tmp := final + ".tmp-" + id
+	scratchTmp := filepath.Join(dir, slot+".scratch.tmp-"+id)
 	spec := hypervisor.DomainSpec{
 		ID: id, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB,
 		Kernel: files.Kernel, Initramfs: files.Initramfs, Cmdline: guest.Cmdline,
-		ChannelName: agentproto.ChannelName, Disks: files.Templates,
+		ChannelName: agentproto.ChannelName,
+		Disks:       slices.Clip(files.Templates),
+	}
+	if !remote {
+		defer os.Remove(tmp)
+		defer os.Remove(scratchTmp)
+		if err := image.CreateScratch(ctx, scratchTmp, s.cfg.ScratchMiB); err != nil {
+			return snapshotMeta{}, err
+		}
+		spec.Disks = append(spec.Disks, hypervisor.Disk{Path: scratchTmp, Target: scratchTarget(len(files.Templates)), Discard: true})
 	}
 	if _, err := hv.Create(ctx, spec); err != nil {
 		return snapshotMeta{}, err
@@ -460,6 +581,12 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	if err != nil {
 		return snapshotMeta{}, fmt.Errorf("snapshot vm handshake: %w", err)
 	}
+	// Warm: the pool's pre-started sandboxes started (crun, the template
+	// disks and the scratch disk used once), so a restored VM's first
+	// create claims one. They hold nothing of anyone's.
+	if !remote {
+		s.warmSnapshotVM(ctx, VM{ID: id, HostURI: vm.HostURI, TenantID: vm.TenantID, MemoryMiB: vm.MemoryMiB, VCPUs: vm.VCPUs}, client)
+	}
 	client.Close()
 	// Let the balloon's free page reporting (2 s after pages are freed)
 	// hand back what boot freed: reported pages are zero to QEMU and cost
@@ -469,14 +596,11 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	case <-ctx.Done():
 		return snapshotMeta{}, ctx.Err()
 	}
-	if files.Mode == FilesRemote {
-		meta, err := s.saveRemoteSnapshot(ctx, hv, id, key, slot, start)
+	if remote {
+		meta, err := s.saveRemoteSnapshot(ctx, hv, id, key, slot, start) // snapshot_remote.go
 		saved = err == nil
 		return meta, err
 	}
-	final := filepath.Join(dir, slot+".snap")
-	tmp := final + ".tmp-" + id
-	defer os.Remove(tmp)
 	if err := shv.SaveSnapshot(ctx, id, tmp); err != nil {
 		return snapshotMeta{}, err
 	}
@@ -485,11 +609,18 @@ func (s *Service) saveSnapshot(ctx context.Context, shv snapshotHV, hv Hyperviso
 	if err != nil {
 		return snapshotMeta{}, fmt.Errorf("hash snapshot: %w", err)
 	}
+	scratchSum, scratchSize, err := sparseCopy(scratchTmp, "")
+	if err != nil {
+		return snapshotMeta{}, fmt.Errorf("hash snapshot scratch disk: %w", err)
+	}
+	if err := os.Rename(scratchTmp, filepath.Join(dir, slot+".scratch")); err != nil {
+		return snapshotMeta{}, fmt.Errorf("install snapshot: %w", err)
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		return snapshotMeta{}, fmt.Errorf("install snapshot: %w", err)
 	}
-	meta := snapshotMeta{Key: key.sum(), Inputs: key, SHA256: sum, Size: size, BuiltAt: s.cfg.Clock.Now().UTC(),
-		BuildMS: time.Since(start).Milliseconds()}
+	meta := snapshotMeta{Key: key.sum(), Inputs: key, SHA256: sum, Size: size, ScratchSHA256: scratchSum, ScratchSize: scratchSize,
+		BuiltAt: s.cfg.Clock.Now().UTC(), BuildMS: time.Since(start).Milliseconds()}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return snapshotMeta{}, fmt.Errorf("snapshot metadata: %w", err)

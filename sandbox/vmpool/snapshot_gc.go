@@ -56,7 +56,10 @@ func (s *Service) sweepSnapshots(ctx context.Context) {
 			continue
 		}
 		stem := strings.TrimSuffix(side, ".json")
-		for _, p := range []string{stem + ".snap", side} {
+		s.snaps.mu.Lock()
+		delete(s.snaps.spares, dir+filepath.Base(stem))
+		s.snaps.mu.Unlock()
+		for _, p := range snapshotFiles(dir, filepath.Base(stem)) { // the snapshot, its scratch disk, spares
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				s.log.Warn("sweep vm snapshots", "file", p, "err", err)
 			}

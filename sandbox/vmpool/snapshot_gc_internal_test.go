@@ -17,7 +17,7 @@ import (
 
 // TestSweepSnapshotsOfDeletedTenants (real SQLite, and PostgreSQL when
 // STOCKADE_TEST_POSTGRES is set): the local sweep deletes the snapshot
-// (file and sidecar) of a tenant that is no more, and keeps a live
+// (every file of its slot: memory file, sidecar, scratch disk, spares) of a tenant that is no more, and keeps a live
 // tenant's, a shared one's and a sidecar it cannot read.
 func TestSweepSnapshotsOfDeletedTenants(t *testing.T) {
 	for _, d := range dbtest.Databases(t) {
@@ -29,7 +29,7 @@ func TestSweepSnapshotsOfDeletedTenants(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := &Service{cfg: Config{DataDir: t.TempDir()}, installID: "inst-gc", store: NewStore(db, nil),
-				log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+				snaps: newSnapshots(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			dir := filepath.Join(s.cfg.DataDir, "hosts", s.installID)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
@@ -38,7 +38,8 @@ func TestSweepSnapshotsOfDeletedTenants(t *testing.T) {
 				if raw == nil {
 					raw, _ = json.Marshal(snapshotMeta{Key: "k", Inputs: snapshotKey{Tenant: tenant, MemoryMiB: 512, VCPUs: 1}})
 				}
-				for p, b := range map[string][]byte{stem + ".json": raw, stem + ".snap": []byte("memory")} {
+				for p, b := range map[string][]byte{stem + ".json": raw, stem + ".snap": []byte("memory"), stem + ".scratch": []byte("disk"),
+					stem + ".spare-1.snap": []byte("memory")} {
 					if err := os.WriteFile(filepath.Join(dir, p), b, 0o600); err != nil {
 						t.Fatal(err)
 					}
@@ -59,7 +60,7 @@ func TestSweepSnapshotsOfDeletedTenants(t *testing.T) {
 				{"snapshot-vm-1024m-1c-t3333333333333333", true},
 			}
 			for _, tt := range tests {
-				for _, ext := range []string{".json", ".snap"} {
+				for _, ext := range []string{".json", ".snap", ".scratch", ".spare-1.snap"} {
 					_, err := os.Stat(filepath.Join(dir, tt.stem+ext))
 					if got := err == nil; got != tt.kept || (err != nil && !errors.Is(err, os.ErrNotExist)) {
 						t.Errorf("Got(%s%s kept) = %v (%v); want %v", tt.stem, ext, got, err, tt.kept)

@@ -26,6 +26,11 @@ import (
 // as libvirt has loaded it. The leader's visit of the host's files deletes
 // orphan clones (of VMs no longer booting), snapshots of old keys and of
 // deleted tenants, and saves whose sidecar never came.
+//
+// Remote snapshots are not warm (a limitation, README): the snapshot VM
+// boots with the template disks only, no scratch disk and no pre-started
+// sandboxes, and a VM restored here gets its own fresh scratch volume
+// hot-plugged after the restore (restoreVM); no spares.
 
 // remoteSnapshotHV is what a remote host's Hypervisor does for snapshots
 // (*hypervisor.Host).

@@ -25,7 +25,8 @@ var snapVolRe = regexp.MustCompile(`^snapshot-vm-512m-1c-t[0-9a-f]{16}-[0-9a-f]{
 // own /var/lib/libvirt): the first VM of tenant A cold boots and the
 // snapshot is built on the host, in its pool (nothing in the data dir);
 // the next VM is restored from it, boots from pool files only, runs a
-// sandbox, and no restore clone is left; tenant B on the same host never
+// sandbox (its /workspace on XFS: the fresh scratch volume hot-plugged
+// after the restore; the snapshot has none), and no restore clone is left; tenant B on the same host never
 // restores from A's snapshot: it cold boots and then restores from its
 // own; a flipped byte in A's snapshot is a cold boot with the reason
 // logged; the leader's sweep deletes a deleted tenant's snapshot, an old

@@ -2,6 +2,7 @@ package vmpool_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -54,7 +55,7 @@ func newSnapEnv(t *testing.T) *snapEnv {
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(&tee{logs, tbWriter{t}}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc := startService(t, db, vmpool.Config{URIs: []string{systemURI}, DataDir: dataDir, Logger: log,
-		ConnectTimeout: 30 * time.Second, Snapshots: true})
+		ConnectTimeout: 30 * time.Second, Snapshots: true, AgentReady: prestartOne(t)})
 	cleanupInstallation(t, svc.InstallationID())
 	return &snapEnv{svc: svc, tn: tn, logs: logs}
 }
@@ -67,6 +68,17 @@ type tee struct {
 func (w *tee) Write(p []byte) (int, error) {
 	w.a.Write(p)
 	return w.b.Write(p)
+}
+
+// prestartOne is the AgentReady hook of the sandbox service with its
+// defaults (sandbox.PrestartHook): one pre-started sandbox of busybox in
+// every VM, the snapshot VM's included.
+func prestartOne(tb testing.TB) func(ctx context.Context, vm vmpool.VM, c *agentproto.Client) {
+	return func(ctx context.Context, vm vmpool.VM, c *agentproto.Client) {
+		if _, err := c.ConfigurePrestart(ctx, agentproto.PrestartConfig{PerTemplate: 1, Templates: []string{"busybox"}}); err != nil {
+			tb.Logf("prestart in %s: %v", vm.ID, err)
+		}
+	}
 }
 
 // start creates VMs at once and waits until they all run.
@@ -179,10 +191,10 @@ func TestSnapshotBoot(t *testing.T) {
 	if two[0].DomainUUID == two[1].DomainUUID || two[0].DomainUUID == "" {
 		t.Errorf("Got(restored domain UUIDs) = %q, %q; want two distinct", two[0].DomainUUID, two[1].DomainUUID)
 	}
+	t.Run("OwnIdentities", func(t *testing.T) { e.checkRestored(t, two) }) // identity_vm_test.go
 	for _, vm := range two {
 		e.runIn(t, vm)
 	}
-	t.Run("OwnIdentities", func(t *testing.T) { e.checkRestored(t, two) }) // identity_vm_test.go
 	e.destroy(t, two...)
 	if got := e.svc.SnapshotCounts().Restores; got != 2 {
 		t.Errorf("Got(restores) = %d; want 2", got)
