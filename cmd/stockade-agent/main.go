@@ -70,7 +70,7 @@ func runSandboxInit(args []string, stderr io.Writer) error {
 	listenFD := fs.Int("listen-fd", -1, "serve on this inherited SOCK_SEQPACKET listener")
 	socket := fs.String("socket", "", "serve on a new SOCK_SEQPACKET listener at this path")
 	idleMS := fs.Int("idle-ms", 0, "exec the stub init (--stub) when idle this long; 0 never")
-	stub := fs.String("stub", "", "the stub init of an idle sandbox (sandbox/agent/stubinit)")
+	stub := fs.String("stub", "", "the stub init of an idle sandbox (hypervisor/image/stubinit)")
 	outsideOnly := fs.Bool("outside-only", false, "accept connections only from outside the PID namespace (always as PID 1)")
 	connFD := fs.Int("conn-fd", -1, "a connection the stub init accepted, to serve first")
 	var holdFDs []int

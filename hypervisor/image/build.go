@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockade-dev/stockade/sandbox/agent/stubinit"
+	"github.com/stockade-dev/stockade/hypervisor/image/stubinit"
 )
 
 // channelModules are loaded, in this order, before the agent opens its

@@ -94,7 +94,7 @@ func checkStatic(path string) error {
 // 2 MiB of every boot.)
 type initramfsInputs struct {
 	Agent   string // static stockade-agent
-	Stub    string // the idle sandboxes' stub init (sandbox/agent/stubinit); "" for none
+	Stub    string // the idle sandboxes' stub init (hypervisor/image/stubinit); "" for none
 	Crun    string
 	Libs    []sharedLib
 	ModDir  string
@@ -135,7 +135,7 @@ func buildInitramfs(in initramfsInputs, dst string) (int64, error) {
 		return 0, err
 	}
 	// Beside the agent: the agent binds /init-stub into each sandbox when
-	// it is there (sandbox/agent/stubinit).
+	// it is there (hypervisor/image/stubinit).
 	if in.Stub != "" {
 		if err := add("init-stub", in.Stub, 0o755); err != nil {
 			return 0, err

@@ -691,7 +691,7 @@ func p50Of(s []agentproto.Startup, f func(agentproto.Startup) time.Duration) tim
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // waitStubInits waits until at least n sandboxes of the guest have the stub
-// init as PID 1 (idle: sandbox/agent/stubinit); it fails when they never do.
+// init as PID 1 (idle: hypervisor/image/stubinit); it fails when they never do.
 func waitStubInits(ctx context.Context, t *testing.T, c *agentproto.Client, n int) {
 	t.Helper()
 	got := 0

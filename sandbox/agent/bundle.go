@@ -212,7 +212,7 @@ type bundleSpec struct {
 	Hostname string
 	// InitPath is the agent binary in the guest, bound at initMount.
 	InitPath string
-	// StubPath is the stub init in the guest (sandbox/agent/stubinit),
+	// StubPath is the stub init in the guest (hypervisor/image/stubinit),
 	// bound at stubMount; with InitIdle > 0 the sandbox's init execs it
 	// when idle that long (0: not until an initOpIdle says so, as a
 	// pre-started sandbox's when claimed). "": init stays the Go one.

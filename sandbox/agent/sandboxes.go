@@ -35,7 +35,7 @@ type ManagerConfig struct {
 	// InitPath is the agent binary bound into every sandbox as its init;
 	// default this executable.
 	InitPath string
-	// StubPath is the stub init of idle sandboxes (sandbox/agent/stubinit);
+	// StubPath is the stub init of idle sandboxes (hypervisor/image/stubinit);
 	// default InitPath + "-stub" when that file exists (the guest image
 	// ships /init-stub), else none: sandboxes then keep the Go init.
 	StubPath string

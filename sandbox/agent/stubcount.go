@@ -10,7 +10,7 @@ import (
 )
 
 // stubInits counts the sandboxes whose PID 1 is the stub init right now
-// (sandbox/agent/stubinit): their init's executable is the stub's file.
+// (hypervisor/image/stubinit): their init's executable is the stub's file.
 func (m *Manager) stubInits(procDir string) int {
 	var stub unix.Stat_t
 	if m.cfg.StubPath == "" || unix.Stat(m.cfg.StubPath, &stub) != nil {

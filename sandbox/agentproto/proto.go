@@ -286,7 +286,7 @@ type Stats struct {
 	// not in Sandboxes.
 	Prestarted int `json:"prestarted,omitempty"`
 	// StubInits counts the sandboxes whose PID 1 is the stub init now
-	// (idle: sandbox/agent/stubinit).
+	// (idle: hypervisor/image/stubinit).
 	StubInits int `json:"stub_inits,omitempty"`
 	// MaxSandboxes is how many sandboxes the agent takes (capacity.go).
 	MaxSandboxes int `json:"max_sandboxes"`

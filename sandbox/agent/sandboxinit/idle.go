@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An idle sandbox hands PID 1 to the stub init (sandbox/agent/stubinit):
+// An idle sandbox hands PID 1 to the stub init (hypervisor/image/stubinit):
 // when init has served no connection but the agent's hello ones, and has
 // had no child, for InitOptions.IdleAfter, it execs the stub in place with
 // the listener and the hello connections; the stub execs this init again

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockade-dev/stockade/hypervisor/image/stubinit"
 	"github.com/stockade-dev/stockade/sandbox/agent/sandboxinit"
-	"github.com/stockade-dev/stockade/sandbox/agent/stubinit"
 )
 
 // built compiles the stub and the agent into a temporary folder.

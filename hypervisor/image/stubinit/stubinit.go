@@ -1,4 +1,4 @@
-// Package stubinit is the stub init of an idle sandbox: a small static C
+// Package stubinit builds the stub init of an idle sandbox: a small static C
 // program (c/stub.c) that is PID 1 of a sandbox while it is idle, in place of
 // the Go sandbox init (sandbox/agent/sandboxinit), whose runtime alone
 // costs an idle sandbox about a MiB of guest memory and seven threads. The
