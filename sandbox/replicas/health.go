@@ -3,6 +3,7 @@ package replicas
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,7 +18,13 @@ type Health struct {
 	LeasesByReplica map[string]int
 }
 
-// Health counts the live replicas and the VM leases.
+// BuildLeasePrefix names the leases of VMs that are no tenant's: a memory
+// snapshot build's VM holds a channel lease like any VM (so another replica
+// destroys it only once its builder is gone: sandbox/vmpool
+// snapshot_orphans.go), but Health counts tenants' VMs only.
+const BuildLeasePrefix = "snapshot-"
+
+// Health counts the live replicas and the VM leases (of tenants' VMs).
 func (r *Registry) Health(ctx context.Context) (Health, error) {
 	reps, err := r.Replicas(ctx)
 	if err != nil {
@@ -28,8 +35,12 @@ func (r *Registry) Health(ctx context.Context) (Health, error) {
 		return Health{}, err
 	}
 	now := r.now()
-	h := Health{Replicas: len(reps), Leases: len(ls), LeasesByReplica: map[string]int{}}
+	h := Health{Replicas: len(reps), LeasesByReplica: map[string]int{}}
 	for _, l := range ls {
+		if strings.HasPrefix(l.VMID, BuildLeasePrefix) {
+			continue
+		}
+		h.Leases++
 		if !l.ExpiresAt.After(now) {
 			h.LeasesExpired++
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -165,6 +166,14 @@ func (s *Service) reconcileHost(h *hostConn, hv Hypervisor) {
 		}
 		if s.snapshotBuilding(d.ID) {
 			continue // a snapshot VM being built (snapshot.go)
+		}
+		if strings.HasPrefix(d.ID, snapshotVMPrefix) {
+			if !s.owns(ctx, d.ID) {
+				continue // another live replica's build (snapshot_orphans.go)
+			}
+			s.destroyOrphan(ctx, h, hv, d)
+			s.releaseSnapshotVM(ctx, d.ID)
+			continue
 		}
 		s.destroyOrphan(ctx, h, hv, d)
 	}
@@ -358,7 +367,8 @@ func (s *Service) reconcileAll(ctx context.Context) {
 		}
 	}
 	s.sweepScratch(ctx)
-	s.sweepSnapshots(ctx) // snapshot_gc.go
+	s.sweepSnapshotVMs(ctx) // snapshot_orphans.go
+	s.sweepSnapshots(ctx)   // snapshot_gc.go
 	s.syncHostFiles()
 }
 

@@ -477,7 +477,7 @@ func (s *Service) snapshotFailed(hv Hypervisor, vm VM, guest image.Guest, files 
 // background, unless a build is under way.
 func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files HostFiles, key snapshotKey) {
 	dir, slot := s.snapshotDir(files), s.snapshotSlot(vm)
-	id := "snapshot-" + uuid.NewString()
+	id := snapshotVMPrefix + uuid.NewString()
 	s.snaps.mu.Lock()
 	if _, busy := s.snaps.building[dir+slot]; busy {
 		s.snaps.mu.Unlock()
@@ -499,7 +499,12 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 		// host) is tried again, three times in all, a minute apart.
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := s.stop.WithTimeout(context.Background(), s.cfg.BootTimeout+2*time.Minute)
-			m, err := s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, files, key, dir, slot)
+			var m snapshotMeta
+			err := errors.New("snapshot vm lease not taken")
+			if s.leaseSnapshotVM(ctx, id) { // snapshot_orphans.go
+				m, err = s.saveSnapshot(ctx, hv.(snapshotHV), hv, id, vm, guest, files, key, dir, slot)
+				s.releaseSnapshotVM(context.WithoutCancel(ctx), id)
+			}
 			cancel()
 			if err == nil {
 				meta = m
@@ -517,7 +522,7 @@ func (s *Service) buildSnapshot(hv Hypervisor, vm VM, guest image.Guest, files H
 			case <-s.stop.Done():
 				return
 			}
-			id = "snapshot-" + uuid.NewString()
+			id = snapshotVMPrefix + uuid.NewString()
 			s.snaps.mu.Lock()
 			s.snaps.building[dir+slot] = id
 			s.snaps.mu.Unlock()
