@@ -154,18 +154,7 @@ func TestBootChannelCrash(t *testing.T) {
 	t.Logf("Create took %s; Create -> READY %s (guest uptime at READY %ss)",
 		created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), strings.TrimPrefix(ready, "READY "))
 
-	var rtts []time.Duration
-	for i := range 20 {
-		msg := "ping-" + strconv.Itoa(i)
-		t0 := time.Now()
-		if _, err := io.WriteString(ch, msg+"\n"); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		if got := readLine(t, ch, 10*time.Second); got != msg {
-			t.Fatalf("echo of %q = %q; want %q", msg, got, msg)
-		}
-		rtts = append(rtts, time.Since(t0))
-	}
+	rtts := echoRTTs(t, ch, 20) // channel_direct_test.go
 	slices.Sort(rtts)
 	t.Logf("channel round trip (shell echo, 20x): min %s median %s max %s", rtts[0], rtts[10], rtts[19])
 
